@@ -1,0 +1,83 @@
+# netsleuth: `make run` and `make test` do every set-up step themselves on a fresh Debian 12 machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CLANG ?= clang
+LLVM_STRIP ?= llvm-strip
+ARCH := x86
+BPF_SOURCES := $(wildcard bpf/*.bpf.c)
+BPF_OBJECTS := $(patsubst bpf/%.bpf.c,src/netsleuth/_generated/%.bpf.o,$(BPF_SOURCES))
+# Debian packages: clang/llvm build the BPF objects, libbpf1 loads them, the rest are what tests and
+# benchmarks drive (firewalls, captures, bpftrace for comparison, Prometheus for the exporter).
+DEB_PACKAGES := clang llvm libbpf1 libbpf-dev bpftool bpftrace tshark iptables nftables conntrack iproute2 \
+	ethtool kmod procps
+RUN_DURATION ?= 5
+
+.PHONY: all setup deps venv bpf check-bpf lint typecheck unit privileged test run bench clean
+
+all: bpf
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(if $(filter 0,$(shell id -u)),,sudo) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(BIN)/netsleuth: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(BIN)/netsleuth
+
+setup: deps venv
+
+# Objects are committed (bpf2go style): users need neither clang nor kernel headers. Paths stay relative to
+# the repository so the output is byte-identical wherever the tree is checked out.
+src/netsleuth/_generated/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.h bpf/include/*.h)
+	$(CLANG) -O2 -g -target bpf -D__TARGET_ARCH_$(ARCH) -Ibpf/include -Ibpf -c $< -o $@
+	$(LLVM_STRIP) -g $@
+
+bpf: $(BPF_OBJECTS)
+
+# Rebuild into a temporary place and fail when the committed objects differ from their sources.
+check-bpf: deps
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; status=0; \
+	for src in $(BPF_SOURCES); do \
+		name=$$(basename $$src .bpf.c); \
+		$(CLANG) -O2 -g -target bpf -D__TARGET_ARCH_$(ARCH) -Ibpf/include -Ibpf -c $$src -o $$tmp/$$name.bpf.o && \
+		$(LLVM_STRIP) -g $$tmp/$$name.bpf.o || exit 1; \
+		if ! cmp -s $$tmp/$$name.bpf.o src/netsleuth/_generated/$$name.bpf.o; then \
+			echo "src/netsleuth/_generated/$$name.bpf.o is stale: run 'make bpf' and commit it"; status=1; \
+		fi; \
+	done; \
+	[ $$status -eq 0 ] && echo "BPF objects match their sources ($(words $(BPF_SOURCES)) checked)"; exit $$status
+
+lint: venv
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+privileged: setup
+	$(BIN)/pytest -q tests/privileged
+
+test: setup check-bpf lint typecheck
+	$(BIN)/pytest -q -p no:cacheprovider tests
+
+run: setup
+	$(BIN)/netsleuth drops --summary --duration $(RUN_DURATION)
+
+bench: setup
+	$(BIN)/python bench/drops_storm.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Structs shared between drops.bpf.c and src/netsleuth/diagnostics/drops_abi.py. Fixed-width types only;
+ * Python mirrors each struct once and checks its size against this object's BTF at load.
+ */
+#ifndef NETSLEUTH_DROPS_H
+#define NETSLEUTH_DROPS_H
+
+#include "packet.h"
+
+#define DROPS_MAX_FRAMES 32
+#define DROPS_EXAMPLE_FRAMES 12
+#define DROPS_MAX_SNAPLEN 2048
+#define DROPS_MAX_GROUPS 8192
+
+/* Indices of the per-CPU `drop_stats` array. Every drop lands in exactly one of MATCHED's outcomes, so
+ * userspace can always say how many drops it saw, printed, sampled away or lost. */
+enum drop_stat {
+	DROP_STAT_SEEN = 0,	    /* kfree_skb with a real drop reason, before filters */
+	DROP_STAT_MATCHED = 1,	    /* passed every filter: the exact total */
+	DROP_STAT_EMITTED = 2,	    /* sent to the ring buffer */
+	DROP_STAT_SAMPLED = 3,	    /* left out on purpose: 1-in-N sampling or a ring buffer more than half full */
+	DROP_STAT_LOST = 4,	    /* the ring buffer had no room: a loss, always reported */
+	DROP_STAT_UNGROUPED = 5,    /* counted in MATCHED but the summary map was full */
+	DROP_STAT_MAX = 6,
+};
+
+/* Read-only configuration, set by the loader before load (the object's .rodata). Zero means "no filter". */
+struct drops_config {
+	__u32 consumed_reason;	   /* SKB_CONSUMED on this kernel, or ~0 when it has none */
+	__u32 not_dropped_reason;  /* SKB_NOT_DROPPED_YET, or ~0 */
+	__u32 netfilter_reason;	   /* SKB_DROP_REASON_NETFILTER_DROP: always keep a stack for the hook */
+	__u32 netns;		   /* netns inode to keep */
+	__u32 sample_every;	   /* emit one event in N (1 = all); totals stay exact */
+	__u16 snaplen;		   /* packet bytes to copy into each event (pcap) */
+	__u16 port;		   /* either end */
+	__u16 sport;
+	__u16 dport;
+	__u8 l4proto;		   /* IPPROTO_*; valid when filter_l4proto */
+	__u8 filter_l4proto;
+	__u8 family;		   /* 4 or 6 */
+	__u8 filter_reasons;	   /* 1: keep only reasons in `reason_filter`, 2: drop those in it */
+	__u8 filter_host;	   /* check `host_filter` LPM for either address */
+	__u8 filter_src;
+	__u8 filter_dst;
+	__u8 filter_owner;	   /* check owner_tgids / owner_inodes (--pid, --comm) */
+	__u8 want_stack;
+	__u8 emit_events;	   /* 0 in --summary mode: only count */
+	__u8 has_rx_sk;		   /* the tracepoint passes the receiving socket (6.11+) */
+	__u8 filter_dev;
+	char dev[16];
+};
+
+/* One drop as sent to userspace: this header, then `nr_frames` u64 kernel addresses, then `caplen` bytes of
+ * the packet starting at its network header. */
+struct drop_event {
+	__u64 time_ns;		/* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u64 location;		/* the address that freed the skb */
+	__u64 sock_ino;		/* inode of the socket the packet belongs to; 0 when none */
+	__u32 reason;
+	__u32 netns;
+	__u32 pid;		/* tgid of the task the drop happened in, 0 in softirq/hardirq */
+	__u32 tid;
+	__u32 ifindex;
+	__u32 skb_len;
+	__u32 cpu;
+	__u16 caplen;
+	__u16 nr_frames;
+	struct packet_tuple tuple;
+	__u8 in_task;		/* 1 when the drop ran in process context, so pid/comm are the sender's */
+	__u8 sk_state;		/* TCP state of the owning socket, 0xff when none */
+	__u8 pad[6];
+	char comm[16];
+	char ifname[16];
+};
+
+struct drop_group_key {
+	__u64 location;
+	__u32 reason;
+	__u32 netns;
+};
+
+struct drop_group {
+	__u64 count;
+	__u64 bytes;
+	struct drop_event example;
+	__u64 example_frames[DROPS_EXAMPLE_FRAMES];
+};
+
+#endif /* NETSLEUTH_DROPS_H */
