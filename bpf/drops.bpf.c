@@ -167,7 +167,7 @@ static __always_inline bool should_emit(void)
 }
 
 static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *location, __u32 reason,
-				       struct sock *rx_sk)
+				       struct sock *rx_sk, const bool read_preempt_count)
 {
 	struct drop_group_key group_key = {};
 	struct drop_group *group;
@@ -220,9 +220,10 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	if (!ports_match(&event->tuple) || !addresses_match(&event->tuple))
 		return 0;
 
-	in_task = ns_in_task();
-	event->in_task = in_task == 1;
-	if (event->in_task) {
+	/* Without the preempt count, userspace decides from the stack (softirq frames or not). */
+	in_task = read_preempt_count ? ns_in_task() : -1;
+	event->in_task = in_task < 0 ? DROP_CONTEXT_UNKNOWN : in_task;
+	if (event->in_task != 0) {
 		__u64 pid_tgid = bpf_get_current_pid_tgid();
 
 		event->pid = pid_tgid >> 32;
@@ -235,7 +236,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 		event->sk_state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	}
 	if (cfg.filter_owner) {
-		bool owned = event->in_task && bpf_map_lookup_elem(&owner_tgids, &event->pid);
+		bool owned = event->in_task != 0 && bpf_map_lookup_elem(&owner_tgids, &event->pid);
 
 		if (!owned && !(event->sock_ino && bpf_map_lookup_elem(&owner_inodes, &event->sock_ino)))
 			return 0;
@@ -285,7 +286,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	}
 
 	size = 0;
-	if (cfg.want_stack || reason == cfg.netfilter_reason) {
+	if (cfg.want_stack || reason == cfg.netfilter_reason || event->in_task == DROP_CONTEXT_UNKNOWN) {
 		long got = bpf_get_stack(ctx, buf->tail, DROPS_MAX_FRAMES * 8, 0);
 
 		if (got > 0)
@@ -321,20 +322,22 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	return 0;
 }
 
-SEC("tp_btf/kfree_skb")
-int BPF_PROG(drops_tp_btf)
-{
-	unsigned long long *args = ctx;
+/*
+ * Four entry points, one body: tp_btf (arguments read with no copy) or raw_tp (kernels refusing tp_btf), each
+ * with or without the per-CPU preempt count. Reading `__preempt_count` needs it in kallsyms
+ * (CONFIG_KALLSYMS_ALL); the verifier rejects the whole program otherwise, so the loader picks a variant.
+ */
+#define DROPS_ENTRY(name, section, read_preempt_count)                                               \
+	SEC(section)                                                                                 \
+	int BPF_PROG(name)                                                                           \
+	{                                                                                            \
+		unsigned long long *args = ctx;                                                      \
+                                                                                                     \
+		return handle_drop(ctx, (struct sk_buff *)args[0], (void *)args[1], (__u32)args[2],  \
+				   cfg.has_rx_sk ? (struct sock *)args[3] : 0, read_preempt_count);  \
+	}
 
-	return handle_drop(ctx, (struct sk_buff *)args[0], (void *)args[1], (__u32)args[2],
-			   cfg.has_rx_sk ? (struct sock *)args[3] : 0);
-}
-
-SEC("raw_tp/kfree_skb")
-int BPF_PROG(drops_raw_tp)
-{
-	unsigned long long *args = ctx;
-
-	return handle_drop(ctx, (struct sk_buff *)args[0], (void *)args[1], (__u32)args[2],
-			   cfg.has_rx_sk ? (struct sock *)args[3] : 0);
-}
+DROPS_ENTRY(drops_tp_btf, "tp_btf/kfree_skb", true)
+DROPS_ENTRY(drops_tp_btf_stackctx, "tp_btf/kfree_skb", false)
+DROPS_ENTRY(drops_raw_tp, "raw_tp/kfree_skb", true)
+DROPS_ENTRY(drops_raw_tp_stackctx, "raw_tp/kfree_skb", false)

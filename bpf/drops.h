@@ -12,6 +12,7 @@
 #define DROPS_EXAMPLE_FRAMES 12
 #define DROPS_MAX_SNAPLEN 2048
 #define DROPS_MAX_GROUPS 8192
+#define DROP_CONTEXT_UNKNOWN 2
 
 /* Indices of the per-CPU `drop_stats` array. Every drop lands in exactly one of MATCHED's outcomes, so
  * userspace can always say how many drops it saw, printed, sampled away or lost. */
@@ -67,7 +68,7 @@ struct drop_event {
 	__u16 caplen;
 	__u16 nr_frames;
 	struct packet_tuple tuple;
-	__u8 in_task;		/* 1 when the drop ran in process context, so pid/comm are the sender's */
+	__u8 in_task;		/* 1 process context (pid/comm are the sender's), 0 softirq/irq, 2 unknown */
 	__u8 sk_state;		/* TCP state of the owning socket, 0xff when none */
 	__u8 pad[6];
 	char comm[16];

@@ -1,0 +1,142 @@
+"""Every ctypes declaration of the system libbpf (Debian `libbpf1`, >= 1.0) in one place.
+
+libbpf 1.x reports failure by returning NULL or a negative errno and setting errno, so every function is
+declared with use_errno and the callers in this package turn failures into `BpfError`s. Nothing outside
+netsleuth.bpf imports this module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from netsleuth.errors import EnvironmentProblem
+
+__all__ = [
+    "BTF_KIND_ENUM",
+    "BTF_KIND_ENUM64",
+    "BTF_KIND_FUNC_PROTO",
+    "BTF_KIND_PTR",
+    "BTF_KIND_TYPEDEF",
+    "RingBufferCallback",
+    "lib",
+    "libbpf_messages",
+]
+
+BTF_KIND_PTR = 2
+BTF_KIND_ENUM = 6
+BTF_KIND_TYPEDEF = 8
+BTF_KIND_FUNC_PROTO = 13
+BTF_KIND_ENUM64 = 19
+
+# int (*)(void *ctx, void *data, size_t size)
+RingBufferCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+# int (*)(enum libbpf_print_level level, const char *fmt, va_list args); va_list decays to a pointer on x86-64
+_PrintCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+_P = ctypes.c_void_p
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "bpf_object__open_file": (_P, [ctypes.c_char_p, _P]),
+    "bpf_object__load": (ctypes.c_int, [_P]),
+    "bpf_object__close": (None, [_P]),
+    "bpf_object__btf": (_P, [_P]),
+    "bpf_object__find_program_by_name": (_P, [_P, ctypes.c_char_p]),
+    "bpf_object__find_map_by_name": (_P, [_P, ctypes.c_char_p]),
+    "bpf_object__next_map": (_P, [_P, _P]),
+    "bpf_map__name": (ctypes.c_char_p, [_P]),
+    "bpf_map__fd": (ctypes.c_int, [_P]),
+    "bpf_map__initial_value": (_P, [_P, ctypes.POINTER(ctypes.c_size_t)]),
+    "bpf_map__set_max_entries": (ctypes.c_int, [_P, ctypes.c_uint32]),
+    "bpf_map__max_entries": (ctypes.c_uint32, [_P]),
+    "bpf_map__key_size": (ctypes.c_uint32, [_P]),
+    "bpf_map__value_size": (ctypes.c_uint32, [_P]),
+    "bpf_program__set_autoload": (ctypes.c_int, [_P, ctypes.c_bool]),
+    "bpf_program__set_log_buf": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_size_t]),
+    "bpf_program__fd": (ctypes.c_int, [_P]),
+    "bpf_program__name": (ctypes.c_char_p, [_P]),
+    "bpf_program__attach": (_P, [_P]),
+    "bpf_link__destroy": (ctypes.c_int, [_P]),
+    "bpf_link__fd": (ctypes.c_int, [_P]),
+    "bpf_map_lookup_elem": (ctypes.c_int, [ctypes.c_int, _P, _P]),
+    "bpf_map_update_elem": (ctypes.c_int, [ctypes.c_int, _P, _P, ctypes.c_uint64]),
+    "bpf_map_delete_elem": (ctypes.c_int, [ctypes.c_int, _P]),
+    "bpf_map_get_next_key": (ctypes.c_int, [ctypes.c_int, _P, _P]),
+    "bpf_obj_get_info_by_fd": (ctypes.c_int, [ctypes.c_int, _P, ctypes.POINTER(ctypes.c_uint32)]),
+    "bpf_enable_stats": (ctypes.c_int, [ctypes.c_int]),
+    "ring_buffer__new": (_P, [ctypes.c_int, RingBufferCallback, _P, _P]),
+    "ring_buffer__poll": (ctypes.c_int, [_P, ctypes.c_int]),
+    "ring_buffer__consume": (ctypes.c_int, [_P]),
+    "ring_buffer__free": (None, [_P]),
+    "ring_buffer__epoll_fd": (ctypes.c_int, [_P]),
+    "btf__load_vmlinux_btf": (_P, []),
+    "btf__parse": (_P, [ctypes.c_char_p, _P]),
+    "btf__free": (None, [_P]),
+    "btf__find_by_name_kind": (ctypes.c_int32, [_P, ctypes.c_char_p, ctypes.c_uint32]),
+    "btf__find_by_name": (ctypes.c_int32, [_P, ctypes.c_char_p]),
+    "btf__type_by_id": (_P, [_P, ctypes.c_uint32]),
+    "btf__name_by_offset": (ctypes.c_char_p, [_P, ctypes.c_uint32]),
+    "btf__resolve_size": (ctypes.c_int64, [_P, ctypes.c_uint32]),
+    "libbpf_probe_bpf_map_type": (ctypes.c_int, [ctypes.c_int, _P]),
+    "libbpf_probe_bpf_prog_type": (ctypes.c_int, [ctypes.c_int, _P]),
+    "libbpf_set_print": (_P, [_P]),
+}
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_messages: list[str] = []
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
+
+
+@_PrintCallback
+def _collect_message(level: int, fmt: bytes, args: int) -> int:
+    # libbpf's own warnings ("failed to find BTF for ...") explain load failures; keep them for the error
+    # message instead of letting them interleave with our output on stderr. Level 2 is debug: ignored.
+    if level < 2:
+        buffer = ctypes.create_string_buffer(1024)
+        _libc.vsnprintf(buffer, len(buffer), fmt, args)
+        _messages.append(buffer.value.decode(errors="replace").rstrip())
+        del _messages[:-50]
+    return 0
+
+
+def libbpf_messages(clear: bool = True) -> list[str]:
+    """The warnings libbpf printed since the last call."""
+    with _lock:
+        messages = list(_messages)
+        if clear:
+            _messages.clear()
+        return messages
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded libbpf, declared; raises a sentence saying what to install when it is missing."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            _lib = _load()
+        return _lib
+
+
+def _load() -> ctypes.CDLL:
+    path = ctypes.util.find_library("bpf") or "libbpf.so.1"
+    try:
+        loaded = ctypes.CDLL(path, use_errno=True)
+    except OSError as error:
+        raise EnvironmentProblem(
+            "libbpf is not installed: install it (Debian/Ubuntu: apt install libbpf1; Fedora: dnf install libbpf)"
+        ) from error
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        try:
+            function: Callable[..., Any] = getattr(loaded, name)
+        except AttributeError as error:
+            raise EnvironmentProblem(
+                f"the installed libbpf is too old (it lacks {name}): netsleuth needs libbpf 1.0 or newer"
+            ) from error
+        function.restype = restype  # type: ignore[attr-defined]
+        function.argtypes = argtypes  # type: ignore[attr-defined]
+    loaded.libbpf_set_print(ctypes.cast(_collect_message, ctypes.c_void_p))
+    return loaded

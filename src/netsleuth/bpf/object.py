@@ -1,0 +1,177 @@
+"""A BPF object's life in explicit phases: open -> configure (.rodata) -> load -> attach -> close.
+
+Everything that depends on the running kernel happens at load (CO-RE relocations against its BTF). Links are
+owned by this process and never pinned, so a crash or kill leaves nothing attached.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+
+from netsleuth.bpf import _libbpf
+from netsleuth.bpf.btf import Btf
+from netsleuth.bpf.errors import BpfError, VerifierError, last_errno_error
+from netsleuth.bpf.maps import BpfMap
+from netsleuth.errors import EnvironmentProblem
+
+__all__ = ["BpfObject", "generated_object_path"]
+
+_LOG_SIZE = 4 << 20
+_PERCPU_TYPES = {5, 6, 10}  # BPF_MAP_TYPE_PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH
+
+
+def generated_object_path(name: str) -> Path:
+    """The committed, prebuilt object shipped inside the package (netsleuth/_generated/<name>.bpf.o)."""
+    path = Path(str(resources.files("netsleuth") / "_generated" / f"{name}.bpf.o"))
+    if not path.exists():
+        raise EnvironmentProblem(f"the BPF object {path} is missing from the installation; reinstall netsleuth")
+    return path
+
+
+class BpfObject:
+    """One .bpf.o. Use as a context manager so programs, links and maps are released on every exit path."""
+
+    def __init__(self, path: Path) -> None:
+        self._lib = _libbpf.lib()
+        self.path = path
+        self._links: list[tuple[str, int]] = []
+        self._log_buffers: dict[str, ctypes.Array[ctypes.c_char]] = {}
+        self._loaded = False
+        self._handle: int | None = self._lib.bpf_object__open_file(str(path).encode(), None)
+        if not self._handle:
+            raise last_errno_error(f"cannot open BPF object {path.name}", _libbpf.libbpf_messages())
+
+    @classmethod
+    def open_generated(cls, name: str) -> BpfObject:
+        return cls(generated_object_path(name))
+
+    # -- configure -------------------------------------------------------------------------------------
+    def btf(self) -> Btf:
+        """The object's own BTF (borrowed: freed with the object)."""
+        return Btf(self._lib.bpf_object__btf(self._handle), owned=False)
+
+    def _map_pointer(self, name: str) -> int:
+        pointer = self._lib.bpf_object__find_map_by_name(self._handle, name.encode())
+        if not pointer:
+            raise BpfError(f"BPF object {self.path.name} has no map {name}")
+        return int(pointer)
+
+    def _section_map(self, section: str) -> int:
+        pointer = self._lib.bpf_object__next_map(self._handle, None)
+        while pointer:
+            name: bytes = self._lib.bpf_map__name(pointer)
+            if name.decode().endswith(section):
+                return int(pointer)
+            pointer = self._lib.bpf_object__next_map(self._handle, pointer)
+        raise BpfError(f"BPF object {self.path.name} has no {section} section")
+
+    def set_rodata(self, variable: str, value: ctypes.Structure) -> None:
+        """Write a `const volatile` global before load; the verifier then sees it as a constant."""
+        if self._loaded:
+            raise BpfError("read-only configuration must be set before load")
+        btf = self.btf()
+        offset = btf.datasec_var_offset(".rodata", variable)
+        if offset is None:
+            raise BpfError(f"BPF object {self.path.name} has no read-only variable {variable}")
+        c_name = getattr(type(value), "c_name", None)
+        if c_name:
+            self.check_struct_size(c_name, type(value))
+        size = ctypes.c_size_t()
+        data = self._lib.bpf_map__initial_value(self._section_map(".rodata"), ctypes.byref(size))
+        if not data or offset + ctypes.sizeof(value) > size.value:
+            raise BpfError(f"cannot write {variable} into {self.path.name}'s .rodata")
+        ctypes.memmove(data + offset, ctypes.addressof(value), ctypes.sizeof(value))
+
+    def check_struct_size(self, c_name: str, mirror: type[ctypes.Structure]) -> None:
+        """The Python mirror of a C struct must have the size the compiler gave it (one definition rule)."""
+        expected = self.btf().struct_size(c_name)
+        if expected is not None and expected != ctypes.sizeof(mirror):
+            raise BpfError(
+                f"struct {c_name} is {expected} bytes in {self.path.name} but {ctypes.sizeof(mirror)} in "
+                "netsleuth's mirror: the object and the Python code are out of step (run `make bpf`)"
+            )
+
+    def set_autoload(self, program: str, enabled: bool) -> None:
+        self._lib.bpf_program__set_autoload(self._program(program), enabled)
+
+    def _program(self, name: str) -> int:
+        pointer = self._lib.bpf_object__find_program_by_name(self._handle, name.encode())
+        if not pointer:
+            raise BpfError(f"BPF object {self.path.name} has no program {name}")
+        return int(pointer)
+
+    # -- load ------------------------------------------------------------------------------------------
+    def load(self, programs: list[str]) -> None:
+        """Load (verify) the object; `programs` are the ones whose verifier log we keep for errors."""
+        for name in programs:
+            buffer = ctypes.create_string_buffer(_LOG_SIZE)
+            self._log_buffers[name] = buffer
+            self._lib.bpf_program__set_log_buf(self._program(name), buffer, _LOG_SIZE)
+        _libbpf.libbpf_messages()  # start with a clean slate for this load's warnings
+        if self._lib.bpf_object__load(self._handle) != 0:
+            number = ctypes.get_errno()
+            log = "\n".join(buffer.value.decode(errors="replace") for buffer in self._log_buffers.values())
+            messages = _libbpf.libbpf_messages()
+            base = last_errno_error(f"the kernel refused to load {self.path.name}")
+            raise VerifierError(str(base), number, log.strip(), messages)
+        self._loaded = True
+        self._log_buffers.clear()
+
+    # -- attach ----------------------------------------------------------------------------------------
+    def attach(self, program: str) -> None:
+        link = self._lib.bpf_program__attach(self._program(program))
+        if not link:
+            raise last_errno_error(f"cannot attach {program}", _libbpf.libbpf_messages())
+        self._links.append((program, int(link)))
+
+    def program_fd(self, program: str) -> int:
+        return int(self._lib.bpf_program__fd(self._program(program)))
+
+    def attached_programs(self) -> list[str]:
+        return [name for name, _ in self._links]
+
+    def map(self, name: str) -> BpfMap:
+        pointer = self._map_pointer(name)
+        fd = self._lib.bpf_map__fd(pointer)
+        if fd < 0:
+            raise BpfError(f"map {name} is not created yet: load the object first")
+        info = _map_type(fd)
+        return BpfMap(
+            name,
+            fd,
+            self._lib.bpf_map__key_size(pointer),
+            self._lib.bpf_map__value_size(pointer),
+            per_cpu=info in _PERCPU_TYPES,
+        )
+
+    # -- close -----------------------------------------------------------------------------------------
+    def detach_all(self) -> None:
+        while self._links:
+            _, link = self._links.pop()
+            self._lib.bpf_link__destroy(link)
+
+    def close(self) -> None:
+        self.detach_all()
+        if self._handle:
+            self._lib.bpf_object__close(self._handle)
+        self._handle = None
+
+    def __enter__(self) -> BpfObject:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _map_type(fd: int) -> int:
+    # struct bpf_map_info starts with __u32 type (include/uapi/linux/bpf.h).
+    buffer = ctypes.create_string_buffer(96)
+    length = ctypes.c_uint32(len(buffer))
+    if _libbpf.lib().bpf_obj_get_info_by_fd(fd, buffer, ctypes.byref(length)) != 0:
+        return 0
+    return int.from_bytes(buffer.raw[:4], "little")

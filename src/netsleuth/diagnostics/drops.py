@@ -1,0 +1,354 @@
+"""`drops`: every packet the kernel frees with a drop reason, from tracepoint skb:kfree_skb.
+
+`DropsSession` owns the BPF object (open -> configure -> load -> attach) and turns raw ring-buffer records
+and map entries into `RawDrop`s and `DropTotals`; `netsleuth.diagnostics.drops_enrich` adds names (reason,
+symbol, netns, process, firewall rule) to make `DropRecord`s. Totals come from kernel counters and are exact
+whatever was sampled or lost on the way to userspace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from netsleuth.bpf.btf import Btf
+from netsleuth.bpf.errors import BpfError
+from netsleuth.bpf.features import require_tracing
+from netsleuth.bpf.object import BpfObject
+from netsleuth.bpf.ringbuf import RingBuffer
+from netsleuth.diagnostics.drops_abi import (
+    DROPS_MAX_SNAPLEN,
+    DropEvent,
+    DropGroupKey,
+    DropGroupValue,
+    DropsConfigC,
+    DropStat,
+)
+from netsleuth.diagnostics.filters import IpNetwork, PacketFilter
+from netsleuth.diagnostics.packet_abi import LpmAddrKey, decode_tuple
+from netsleuth.errors import UsageError
+from netsleuth.kernel.process import SocketOwners
+from netsleuth.kernel.reasons import DropReasons
+from netsleuth.packet import PacketTuple
+
+__all__ = ["DropTotals", "DropsConfig", "DropsSession", "RawDrop", "RawDropGroup"]
+
+_EVENT_SIZE = ctypes.sizeof(DropEvent)
+DROP_CONTEXT_UNKNOWN = 2  # bpf/drops.h
+_OWNER_REFRESH_S = 0.5
+
+
+@dataclass(frozen=True)
+class DropsConfig:
+    packet_filter: PacketFilter = field(default_factory=PacketFilter)
+    reasons: frozenset[int] = frozenset()
+    exclude_reasons: frozenset[int] = frozenset()
+    stack: bool = False
+    snaplen: int = 0
+    summary_only: bool = False
+    sample_every: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.snaplen <= DROPS_MAX_SNAPLEN:
+            raise UsageError(f"--snaplen must be between 0 and {DROPS_MAX_SNAPLEN} bytes")
+        if self.sample_every < 1:
+            raise UsageError("--sample must be 1 (every event) or more")
+        if self.reasons and self.exclude_reasons:
+            raise UsageError("use either --reason or --exclude-reason, not both")
+
+
+@dataclass(frozen=True)
+class RawDrop:
+    """One drop as the kernel described it, before names are attached."""
+
+    monotonic_ns: int
+    location: int
+    reason: int
+    netns: int
+    pid: int  # the current task's; 0 when the kernel knew it ran in softirq/irq
+    tid: int
+    in_task: bool | None  # None: the kernel could not tell; decide from the stack's softirq frames
+    comm: str
+    sock_ino: int
+    sk_state: int | None
+    ifindex: int
+    ifname: str
+    skb_len: int
+    cpu: int
+    packet: PacketTuple
+    frames: tuple[int, ...] = ()
+    packet_bytes: bytes = b""
+
+
+@dataclass(frozen=True)
+class RawDropGroup:
+    reason: int
+    location: int
+    netns: int
+    count: int
+    bytes: int
+    example: RawDrop
+
+
+@dataclass(frozen=True)
+class DropTotals:
+    """Exact kernel-side counts; every matched drop is emitted, sampled or lost (or still in flight)."""
+
+    seen: int = 0
+    matched: int = 0
+    emitted: int = 0
+    sampled: int = 0
+    lost: int = 0
+    ungrouped: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "seen": self.seen,
+            "total": self.matched,
+            "emitted": self.emitted,
+            "sampled": self.sampled,
+            "lost": self.lost,
+            "ungrouped": self.ungrouped,
+        }
+
+
+def decode_event(event: DropEvent, frames: tuple[int, ...] = (), packet_bytes: bytes = b"") -> RawDrop:
+    in_task = None if event.in_task == DROP_CONTEXT_UNKNOWN else bool(event.in_task)
+    return RawDrop(
+        monotonic_ns=event.time_ns,
+        location=event.location,
+        reason=event.reason,
+        netns=event.netns,
+        pid=event.pid,
+        tid=event.tid,
+        in_task=in_task,
+        comm=event.comm.decode(errors="replace") if in_task is not False else "",
+        sock_ino=event.sock_ino,
+        sk_state=None if event.sk_state == 0xFF else event.sk_state,
+        ifindex=event.ifindex,
+        ifname=event.ifname.decode(errors="replace"),
+        skb_len=event.skb_len,
+        cpu=event.cpu,
+        packet=decode_tuple(event.tuple, event.tuple.l3_len or event.skb_len),
+        frames=frames,
+        packet_bytes=packet_bytes,
+    )
+
+
+def decode_record(record: bytes) -> RawDrop:
+    """A ring-buffer record: struct drop_event, then nr_frames u64 addresses, then caplen packet bytes."""
+    event = DropEvent.from_buffer_copy(record[:_EVENT_SIZE])
+    frames_end = _EVENT_SIZE + 8 * event.nr_frames
+    frames = tuple(int.from_bytes(record[i : i + 8], "little") for i in range(_EVENT_SIZE, frames_end, 8))
+    return decode_event(event, frames, record[frames_end : frames_end + event.caplen])
+
+
+def _preempt_count_readable(kallsyms: Path = Path("/proc/kallsyms")) -> bool:
+    """The preempt count is readable from BPF only when its per-CPU symbol is in kallsyms (KALLSYMS_ALL)."""
+    try:
+        with kallsyms.open() as lines:
+            return any(line.rstrip().endswith((" __preempt_count", " pcpu_hot")) for line in lines)
+    except OSError:
+        return False
+
+
+def _lpm_key(network: IpNetwork) -> bytes:
+    key = LpmAddrKey()
+    key.family = network.version
+    key.prefixlen = 8 + network.prefixlen
+    packed = network.network_address.packed
+    ctypes.memmove(key.addr, packed, len(packed))
+    return bytes(key)
+
+
+class DropsSession:
+    """A live drops trace. Use as a context manager; `start()` attaches, `close()` detaches everything."""
+
+    PROGRAMS = ("drops_tp_btf", "drops_tp_btf_stackctx", "drops_raw_tp", "drops_raw_tp_stackctx")
+
+    def __init__(self, config: DropsConfig, reasons: DropReasons) -> None:
+        self.config = config
+        self.reasons = reasons
+        self._object: BpfObject | None = None
+        self._ring: RingBuffer | None = None
+        self.attach_kind = ""
+        self.attach_seconds = 0.0
+        self._owner_refreshed = 0.0
+        self._owner_pids: set[int] = set()
+        self._owner_inodes: set[int] = set()
+        self._processes = SocketOwners()
+
+    # -- start -----------------------------------------------------------------------------------------
+    def _kernel_config(self, has_rx_sk: bool) -> DropsConfigC:
+        packet_filter = self.config.packet_filter
+        cfg = DropsConfigC()
+        none = 0xFFFFFFFF
+        cfg.consumed_reason = none if self.reasons.consumed is None else self.reasons.consumed
+        cfg.not_dropped_reason = none if self.reasons.not_dropped is None else self.reasons.not_dropped
+        netfilter = self.reasons.value("NETFILTER_DROP")
+        cfg.netfilter_reason = none if netfilter is None else netfilter
+        cfg.netns = packet_filter.netns or 0
+        cfg.sample_every = self.config.sample_every
+        cfg.snaplen = self.config.snaplen
+        cfg.port = packet_filter.port or 0
+        cfg.sport = packet_filter.sport or 0
+        cfg.dport = packet_filter.dport or 0
+        if packet_filter.proto is not None:
+            cfg.filter_l4proto = 1
+            cfg.l4proto = packet_filter.proto
+        cfg.family = packet_filter.family or 0
+        cfg.filter_reasons = 1 if self.config.reasons else 2 if self.config.exclude_reasons else 0
+        cfg.filter_host = int(bool(packet_filter.hosts))
+        cfg.filter_src = int(bool(packet_filter.sources))
+        cfg.filter_dst = int(bool(packet_filter.destinations))
+        cfg.filter_owner = int(packet_filter.filters_owner)
+        cfg.want_stack = int(self.config.stack)
+        cfg.emit_events = int(not self.config.summary_only)
+        cfg.has_rx_sk = int(has_rx_sk)
+        if packet_filter.dev:
+            cfg.filter_dev = 1
+            cfg.dev = packet_filter.dev.encode()
+        return cfg
+
+    def start(self) -> None:
+        require_tracing()
+        started = time.monotonic()
+        with Btf.vmlinux() as kernel_btf:
+            arity = kernel_btf.tracepoint_arity("kfree_skb")
+        if arity is None or arity < 3:
+            raise BpfError("this kernel's skb:kfree_skb tracepoint has no drop reason (needs Linux 5.17 or newer)")
+        cfg = self._kernel_config(has_rx_sk=arity >= 4)
+        # tp_btf reads arguments with no copy; raw_tp is the fallback for kernels that refuse tp_btf.
+        failure: BpfError | None = None
+        candidates = [p for p in self.PROGRAMS if p.endswith("_stackctx") or _preempt_count_readable()]
+        for program in candidates:
+            bpf_object = BpfObject.open_generated("drops")
+            try:
+                bpf_object.check_struct_size("drop_event", DropEvent)
+                bpf_object.check_struct_size("drop_group", DropGroupValue)
+                bpf_object.set_rodata("cfg", cfg)
+                for other in self.PROGRAMS:
+                    bpf_object.set_autoload(other, other == program)
+                bpf_object.load([program])
+                self._fill_filter_maps(bpf_object)
+                bpf_object.attach(program)
+            except BpfError as error:
+                bpf_object.close()
+                failure = failure or error
+                continue
+            self._object = bpf_object
+            self.attach_kind = program.removeprefix("drops_").replace("_stackctx", "")
+            break
+        if self._object is None:
+            assert failure is not None
+            raise failure
+        if not self.config.summary_only:
+            self._ring = RingBuffer(self._object.map("events").fd)
+        self.attach_seconds = time.monotonic() - started
+
+    def _fill_filter_maps(self, bpf_object: BpfObject) -> None:
+        reason_set = self.config.reasons or self.config.exclude_reasons
+        reason_map = bpf_object.map("reason_filter")
+        for value in reason_set:
+            reason_map.update(value.to_bytes(4, "little"), b"\x01")
+        packet_filter = self.config.packet_filter
+        for map_name, networks in (
+            ("host_filter", packet_filter.hosts),
+            ("src_filter", packet_filter.sources),
+            ("dst_filter", packet_filter.destinations),
+        ):
+            lpm = bpf_object.map(map_name)
+            for network in networks:
+                lpm.update(_lpm_key(network), b"\x01")
+        if packet_filter.filters_owner:
+            self._refresh_owner_maps(bpf_object, force=True)
+
+    def _refresh_owner_maps(self, bpf_object: BpfObject, force: bool = False) -> None:
+        """--pid/--comm: keep the kernel's sets of tasks and their socket inodes in step with /proc."""
+        now = time.monotonic()
+        if not force and now - self._owner_refreshed < _OWNER_REFRESH_S:
+            return
+        self._owner_refreshed = now
+        packet_filter = self.config.packet_filter
+        pids = self._processes.pids_matching(packet_filter.pid, packet_filter.comm)
+        inodes = self._processes.socket_inodes_of(pids)
+        tgids_map, inodes_map = bpf_object.map("owner_tgids"), bpf_object.map("owner_inodes")
+        for pid in self._owner_pids - pids:
+            tgids_map.delete(pid.to_bytes(4, "little"))
+        for pid in pids - self._owner_pids:
+            tgids_map.update(pid.to_bytes(4, "little"), b"\x01")
+        for inode in self._owner_inodes - inodes:
+            inodes_map.delete(inode.to_bytes(8, "little"))
+        for inode in inodes - self._owner_inodes:
+            inodes_map.update(inode.to_bytes(8, "little"), b"\x01")
+        self._owner_pids, self._owner_inodes = pids, inodes
+
+    # -- run -------------------------------------------------------------------------------------------
+    def poll(self, timeout_ms: int) -> list[RawDrop]:
+        if self._object is not None and self.config.packet_filter.filters_owner:
+            self._refresh_owner_maps(self._object)
+        if self._ring is None:
+            time.sleep(timeout_ms / 1000)
+            return []
+        return [decode_record(record) for record in self._ring.poll(timeout_ms)]
+
+    def drain(self) -> list[RawDrop]:
+        return [decode_record(record) for record in self._ring.drain()] if self._ring else []
+
+    def totals(self) -> DropTotals:
+        if self._object is None:
+            return DropTotals()
+        stats = self._object.map("drop_stats")
+        sums = []
+        for index in range(DropStat.COUNT):
+            per_cpu = stats.lookup_per_cpu(index.to_bytes(4, "little"))
+            sums.append(sum(int.from_bytes(value[:8], "little") for value in per_cpu))
+        return DropTotals(
+            seen=sums[DropStat.SEEN],
+            matched=sums[DropStat.MATCHED],
+            emitted=sums[DropStat.EMITTED],
+            sampled=sums[DropStat.SAMPLED],
+            lost=sums[DropStat.LOST],
+            ungrouped=sums[DropStat.UNGROUPED],
+        )
+
+    def groups(self) -> Iterator[RawDropGroup]:
+        """Counts by reason x location x netns, each with the first drop of its kind as the example."""
+        if self._object is None:
+            return
+        for key_bytes, value_bytes in self._object.map("drop_groups").items():
+            key = DropGroupKey.from_buffer_copy(key_bytes)
+            value = DropGroupValue.from_buffer_copy(value_bytes)
+            frames = tuple(value.example_frames[: value.example.nr_frames])
+            yield RawDropGroup(
+                reason=key.reason,
+                location=key.location,
+                netns=key.netns,
+                count=value.count,
+                bytes=value.bytes,
+                example=decode_event(value.example, frames),
+            )
+
+    def program_fd(self) -> int:
+        assert self._object is not None
+        return self._object.program_fd(self._object.attached_programs()[0])
+
+    def close(self) -> None:
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+        if self._object is not None:
+            self._object.close()
+            self._object = None
+
+    def __enter__(self) -> DropsSession:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,99 @@
+"""What a rule says: a `Finding` with its evidence, a plain-words explanation, the exact commands that fix
+it, the line that makes the fix survive a reboot, and the machine-applicable `FixAction`s behind --fix.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Finding", "FixAction", "FixKind", "Report", "Severity"]
+
+
+class Severity(enum.IntEnum):
+    """Ordered so that sorting puts the worst first."""
+
+    CRITICAL = 0  # packets are being lost or will be
+    WARNING = 1  # costs throughput/latency or will bite under load
+    INFO = 2  # worth knowing; nothing is broken
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class FixKind(enum.StrEnum):
+    SYSCTL = "sysctl"  # target: key ("net.core.netdev_budget")
+    FILE = "file"  # target: path under the root ("/proc/irq/42/smp_affinity_list")
+    FEATURE = "feature"  # target: device, setting: kernel feature name ("rx-gro")
+    RING = "ring"  # target: device, setting: "rx" | "tx"
+    CHANNELS = "channels"  # target: device, setting: "combined_count" | "rx_count" | "tx_count"
+    COALESCE = "coalesce"  # target: device, setting: struct ethtool_coalesce field
+    MTU = "mtu"  # target: device
+
+
+@dataclass(frozen=True)
+class FixAction:
+    """One change --fix may make; nothing outside the list of a finding's actions is ever touched."""
+
+    kind: FixKind
+    target: str
+    value: str
+    setting: str = ""
+
+    def describe(self) -> str:
+        where = f"{self.target} {self.setting}".strip()
+        return f"{self.kind.value} {where} = {self.value}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind.value, "target": self.target, "setting": self.setting, "value": self.value}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, str]) -> FixAction:
+        return cls(kind=FixKind(raw["kind"]), target=raw["target"], setting=raw.get("setting", ""), value=raw["value"])
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str  # stable across runs: "<rule>:<subject>", what --fix takes
+    severity: Severity
+    subject: str  # the device, CPU, IRQ or setting concerned
+    title: str
+    evidence: dict[str, Any]
+    explanation: str
+    fix_commands: tuple[str, ...] = ()
+    persistent: tuple[str, ...] = ()
+    actions: tuple[FixAction, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "severity": self.severity.label,
+            "subject": self.subject,
+            "title": self.title,
+            "evidence": self.evidence,
+            "explanation": self.explanation,
+            "fix": list(self.fix_commands),
+            "persistent": list(self.persistent),
+            "actions": [action.to_json() for action in self.actions],
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    interval: float
+    findings: tuple[Finding, ...]
+    all_good: tuple[str, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def finding(self, finding_id: str) -> Finding | None:
+        return next((finding for finding in self.findings if finding.id == finding_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "interval_seconds": round(self.interval, 3),
+            "findings": [finding.to_json() for finding in self.findings],
+            "all_good": list(self.all_good),
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,68 @@
+"""The rules: each module checks one theme on a `Window` (two snapshots) and returns findings, or the line
+for the report's "all good" list when it has nothing to say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from netsleuth.doctor.findings import Finding, Report
+from netsleuth.doctor.window import Window
+
+__all__ = ["RULES", "Rule", "Verdict", "diagnose"]
+
+Verdict = tuple[list[Finding], str]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    check: Callable[[Window], Verdict]
+
+
+def _all_rules() -> list[Rule]:
+    from netsleuth.doctor.rules import (
+        conntrack,
+        drops,
+        interrupts,
+        mtu,
+        offloads,
+        queues,
+        ring,
+        rpfilter,
+        sockets,
+        softnet,
+    )
+
+    return [
+        *ring.RULES,
+        *drops.RULES,
+        *softnet.RULES,
+        *interrupts.RULES,
+        *queues.RULES,
+        *offloads.RULES,
+        *mtu.RULES,
+        *sockets.RULES,
+        *conntrack.RULES,
+        *rpfilter.RULES,
+    ]
+
+
+RULES: list[Rule] = []
+
+
+def diagnose(window: Window, rules: list[Rule] | None = None) -> Report:
+    if rules is None:
+        if not RULES:
+            RULES.extend(_all_rules())
+        rules = RULES
+    findings: list[Finding] = []
+    all_good: list[str] = []
+    for rule in rules:
+        rule_findings, good = rule.check(window)
+        findings.extend(rule_findings)
+        if not rule_findings and good:
+            all_good.append(good)
+    findings.sort(key=lambda finding: (finding.severity, finding.id))
+    return Report(interval=window.seconds, findings=tuple(findings), all_good=tuple(all_good))

@@ -1,0 +1,111 @@
+"""Text rendering of drops: one readable line per drop, and the summary table."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from netsleuth.diagnostics.drops import DropTotals
+from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord
+from netsleuth.packet import PacketTuple, tcp_flags_text
+
+__all__ = ["drop_line", "endpoints", "print_summary", "totals_line"]
+
+
+def _endpoint(address: str | None, port: int | None, family: int) -> str:
+    if address is None:
+        return "?"
+    if port is None:
+        return address
+    return f"[{address}]:{port}" if family == 6 else f"{address}:{port}"
+
+
+def endpoints(packet: PacketTuple) -> str:
+    """`tcp 198.18.0.1:41234 > 198.18.0.2:80 [SYN]`, `icmp 198.18.0.1 > 198.18.0.2 type 8/0`, ..."""
+    if packet.family == 0:
+        return "non-IP"
+    text = (
+        f"{packet.proto_name} {_endpoint(packet.saddr, packet.sport, packet.family)} > "
+        f"{_endpoint(packet.daddr, packet.dport, packet.family)}"
+    )
+    if packet.tcp_flags is not None:
+        text += f" [{tcp_flags_text(packet.tcp_flags)}]"
+    if packet.icmp_type is not None:
+        text += f" type {packet.icmp_type}/{packet.icmp_code}"
+    return text
+
+
+def _owner_text(record: DropRecord) -> str:
+    owner = record.owner
+    if owner.pid is None:
+        return "kernel"
+    text = f"{owner.comm}[{owner.pid}]"
+    if owner.source == "socket":
+        text += " (socket owner)"
+    if owner.container:
+        text += f" container {owner.container}"
+    return text
+
+
+def _netns_text(netns: int, name: str | None) -> str:
+    return f"netns {name}" if name else f"netns {netns}"
+
+
+def drop_line(record: DropRecord) -> str:
+    clock = datetime.datetime.fromtimestamp(record.time).strftime("%H:%M:%S.%f")
+    parts = [
+        clock,
+        record.reason,
+        endpoints(record.packet),
+        f"len {record.packet.length}",
+        f"at {record.location}",
+    ]
+    if record.ifname:
+        parts.append(f"dev {record.ifname}")
+    parts.append(_netns_text(record.netns, record.netns_name))
+    parts.append(_owner_text(record))
+    if record.sk_state:
+        parts.append(f"state {record.sk_state}")
+    line = "  ".join(parts)
+    if record.netfilter:
+        netfilter = record.netfilter
+        rule = netfilter.get("rule")
+        where = "/".join(str(netfilter[key]) for key in ("table", "chain") if netfilter.get(key))
+        line += f"\n    firewall: hook {netfilter.get('hook') or '?'}"
+        line += f" {where}: {rule}" if rule else " (rule not identified)"
+    if record.source:
+        line += "".join(f"\n    {frame.text()}" for frame in record.source)
+    if record.stack:
+        line += "".join(f"\n    {frame}" for frame in record.stack)
+    return line
+
+
+def totals_line(totals: DropTotals) -> str:
+    text = f"{totals.matched} drops"
+    if totals.sampled:
+        text += f", {totals.sampled} not printed (sampled under load; counts stay exact)"
+    text += f", {totals.lost} lost"
+    if totals.ungrouped:
+        text += f", {totals.ungrouped} beyond the group table (counted in the total)"
+    return text
+
+
+def print_summary(console: Console, groups: Sequence[DropGroup], totals: DropTotals) -> None:
+    table = Table(title="Drops by reason and location", title_justify="left", show_lines=False)
+    table.add_column("count", justify="right")
+    table.add_column("reason")
+    table.add_column("location")
+    table.add_column("netns")
+    table.add_column("example")
+    for group in sorted(groups, key=lambda g: g.count, reverse=True):
+        example = group.example
+        detail = f"{endpoints(example.packet)} {_owner_text(example)}"
+        if example.netfilter and example.netfilter.get("rule"):
+            detail += f"  rule: {example.netfilter['rule']}"
+        table.add_row(str(group.count), group.reason, group.location, group.netns_name or str(group.netns), detail)
+    if groups:
+        console.print(table)
+    console.print(totals_line(totals))

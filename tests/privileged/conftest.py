@@ -1,0 +1,45 @@
+"""Fixtures for privileged tests: a two-host lab, and the C flood sender compiled once per session."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.netlab import Host, Lab
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Pair:
+    """Two hosts on one veth: a = 198.18.0.1 / 2001:db8::1, b = 198.18.0.2 / 2001:db8::2."""
+
+    lab: Lab
+    a: Host
+    b: Host
+    a4: str = "198.18.0.1"
+    b4: str = "198.18.0.2"
+    a6: str = "2001:db8::1"
+    b6: str = "2001:db8::2"
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    lab = Lab()
+    try:
+        a, b = lab.host("a"), lab.host("b")
+        lab.link(a, b, ["198.18.0.1/24", "2001:db8::1/64"], ["198.18.0.2/24", "2001:db8::2/64"])
+        yield Pair(lab, a, b)
+    finally:
+        lab.close()
+
+
+@pytest.fixture(scope="session")
+def udpflood(tmp_path_factory: pytest.TempPathFactory) -> str:
+    binary = tmp_path_factory.mktemp("bin") / "udpflood"
+    subprocess.run(["gcc", "-O2", "-o", str(binary), str(REPO / "bench" / "udpflood.c")], check=True)
+    return str(binary)
