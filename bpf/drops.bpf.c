@@ -60,14 +60,8 @@ LPM_MAP(host_filter);
 LPM_MAP(src_filter);
 LPM_MAP(dst_filter);
 
-/* --pid / --comm: userspace keeps these in step with /proc (tasks, and the socket inodes they hold). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u8);
-} owner_tgids SEC(".maps");
-
+/* --pid / --comm for drops in softirq: the inodes of the sockets the selected processes hold, which
+ * userspace keeps in step with /proc. Drops in a task's own context are matched on the task directly. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -136,15 +130,22 @@ static __always_inline bool addresses_match(const struct packet_tuple *tuple)
 	return true;
 }
 
-static __always_inline bool dev_matches(const char *name)
+static __always_inline bool name_matches(const char *name, const volatile char *wanted)
 {
 	for (int i = 0; i < 16; i++) {
-		if (name[i] != cfg.dev[i])
+		if (name[i] != wanted[i])
 			return false;
 		if (!name[i])
 			return true;
 	}
 	return true;
+}
+
+static __always_inline bool task_matches(const struct drop_event *event)
+{
+	if (cfg.pid && event->pid != cfg.pid)
+		return false;
+	return !cfg.comm[0] || name_matches(event->comm, cfg.comm);
 }
 
 static __always_inline bool should_emit(void)
@@ -166,6 +167,31 @@ static __always_inline bool should_emit(void)
 	return *counter % cfg.sample_every == 0;
 }
 
+/* The kernel stack into `frames`; returns its size in bytes, 0..DROPS_MAX_FRAMES * 8. */
+static __always_inline long take_stack(void *ctx, __u8 *frames)
+{
+	long got = bpf_get_stack(ctx, frames, DROPS_MAX_FRAMES * 8, 0);
+
+	if (got <= 0)
+		return 0;
+	return got > DROPS_MAX_FRAMES * 8 ? DROPS_MAX_FRAMES * 8 : got;
+}
+
+static __always_inline bool stack_in_irq(const __u8 *frames, long bytes)
+{
+	const __u64 *addresses = (const __u64 *)frames;
+
+	for (int i = 0; i < DROPS_MAX_FRAMES; i++) {
+		if (i * 8 >= bytes)
+			break;
+		for (int r = 0; r < DROPS_IRQ_RANGES; r++) {
+			if (addresses[i] >= cfg.irq_ranges[r].start && addresses[i] < cfg.irq_ranges[r].end)
+				return true;
+		}
+	}
+	return false;
+}
+
 static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *location, __u32 reason,
 				       struct sock *rx_sk, const bool read_preempt_count)
 {
@@ -177,6 +203,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	struct sock *sk;
 	unsigned char *l3;
 	__u32 zero = 0;
+	long stack_bytes = -1;
 	int in_task;
 	__u64 size;
 
@@ -211,7 +238,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 		event->ifindex = BPF_CORE_READ(dev, ifindex);
 		BPF_CORE_READ_STR_INTO(&event->ifname, dev, name);
 	}
-	if (cfg.filter_dev && !dev_matches(event->ifname))
+	if (cfg.filter_dev && !name_matches(event->ifname, cfg.dev))
 		return 0;
 
 	ns_parse_packet(skb, &event->tuple, &l3);
@@ -220,8 +247,16 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	if (!ports_match(&event->tuple) || !addresses_match(&event->tuple))
 		return 0;
 
-	/* Without the preempt count, userspace decides from the stack (softirq frames or not). */
-	in_task = read_preempt_count ? ns_in_task() : -1;
+	/* Process context or not: from the preempt count, or else from the stack passing through a softirq/irq
+	 * entry function. Only then are pid and comm the sender's rather than an interrupted bystander's. */
+	if (read_preempt_count) {
+		in_task = ns_in_task();
+	} else if (cfg.irq_ranges[0].start && (cfg.filter_owner || cfg.emit_events)) {
+		stack_bytes = take_stack(ctx, buf->tail);
+		in_task = !stack_in_irq(buf->tail, stack_bytes);
+	} else {
+		in_task = -1;
+	}
 	event->in_task = in_task < 0 ? DROP_CONTEXT_UNKNOWN : in_task;
 	if (event->in_task != 0) {
 		__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -236,7 +271,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 		event->sk_state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	}
 	if (cfg.filter_owner) {
-		bool owned = event->in_task != 0 && bpf_map_lookup_elem(&owner_tgids, &event->pid);
+		bool owned = event->in_task != 0 && task_matches(event);
 
 		if (!owned && !(event->sock_ino && bpf_map_lookup_elem(&owner_inodes, &event->sock_ino)))
 			return 0;
@@ -257,8 +292,9 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 		__sync_fetch_and_add(&group->count, 1);
 		__sync_fetch_and_add(&group->bytes, event->skb_len);
 	} else {
-		/* First drop of this kind: it becomes the group's example, with a few frames for the hook. */
-		struct drop_group *fresh = (struct drop_group *)buf->tail;
+		/* First drop of this kind: it becomes the group's example, with a few frames for the hook. Built in
+		 * the packet area of the scratch buffer, which is filled only later. */
+		struct drop_group *fresh = (struct drop_group *)(buf->tail + DROPS_MAX_FRAMES * 8);
 
 		fresh->count = 1;
 		fresh->bytes = event->skb_len;
@@ -287,17 +323,13 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 
 	size = 0;
 	if (cfg.want_stack || reason == cfg.netfilter_reason || event->in_task == DROP_CONTEXT_UNKNOWN) {
-		long got = bpf_get_stack(ctx, buf->tail, DROPS_MAX_FRAMES * 8, 0);
-
-		if (got > 0)
-			size = got & (DROPS_MAX_FRAMES * 8 * 2 - 1);
-		if (size > DROPS_MAX_FRAMES * 8)
-			size = DROPS_MAX_FRAMES * 8;
+		if (stack_bytes < 0)
+			stack_bytes = take_stack(ctx, buf->tail);
+		size = stack_bytes;
 		event->nr_frames = size / 8;
 	}
 	if (cfg.snaplen && l3 && event->tuple.l3_len) {
 		/* Only the linear part is safe to copy: paged data is not behind skb->head. */
-		unsigned char *head = BPF_CORE_READ(skb, head);
 		unsigned char *data = BPF_CORE_READ(skb, data);
 		unsigned int linear = BPF_CORE_READ(skb, len) - BPF_CORE_READ(skb, data_len);
 		long available = (long)((data + linear) - l3);
@@ -307,9 +339,8 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 			caplen = available > 0 ? available : 0;
 		if (caplen > DROPS_MAX_SNAPLEN)
 			caplen = DROPS_MAX_SNAPLEN;
-		if (caplen && !bpf_probe_read_kernel(buf->tail + size, caplen & (DROPS_MAX_SNAPLEN - 1 + DROPS_MAX_SNAPLEN), l3))
+		if (caplen && !bpf_probe_read_kernel(buf->tail + size, caplen, l3))
 			event->caplen = caplen;
-		(void)head;
 	}
 	size += sizeof(*event) + event->caplen;
 	if (size > sizeof(*buf))

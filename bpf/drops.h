@@ -13,6 +13,7 @@
 #define DROPS_MAX_SNAPLEN 2048
 #define DROPS_MAX_GROUPS 8192
 #define DROP_CONTEXT_UNKNOWN 2
+#define DROPS_IRQ_RANGES 4
 
 /* Indices of the per-CPU `drop_stats` array. Every drop lands in exactly one of MATCHED's outcomes, so
  * userspace can always say how many drops it saw, printed, sampled away or lost. */
@@ -44,12 +45,20 @@ struct drops_config {
 	__u8 filter_host;	   /* check `host_filter` LPM for either address */
 	__u8 filter_src;
 	__u8 filter_dst;
-	__u8 filter_owner;	   /* check owner_tgids / owner_inodes (--pid, --comm) */
+	__u8 filter_owner;	   /* --pid / --comm: the task itself, or a socket in owner_inodes */
 	__u8 want_stack;
 	__u8 emit_events;	   /* 0 in --summary mode: only count */
 	__u8 has_rx_sk;		   /* the tracepoint passes the receiving socket (6.11+) */
 	__u8 filter_dev;
 	char dev[16];
+	__u32 pid;		   /* --pid (tgid); 0 = any */
+	char comm[16];		   /* --comm; empty = any */
+	/* Text ranges of the softirq/irq entry functions (from kallsyms): a stack through one of them means
+	 * the drop did not run in the current task's context. Used when the preempt count is unreadable. */
+	struct {
+		__u64 start;
+		__u64 end;
+	} irq_ranges[DROPS_IRQ_RANGES];
 };
 
 /* One drop as sent to userspace: this header, then `nr_frames` u64 kernel addresses, then `caplen` bytes of

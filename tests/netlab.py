@@ -50,7 +50,9 @@ class Host:
     def argv(self, *argv: str) -> list[str]:
         return ["ip", "netns", "exec", self.name, *argv]
 
-    def run(self, *argv: str, check: bool = True, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *argv: str, check: bool = True, input_text: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return run(*self.argv(*argv), check=check, input_text=input_text)
 
     def popen(self, argv: Sequence[str], **kwargs: object) -> subprocess.Popen[bytes]:
@@ -83,7 +85,10 @@ class Lab:
         """A veth pair between two hosts, each end named and addressed (CIDR strings, v4 or v6)."""
         tmp_left, tmp_right = f"{self.prefix}a{len(self.hosts)}", f"{self.prefix}b{len(self.hosts)}"
         run("ip", "link", "add", tmp_left[:15], "type", "veth", "peer", "name", tmp_right[:15])
-        for tmp, host, name, addrs in ((tmp_left, left, names[0], left_addrs), (tmp_right, right, names[1], right_addrs)):
+        for tmp, host, name, addrs in (
+            (tmp_left, left, names[0], left_addrs),
+            (tmp_right, right, names[1], right_addrs),
+        ):
             run("ip", "link", "set", tmp[:15], "netns", host.name)
             host.run("ip", "link", "set", tmp[:15], "name", name)
             if mtu:

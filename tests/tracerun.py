@@ -95,7 +95,9 @@ class TraceRun:
 
 def bpftool_netsleuth_programs(prefix: str = "drops_") -> list[dict[str, Any]]:
     """Programs currently loaded whose name starts with `prefix` (kernel names are cut at 15 chars)."""
-    output = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    output = subprocess.run(
+        ["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True
+    ).stdout
     return [prog for prog in json.loads(output or "[]") if str(prog.get("name", "")).startswith(prefix)]
 
 

@@ -21,9 +21,9 @@ __all__ = ["build_parser", "main"]
 
 def _all_commands() -> list[Command]:
     # Imported here so `netsleuth --help` stays fast and one broken command cannot break the others' import.
-    from netsleuth.commands import drops
+    from netsleuth.commands import doctor, drops, offload, rollback
 
-    return [drops.COMMAND]
+    return [drops.COMMAND, doctor.COMMAND, offload.COMMAND, rollback.COMMAND]
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,12 +15,17 @@ from tests.netlab import wait_for
 from tests.privileged.conftest import Pair
 from tests.tracerun import TraceRun, bpftool_netsleuth_programs, netsleuth_argv
 
-UDP_SEND = "import socket,sys; s=socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET, socket.SOCK_DGRAM)\n" \
-    "for _ in range(int(sys.argv[3])):\n" \
-    "    try: s.sendto(b'x'*32, (sys.argv[1], int(sys.argv[2])))\n" \
+UDP_SEND = (
+    "import socket,sys\n"
+    "s=socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "for _ in range(int(sys.argv[3])):\n"
+    "    try: s.sendto(b'x'*32, (sys.argv[1], int(sys.argv[2])))\n"
     "    except OSError: pass\n"
-TCP_CONNECT = "import socket,sys\ns=socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET)\n" \
+)
+TCP_CONNECT = (
+    "import socket,sys\ns=socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET)\n"
     "s.settimeout(2)\ntry: s.connect((sys.argv[1], int(sys.argv[2])))\nexcept OSError: pass\n"
+)
 
 
 def udp(host: Any, dst: str, port: int, count: int = 1) -> None:
@@ -31,7 +37,21 @@ def tcp_connect(host: Any, dst: str, port: int) -> None:
 
 
 def test_output_firewall_drop_names_the_rule(pair: Pair) -> None:
-    pair.a.run("iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9", "-j", "ACCEPT", "-m", "comment", "--comment", "not this")
+    pair.a.run(
+        "iptables",
+        "-A",
+        "OUTPUT",
+        "-p",
+        "udp",
+        "--dport",
+        "9",
+        "-j",
+        "ACCEPT",
+        "-m",
+        "comment",
+        "--comment",
+        "not this",
+    )
     pair.a.run("iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "5301", "-j", "DROP")
     with TraceRun("drops", "--netns", pair.a.name) as trace:
         trace.wait_ready()
@@ -40,7 +60,8 @@ def test_output_firewall_drop_names_the_rule(pair: Pair) -> None:
         assert trace.stop() == 0
         drop = next(r for r in trace.drops() if r["reason"] == "NETFILTER_DROP")
     assert drop["proto"] == "udp" and drop["daddr"] == pair.b4 and drop["dport"] == 5301
-    assert drop["location"].startswith("nf_hook_slow+0x")
+    # nf_hook_slow frees it on older kernels; 6.x nf_tables frees it in nft_do_chain with the verdict.
+    assert drop["location"].split("+")[0] in ("nf_hook_slow", "nft_do_chain", "ipt_do_table")
     assert drop["netns"] == pair.a.inode and drop["netns_name"] == pair.a.name
     # The sender's own task dropped it (OUTPUT runs in the sending syscall).
     assert drop["owner"] == "task" and drop["comm"].startswith("python")
@@ -91,7 +112,9 @@ sys.stdin.read()  # never reads the socket: its receive buffer overflows
 
 def test_udp_receive_buffer_overflow_blames_the_receiver(pair: Pair) -> None:
     # `ip netns exec` execs the command, so the sink's pid is the python process holding the socket.
-    sink = pair.b.popen([sys.executable, "-c", UDP_SINK, "5400"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    sink = pair.b.popen(
+        [sys.executable, "-c", UDP_SINK, "5400"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         assert sink.stdout is not None and sink.stdout.readline().strip() == b"bound"
         with TraceRun("drops", "--netns", pair.b.name, "--reason", "SOCKET_RCVBUFF") as trace:
@@ -145,12 +168,15 @@ FILTER_CASES: list[tuple[list[str], set[int]]] = [
 ]
 
 
-@pytest.mark.parametrize(("filters", "expected_ports"), FILTER_CASES, ids=[" ".join(f[0]) for f in FILTER_CASES])
+@pytest.mark.parametrize(
+    ("filters", "expected_ports"), FILTER_CASES, ids=[" ".join(f[0]) for f in FILTER_CASES]
+)
 def test_filters_exclude_what_they_should(pair: Pair, filters: list[str], expected_ports: set[int]) -> None:
     # A catch-all run sees every drop, so the filtered run's silence is proof of filtering, not of missing it.
-    with TraceRun("drops", "--netns", pair.b.name) as everything, TraceRun(
-        "drops", "--netns", pair.b.name, *filters
-    ) as filtered:
+    with (
+        TraceRun("drops", "--netns", pair.b.name) as everything,
+        TraceRun("drops", "--netns", pair.b.name, *filters) as filtered,
+    ):
         everything.wait_ready()
         filtered.wait_ready()
         _mixed_traffic(pair)
@@ -158,23 +184,31 @@ def test_filters_exclude_what_they_should(pair: Pair, filters: list[str], expect
         # The catch-all saw the marker; the filtered run has had the same ring buffer wake-up by now.
         filtered.stop()
         everything.stop()
-        seen_all = {d["dport"] for d in everything.drops()}
-        seen = {d["dport"] for d in filtered.drops()}
-    assert {5701, 5702, 5703, 5799} <= seen_all
+        ours = {5701, 5702, 5703, 5799}  # the namespace also drops its own IPv6 chatter (MLD, RS)
+        seen_all = {d["dport"] for d in everything.drops()} & ours
+        seen = {d["dport"] for d in filtered.drops()} & ours
+    assert seen_all == ours
     assert seen == expected_ports
 
 
-WAIT_THEN_SEND = "import sys; sys.stdin.read()\n" + UDP_SEND
+WAIT_THEN_SEND = "import sys; print('ready', flush=True); sys.stdin.read()\n" + UDP_SEND
 
 
 def test_pid_and_comm_filters(pair: Pair) -> None:
     pair.a.run("iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "5801", "-j", "DROP")
-    sender = pair.a.popen([sys.executable, "-c", WAIT_THEN_SEND, pair.b4, "5801", "3"], stdin=subprocess.PIPE)
+    sender = pair.a.popen(
+        [sys.executable, "-c", WAIT_THEN_SEND, pair.b4, "5801", "3"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
-        comm = open(f"/proc/{sender.pid}/comm").read().strip()
-        with TraceRun("drops", "--pid", str(sender.pid), "--netns", pair.a.name) as by_pid, TraceRun(
-            "drops", "--comm", comm, "--netns", pair.a.name
-        ) as by_comm, TraceRun("drops", "--comm", "nosuchcomm", "--netns", pair.a.name) as by_other_comm:
+        assert sender.stdout is not None and sender.stdout.readline() == b"ready\n"  # exec'd: comm is final
+        comm = Path(f"/proc/{sender.pid}/comm").read_text().strip()
+        with (
+            TraceRun("drops", "--pid", str(sender.pid), "--netns", pair.a.name) as by_pid,
+            TraceRun("drops", "--comm", comm, "--netns", pair.a.name) as by_comm,
+            TraceRun("drops", "--comm", "nosuchcomm", "--netns", pair.a.name) as by_other_comm,
+        ):
             for trace in (by_pid, by_comm, by_other_comm):
                 trace.wait_ready()
             udp(pair.a, pair.b4, 5801)  # another python process: excluded by --pid, included by --comm
@@ -197,9 +231,10 @@ def test_pid_and_comm_filters(pair: Pair) -> None:
 def test_storm_of_a_million_drops_has_exact_totals(pair: Pair, udpflood: str) -> None:
     pair.a.run("iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "5900", "-j", "DROP")
     count = 1_000_000
-    with TraceRun("drops", "--summary", "--netns", pair.a.name) as summary, TraceRun(
-        "drops", "--netns", pair.a.name, "--dport", "5900"
-    ) as stream:
+    with (
+        TraceRun("drops", "--summary", "--netns", pair.a.name, "--dport", "5900") as summary,
+        TraceRun("drops", "--netns", pair.a.name, "--dport", "5900") as stream,
+    ):
         summary.wait_ready()
         stream.wait_ready()
         result = json.loads(pair.a.run(udpflood, pair.b4, "5900", str(count)).stdout)
@@ -229,13 +264,21 @@ def test_nothing_stays_attached_after_exit(pair: Pair, sig: int) -> None:
             assert trace.returncode == 0
     # The kernel frees programs once the last fd closes (after an RCU grace period).
     wait_for(lambda: bpftool_netsleuth_programs() == [], 10, "programs to be released")
-    links = json.loads(subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True).stdout or "[]")
+    links = json.loads(
+        subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True).stdout or "[]"
+    )
     assert not [link for link in links if str(link.get("tp_name", "")).startswith("kfree_skb")]
 
 
 def test_not_root_gets_one_sentence(pair: Pair) -> None:
     result = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *netsleuth_argv("drops", "--duration", "1")],
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            *netsleuth_argv("drops", "--duration", "1"),
+        ],
         capture_output=True,
         text=True,
     )

@@ -73,7 +73,9 @@ def test_symbols_named_lists_duplicates_in_order(kallsyms: Kallsyms) -> None:
     duplicates = kallsyms.symbols_named("set_p4d")
     assert [symbol.address for symbol in duplicates] == [0xFFFFFFFF81200420, 0xFFFFFFFF81212AB0]
     assert [symbol.size for symbol in duplicates] == [0x30, 0x30]
-    assert [symbol.address for symbol in kallsyms.symbols_named("set_p4d", module="veth")] == [0xFFFFFFFFC0800400]
+    assert [symbol.address for symbol in kallsyms.symbols_named("set_p4d", module="veth")] == [
+        0xFFFFFFFFC0800400
+    ]
     aliased = kallsyms.symbols_named("_text")
     assert [(symbol.name, symbol.address) for symbol in aliased] == [("_text", 0xFFFFFFFF81000000)]
 

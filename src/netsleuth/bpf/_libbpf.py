@@ -91,7 +91,6 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
 
 
-@_PrintCallback
 def _collect_message(level: int, fmt: bytes, args: int) -> int:
     # libbpf's own warnings ("failed to find BTF for ...") explain load failures; keep them for the error
     # message instead of letting them interleave with our output on stderr. Level 2 is debug: ignored.
@@ -101,6 +100,9 @@ def _collect_message(level: int, fmt: bytes, args: int) -> int:
         _messages.append(buffer.value.decode(errors="replace").rstrip())
         del _messages[:-50]
     return 0
+
+
+_collect_message_c = _PrintCallback(_collect_message)
 
 
 def libbpf_messages(clear: bool = True) -> list[str]:
@@ -127,7 +129,8 @@ def _load() -> ctypes.CDLL:
         loaded = ctypes.CDLL(path, use_errno=True)
     except OSError as error:
         raise EnvironmentProblem(
-            "libbpf is not installed: install it (Debian/Ubuntu: apt install libbpf1; Fedora: dnf install libbpf)"
+            "libbpf is not installed: install it (Debian/Ubuntu: apt install libbpf1; "
+            "Fedora: dnf install libbpf)"
         ) from error
     for name, (restype, argtypes) in _SIGNATURES.items():
         try:
@@ -138,5 +141,5 @@ def _load() -> ctypes.CDLL:
             ) from error
         function.restype = restype  # type: ignore[attr-defined]
         function.argtypes = argtypes  # type: ignore[attr-defined]
-    loaded.libbpf_set_print(ctypes.cast(_collect_message, ctypes.c_void_p))
+    loaded.libbpf_set_print(ctypes.cast(_collect_message_c, ctypes.c_void_p))
     return loaded

@@ -7,13 +7,14 @@ The enums that change between kernels (skb_drop_reason, tcp states, reset reason
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 
 from netsleuth.bpf import _libbpf
 from netsleuth.bpf.errors import MissingFeature
 from netsleuth.errors import EnvironmentProblem
 
-__all__ = ["Btf", "VMLINUX_BTF"]
+__all__ = ["VMLINUX_BTF", "Btf", "vmlinux_btf"]
 
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 BTF_KIND_STRUCT = 4
@@ -94,7 +95,7 @@ class Btf:
         return type_id if type_id > 0 else None
 
     def enum(self, name: str) -> dict[str, int] | None:
-        """Members of `enum NAME` (32- or 64-bit) as name -> value, or None when the kernel has no such enum."""
+        """Members of `enum NAME` (32- or 64-bit) as name -> value; None when there is no such enum."""
         for kind in (_libbpf.BTF_KIND_ENUM, _libbpf.BTF_KIND_ENUM64):
             type_id = self.find(name, kind)
             if type_id is None:
@@ -121,7 +122,7 @@ class Btf:
         return size if size >= 0 else None
 
     def tracepoint_arity(self, tracepoint: str) -> int | None:
-        """How many arguments tp_btf/raw_tp programs get for `tracepoint` (the hidden `void *__data` excluded).
+        """How many arguments tp_btf/raw_tp programs get for `tracepoint` (not counting `void *__data`).
 
         The kernel declares `typedef void (*btf_trace_<name>)(void *__data, args...)` for every tracepoint
         (include/trace/bpf_probe.h); its prototype is the tracepoint's real argument list on this kernel.
@@ -164,3 +165,9 @@ class Btf:
             if self._name(self._type(info.type).name_off) == variable:
                 return int(info.offset)
         return None
+
+
+@functools.cache
+def vmlinux_btf() -> Btf:
+    """The running kernel's BTF, parsed once per process (about 10 ms) and kept: every diagnostic reads it."""
+    return Btf.vmlinux()

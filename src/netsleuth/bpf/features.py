@@ -33,7 +33,12 @@ class Features:
     can_trace: bool  # root, or CAP_BPF + CAP_PERFMON, or CAP_SYS_ADMIN
 
     def as_dict(self) -> dict[str, bool]:
-        return {"btf": self.btf, "ring_buffer": self.ring_buffer, "kprobes": self.kprobes, "can_trace": self.can_trace}
+        return {
+            "btf": self.btf,
+            "ring_buffer": self.ring_buffer,
+            "kprobes": self.kprobes,
+            "can_trace": self.can_trace,
+        }
 
 
 def _effective_caps(status: Path = Path("/proc/self/status")) -> int:
@@ -45,7 +50,10 @@ def _effective_caps(status: Path = Path("/proc/self/status")) -> int:
 
 def _can_trace() -> bool:
     caps = _effective_caps()
-    has = lambda bit: bool(caps & (1 << bit))  # noqa: E731
+
+    def has(bit: int) -> bool:
+        return bool(caps & (1 << bit))
+
     return os.geteuid() == 0 or has(_CAP_SYS_ADMIN) or (has(_CAP_BPF) and has(_CAP_PERFMON))
 
 
@@ -70,7 +78,8 @@ def require_tracing() -> Features:
     found = features()
     if not found.can_trace:
         raise EnvironmentProblem(
-            "netsleuth needs root (or CAP_BPF + CAP_PERFMON + CAP_NET_ADMIN) to load BPF programs: run it with sudo"
+            "netsleuth needs root (or CAP_BPF + CAP_PERFMON + CAP_NET_ADMIN) to load BPF programs: "
+            "run it with sudo"
         )
     if not found.btf:
         raise MissingFeature(

@@ -1,4 +1,4 @@
-"""Typed access to a loaded BPF map by fd: lookup, update, delete, iterate; per-CPU values summed or listed."""
+"""Access to a loaded BPF map by fd: lookup, update, delete, iterate, per-CPU values."""
 
 from __future__ import annotations
 

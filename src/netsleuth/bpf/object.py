@@ -27,7 +27,9 @@ def generated_object_path(name: str) -> Path:
     """The committed, prebuilt object shipped inside the package (netsleuth/_generated/<name>.bpf.o)."""
     path = Path(str(resources.files("netsleuth") / "_generated" / f"{name}.bpf.o"))
     if not path.exists():
-        raise EnvironmentProblem(f"the BPF object {path} is missing from the installation; reinstall netsleuth")
+        raise EnvironmentProblem(
+            f"the BPF object {path} is missing from the installation; reinstall netsleuth"
+        )
     return path
 
 

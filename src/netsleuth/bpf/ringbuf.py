@@ -29,7 +29,7 @@ class RingBuffer:
             raise last_errno_error("cannot open the BPF ring buffer")
 
     def _on_record(self, _ctx: int | None, data: int | None, size: int) -> int:
-        self._pending.append(ctypes.string_at(data, size))
+        self._pending.append(ctypes.string_at(data or 0, size))
         # libbpf keeps reading while the producer keeps writing; a negative return makes it store the consumer
         # position and return, so a storm never keeps us from the clock (progress, deadlines, Ctrl-C).
         if len(self._pending) >= _BATCH:

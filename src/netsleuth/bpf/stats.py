@@ -50,7 +50,7 @@ class RunTimeStats:
 
     @property
     def enabled(self) -> bool:
-        return self._fd >= 0
+        return bool(self._fd >= 0)
 
     def close(self) -> None:
         if self._fd >= 0:

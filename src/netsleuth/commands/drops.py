@@ -7,22 +7,21 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
-
-from rich.console import Console
+from typing import TYPE_CHECKING, TextIO
 
 from netsleuth.commands import Command
-from netsleuth.diagnostics.drops import DropsConfig, DropsSession, DropTotals
-from netsleuth.diagnostics.drops_enrich import DropEnricher, DropRecord
 from netsleuth.diagnostics.filters import add_filter_arguments, packet_filter_from_args
 from netsleuth.errors import UsageError
-from netsleuth.kernel.reasons import DropReasons, load_drop_reasons
-from netsleuth.render.drops_text import drop_line, print_summary, totals_line
-from netsleuth.render.jsonl import JsonLinesWriter
-from netsleuth.render.pcapng import PcapngWriter
+
+# The heavy modules (libbpf, rich, renderers) load only when the command runs: `netsleuth --help` and every
+# other command stay fast, and attach time is not spent importing what the run does not need yet.
+if TYPE_CHECKING:
+    from netsleuth.diagnostics.drops import DropsConfig, DropTotals
+    from netsleuth.diagnostics.drops_enrich import DropRecord
+    from netsleuth.kernel.reasons import DropReasons
+    from netsleuth.render.pcapng import PcapngWriter
 
 __all__ = ["COMMAND"]
 
@@ -36,12 +35,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="JSON Lines output")
     parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
     parser.add_argument("--reason", action="append", default=[], help="only this drop reason (repeatable)")
-    parser.add_argument("--exclude-reason", action="append", default=[], help="not this drop reason (repeatable)")
+    parser.add_argument(
+        "--exclude-reason", action="append", default=[], help="not this drop reason (repeatable)"
+    )
     parser.add_argument("--stack", action="store_true", help="print the kernel stack of each drop")
     parser.add_argument("--vmlinux", metavar="PATH", help="debug vmlinux for file:line (default: auto-found)")
-    parser.add_argument("--pcap", metavar="FILE", help="write dropped packets as pcapng (with reason comments)")
-    parser.add_argument("--snaplen", type=int, help=f"packet bytes kept for --pcap (default {_DEFAULT_PCAP_SNAPLEN})")
-    parser.add_argument("--sample", type=int, default=1, metavar="N", help="print one drop in N (totals stay exact)")
+    parser.add_argument(
+        "--pcap", metavar="FILE", help="write dropped packets as pcapng (with reason comments)"
+    )
+    parser.add_argument(
+        "--snaplen", type=int, help=f"packet bytes kept for --pcap (default {_DEFAULT_PCAP_SNAPLEN})"
+    )
+    parser.add_argument(
+        "--sample", type=int, default=1, metavar="N", help="print one drop in N (totals stay exact)"
+    )
     parser.add_argument("--ready-file", metavar="PATH", help="create this file once the probes are attached")
     add_filter_arguments(parser)
 
@@ -53,6 +60,9 @@ def _config(args: argparse.Namespace) -> tuple[DropsConfig, DropReasons]:
         raise UsageError("--snaplen only applies with --pcap FILE")
     if args.pcap and args.summary:
         raise UsageError("--pcap needs individual drops: it cannot be combined with --summary")
+    from netsleuth.diagnostics.drops import DropsConfig
+    from netsleuth.kernel.reasons import load_drop_reasons
+
     reasons = load_drop_reasons()
     snaplen = 0
     if args.pcap:
@@ -98,21 +108,36 @@ class _Progress:
         self._shown = True
 
 
-@contextlib.contextmanager
-def _stop_on_sigterm() -> Iterator[None]:
-    """SIGTERM ends a run like Ctrl-C: detach, print what was counted, exit."""
+class _StopSignals:
+    """SIGINT and SIGTERM end a run by setting a flag the loop checks, never by raising in the middle of a
+    batch: an exception between reading records and printing them would lose them."""
 
-    def interrupt(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+    def __init__(self) -> None:
+        self.stopped = False
+        self._previous: dict[int, object] = {}
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def _handle(self, _signum: int, _frame: FrameType | None) -> None:
+        self.stopped = True
+
+    def __enter__(self) -> _StopSignals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from netsleuth.diagnostics.drops import DropsSession
+    from netsleuth.diagnostics.drops_enrich import DropEnricher
+    from netsleuth.render.drops_text import drop_line, print_summary, totals_line
+    from netsleuth.render.jsonl import JsonLinesWriter
+    from netsleuth.render.pcapng import PcapngWriter
+
     config, reasons = _config(args)
     vmlinux = args.vmlinux
     if vmlinux is not None and not Path(vmlinux).is_file():
@@ -129,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
     pcap: PcapngWriter | None = None
     enricher = DropEnricher(reasons, want_stack=args.stack, vmlinux=vmlinux)
     with contextlib.ExitStack() as stack:
+        # Installed before anything attaches: a Ctrl-C at any point ends the run the same orderly way.
+        signals = stack.enter_context(_StopSignals())
         stack.callback(enricher.close)
         session = stack.enter_context(DropsSession(config, reasons))
         if args.pcap:
@@ -139,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
         session.start()
         if args.ready_file:
             Path(args.ready_file).write_text(f"{session.attach_kind}\n")
+        # Drops are already being counted and queued; names are read once, before the first is printed.
+        enricher.prepare()
         deadline = time.monotonic() + args.duration if args.duration else None
 
         def emit(records: list[DropRecord]) -> None:
@@ -154,20 +183,15 @@ def run(args: argparse.Namespace) -> int:
                 for record in records:
                     _write_pcap(pcap, record)
 
-        interrupted = False
-        with _stop_on_sigterm():
-            try:
-                while deadline is None or time.monotonic() < deadline:
-                    timeout = _POLL_MS if deadline is None else max(0, min(_POLL_MS, int((deadline - time.monotonic()) * 1000)))
-                    emit([enricher.enrich(raw) for raw in session.poll(timeout)])
-                    progress.update(session.totals())
-            except KeyboardInterrupt:
-                interrupted = True
-            with contextlib.suppress(KeyboardInterrupt):
-                emit([enricher.enrich(raw) for raw in session.drain()])
-                progress.clear()
-                totals = session.totals()
-                groups = [enricher.enrich_group(group) for group in session.groups()]
+        while not signals.stopped and (deadline is None or time.monotonic() < deadline):
+            remaining_ms = _POLL_MS if deadline is None else int((deadline - time.monotonic()) * 1000)
+            emit([enricher.enrich(raw) for raw in session.poll(max(0, min(_POLL_MS, remaining_ms)))])
+            progress.update(session.totals())
+        emit([enricher.enrich(raw) for raw in session.drain()])
+        progress.clear()
+        totals = session.totals()
+        groups = [enricher.enrich_group(group) for group in session.groups()]
+        interrupted = signals.stopped
         if writer is not None:
             writer.write(
                 {
@@ -192,7 +216,11 @@ def run(args: argparse.Namespace) -> int:
 def _write_pcap(pcap: PcapngWriter, record: DropRecord) -> None:
     if not record.packet_bytes:
         return
-    comments = [f"reason={record.reason}", f"location={record.location}", f"netns={record.netns_name or record.netns}"]
+    comments = [
+        f"reason={record.reason}",
+        f"location={record.location}",
+        f"netns={record.netns_name or record.netns}",
+    ]
     if record.owner.pid is not None:
         comments.append(f"process={record.owner.comm}[{record.owner.pid}]")
     if record.netfilter and record.netfilter.get("rule"):

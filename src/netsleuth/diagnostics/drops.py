@@ -12,10 +12,9 @@ import ctypes
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 
-from netsleuth.bpf.btf import Btf
+from netsleuth.bpf.btf import vmlinux_btf
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
@@ -31,6 +30,7 @@ from netsleuth.diagnostics.drops_abi import (
 from netsleuth.diagnostics.filters import IpNetwork, PacketFilter
 from netsleuth.diagnostics.packet_abi import LpmAddrKey, decode_tuple
 from netsleuth.errors import UsageError
+from netsleuth.kernel.kallsyms import core_text_ranges
 from netsleuth.kernel.process import SocketOwners
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.packet import PacketTuple
@@ -40,6 +40,10 @@ __all__ = ["DropTotals", "DropsConfig", "DropsSession", "RawDrop", "RawDropGroup
 _EVENT_SIZE = ctypes.sizeof(DropEvent)
 DROP_CONTEXT_UNKNOWN = 2  # bpf/drops.h
 _OWNER_REFRESH_S = 0.5
+# Every softirq runs through handle_softirqs (6.8+; __do_softirq before), hardirq handlers through
+# handle_irq_event, threaded NAPI through napi_threaded_poll (kernel/softirq.c, kernel/irq/handle.c,
+# net/core/dev.c): a drop under one of them is not the current task's doing.
+_IRQ_ENTRY_FUNCTIONS = ("handle_softirqs", "__do_softirq", "handle_irq_event", "napi_threaded_poll")
 
 
 @dataclass(frozen=True)
@@ -147,15 +151,6 @@ def decode_record(record: bytes) -> RawDrop:
     return decode_event(event, frames, record[frames_end : frames_end + event.caplen])
 
 
-def _preempt_count_readable(kallsyms: Path = Path("/proc/kallsyms")) -> bool:
-    """The preempt count is readable from BPF only when its per-CPU symbol is in kallsyms (KALLSYMS_ALL)."""
-    try:
-        with kallsyms.open() as lines:
-            return any(line.rstrip().endswith((" __preempt_count", " pcpu_hot")) for line in lines)
-    except OSError:
-        return False
-
-
 def _lpm_key(network: IpNetwork) -> bytes:
     key = LpmAddrKey()
     key.family = network.version
@@ -178,7 +173,6 @@ class DropsSession:
         self.attach_kind = ""
         self.attach_seconds = 0.0
         self._owner_refreshed = 0.0
-        self._owner_pids: set[int] = set()
         self._owner_inodes: set[int] = set()
         self._processes = SocketOwners()
 
@@ -212,20 +206,27 @@ class DropsSession:
         if packet_filter.dev:
             cfg.filter_dev = 1
             cfg.dev = packet_filter.dev.encode()
+        cfg.pid = packet_filter.pid or 0
+        cfg.comm = (packet_filter.comm or "").encode()
+        ranges = core_text_ranges(_IRQ_ENTRY_FUNCTIONS)
+        for index, (start, end) in enumerate(list(ranges.values())[: len(cfg.irq_ranges)]):
+            cfg.irq_ranges[index].start, cfg.irq_ranges[index].end = start, end
         return cfg
 
     def start(self) -> None:
         require_tracing()
         started = time.monotonic()
-        with Btf.vmlinux() as kernel_btf:
-            arity = kernel_btf.tracepoint_arity("kfree_skb")
+        arity = vmlinux_btf().tracepoint_arity("kfree_skb")
         if arity is None or arity < 3:
-            raise BpfError("this kernel's skb:kfree_skb tracepoint has no drop reason (needs Linux 5.17 or newer)")
+            raise BpfError(
+                "this kernel's skb:kfree_skb tracepoint has no drop reason (needs Linux 5.17 or newer)"
+            )
         cfg = self._kernel_config(has_rx_sk=arity >= 4)
         # tp_btf reads arguments with no copy; raw_tp is the fallback for kernels that refuse tp_btf.
         failure: BpfError | None = None
-        candidates = [p for p in self.PROGRAMS if p.endswith("_stackctx") or _preempt_count_readable()]
-        for program in candidates:
+        # Variants reading the preempt count fail at once (before verification) when its symbol is not in
+        # kallsyms, which is cheaper than reading kallsyms to find out.
+        for program in self.PROGRAMS:
             bpf_object = BpfObject.open_generated("drops")
             try:
                 bpf_object.check_struct_size("drop_event", DropEvent)
@@ -268,24 +269,22 @@ class DropsSession:
             self._refresh_owner_maps(bpf_object, force=True)
 
     def _refresh_owner_maps(self, bpf_object: BpfObject, force: bool = False) -> None:
-        """--pid/--comm: keep the kernel's sets of tasks and their socket inodes in step with /proc."""
+        """--pid/--comm for drops in softirq: keep the kernel's set of the selected processes' socket inodes
+        in step with /proc (a drop in a task's own context is matched on the task in the kernel)."""
         now = time.monotonic()
         if not force and now - self._owner_refreshed < _OWNER_REFRESH_S:
             return
         self._owner_refreshed = now
         packet_filter = self.config.packet_filter
-        pids = self._processes.pids_matching(packet_filter.pid, packet_filter.comm)
-        inodes = self._processes.socket_inodes_of(pids)
-        tgids_map, inodes_map = bpf_object.map("owner_tgids"), bpf_object.map("owner_inodes")
-        for pid in self._owner_pids - pids:
-            tgids_map.delete(pid.to_bytes(4, "little"))
-        for pid in pids - self._owner_pids:
-            tgids_map.update(pid.to_bytes(4, "little"), b"\x01")
+        inodes = self._processes.socket_inodes_of(
+            self._processes.pids_matching(packet_filter.pid, packet_filter.comm)
+        )
+        inodes_map = bpf_object.map("owner_inodes")
         for inode in self._owner_inodes - inodes:
             inodes_map.delete(inode.to_bytes(8, "little"))
         for inode in inodes - self._owner_inodes:
             inodes_map.update(inode.to_bytes(8, "little"), b"\x01")
-        self._owner_pids, self._owner_inodes = pids, inodes
+        self._owner_inodes = inodes
 
     # -- run -------------------------------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list[RawDrop]:

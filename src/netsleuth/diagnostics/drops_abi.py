@@ -32,6 +32,13 @@ class DropStat:
     COUNT = 6
 
 
+DROPS_IRQ_RANGES = 4
+
+
+class IrqRange(ctypes.Structure):
+    _fields_ = (("start", ctypes.c_uint64), ("end", ctypes.c_uint64))
+
+
 class DropsConfigC(ctypes.Structure):
     c_name = "drops_config"
     _fields_ = (
@@ -57,6 +64,9 @@ class DropsConfigC(ctypes.Structure):
         ("has_rx_sk", ctypes.c_uint8),
         ("filter_dev", ctypes.c_uint8),
         ("dev", ctypes.c_char * 16),
+        ("pid", ctypes.c_uint32),
+        ("comm", ctypes.c_char * 16),
+        ("irq_ranges", IrqRange * DROPS_IRQ_RANGES),
     )
 
 

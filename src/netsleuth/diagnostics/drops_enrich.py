@@ -89,7 +89,9 @@ class DropRecord:
         packet = self.packet
         data: dict[str, Any] = {
             "type": "drop",
-            "time": datetime.datetime.fromtimestamp(self.time, datetime.UTC).isoformat(timespec="microseconds"),
+            "time": datetime.datetime.fromtimestamp(self.time, datetime.UTC).isoformat(
+                timespec="microseconds"
+            ),
             "reason": self.reason,
             "reason_code": self.reason_code,
             "location": self.location,
@@ -182,6 +184,11 @@ class DropEnricher:
         # bpf_ktime_get_ns() is CLOCK_MONOTONIC; one offset turns it into wall-clock time.
         self._wall_offset = time.time() - time.monotonic()
 
+    def prepare(self) -> None:
+        """Read kallsyms and the netns names now, so the first drops are not delayed by it."""
+        self.kallsyms.load()
+        self.netns_names.refresh()
+
     def close(self) -> None:
         if self.symbolizer is not None:
             self.symbolizer.close()
@@ -265,7 +272,9 @@ class DropEnricher:
             ifname=raw.ifname or None,
             ifindex=raw.ifindex,
             cpu=raw.cpu,
-            sk_state=_TCP_STATES.get(raw.sk_state) if raw.sk_state is not None and raw.packet.proto == 6 else None,
+            sk_state=_TCP_STATES.get(raw.sk_state)
+            if raw.sk_state is not None and raw.packet.proto == 6
+            else None,
             stack=tuple(self._symbol(address) for address in frames) if self.want_stack else None,
             source=self._source(raw.location),
             netfilter=self._netfilter(raw, frame_names),

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from netsleuth.errors import UsageError
 from netsleuth.packet import proto_number
 
-__all__ = ["IpNetwork", "PacketFilter", "add_filter_arguments", "packet_filter_from_args", "parse_network", "parse_port"]
+__all__ = [
+    "IpNetwork",
+    "PacketFilter",
+    "add_filter_arguments",
+    "packet_filter_from_args",
+    "parse_network",
+    "parse_port",
+]
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -22,7 +29,9 @@ def parse_network(text: str) -> IpNetwork:
     try:
         return ipaddress.ip_network(text, strict=False)
     except ValueError:
-        raise UsageError(f"{text!r} is not an IP address or CIDR (e.g. 198.18.0.1, 198.18.0.0/15, 2001:db8::/32)") from None
+        raise UsageError(
+            f"{text!r} is not an IP address or CIDR (e.g. 198.18.0.1, 198.18.0.0/15, 2001:db8::/32)"
+        ) from None
 
 
 def parse_port(text: str, option: str) -> int:
@@ -55,9 +64,15 @@ class PacketFilter:
 def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("filters (applied in the kernel)")
     group.add_argument("--proto", help="L4 protocol: tcp, udp, icmp, icmpv6, sctp or a number")
-    group.add_argument("--host", action="append", default=[], metavar="ADDR[/LEN]", help="either address (repeatable)")
-    group.add_argument("--src", action="append", default=[], metavar="ADDR[/LEN]", help="source address (repeatable)")
-    group.add_argument("--dst", action="append", default=[], metavar="ADDR[/LEN]", help="destination address (repeatable)")
+    group.add_argument(
+        "--host", action="append", default=[], metavar="ADDR[/LEN]", help="either address (repeatable)"
+    )
+    group.add_argument(
+        "--src", action="append", default=[], metavar="ADDR[/LEN]", help="source address (repeatable)"
+    )
+    group.add_argument(
+        "--dst", action="append", default=[], metavar="ADDR[/LEN]", help="destination address (repeatable)"
+    )
     group.add_argument("--port", help="either port")
     group.add_argument("--sport", help="source port")
     group.add_argument("--dport", help="destination port")
@@ -76,7 +91,9 @@ def packet_filter_from_args(args: argparse.Namespace) -> PacketFilter:
     if args.proto is not None:
         proto = proto_number(args.proto)
         if proto is None:
-            raise UsageError(f"unknown protocol {args.proto!r}: use tcp, udp, icmp, icmpv6, sctp or a number 0-255")
+            raise UsageError(
+                f"unknown protocol {args.proto!r}: use tcp, udp, icmp, icmpv6, sctp or a number 0-255"
+            )
     pid = None
     if args.pid is not None:
         if not args.pid.isdigit() or int(args.pid) <= 0:

@@ -40,7 +40,9 @@ def decode_tuple(raw: PacketTupleC, length: int) -> PacketTuple:
     saddr = PacketTuple.address_text(family, bytes(raw.saddr))
     daddr = PacketTuple.address_text(family, bytes(raw.daddr))
     if raw.has_ports and raw.l4proto in _ICMP:
-        return PacketTuple(family, raw.l4proto, saddr, daddr, icmp_type=raw.sport, icmp_code=raw.dport, length=length)
+        return PacketTuple(
+            family, raw.l4proto, saddr, daddr, icmp_type=raw.sport, icmp_code=raw.dport, length=length
+        )
     if raw.has_ports:
         flags = raw.tcp_flags if raw.l4proto == _TCP else None
         return PacketTuple(family, raw.l4proto, saddr, daddr, raw.sport, raw.dport, flags, length=length)

@@ -51,7 +51,12 @@ class FixAction:
 
     @classmethod
     def from_json(cls, raw: dict[str, str]) -> FixAction:
-        return cls(kind=FixKind(raw["kind"]), target=raw["target"], setting=raw.get("setting", ""), value=raw["value"])
+        return cls(
+            kind=FixKind(raw["kind"]),
+            target=raw["target"],
+            setting=raw.get("setting", ""),
+            value=raw["value"],
+        )
 
 
 @dataclass(frozen=True)

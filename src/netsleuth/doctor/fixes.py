@@ -59,7 +59,9 @@ def combine(*fixes: Fix) -> Fix:
 
 
 def _link_file(device: str, key: str, value: str) -> str:
-    return f"/etc/systemd/network/10-netsleuth-{device}.link: [Match] OriginalName={device} [Link] {key}={value}"
+    return (
+        f"/etc/systemd/network/10-netsleuth-{device}.link: [Match] OriginalName={device} [Link] {key}={value}"
+    )
 
 
 def sysctl_fix(key: str, value: int | str) -> Fix:
@@ -121,6 +123,8 @@ def file_fix(path: str, value: str, persistent: str) -> Fix:
 def mtu_fix(device: str, mtu: int) -> Fix:
     return Fix(
         commands=(f"ip link set dev {device} mtu {mtu}",),
-        persistent=(f"set MTU {mtu} where {device} is created (systemd-networkd MTUBytes=, CNI/netplan mtu)",),
+        persistent=(
+            f"set MTU {mtu} where {device} is created (systemd-networkd MTUBytes=, CNI/netplan mtu)",
+        ),
         actions=(FixAction(FixKind.MTU, device, str(mtu)),),
     )

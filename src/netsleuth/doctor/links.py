@@ -7,6 +7,7 @@ Live reads happen when `root` is "/"; any other root is a recorded machine and t
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,15 @@ _TUNNEL_ATTRS = (
     "IFLA_GRE_LINK",
     "IFLA_GRE_OFLAGS",
     "IFLA_IPTUN_LINK",
+)
+# The far end of each tunnel kind, for finding the underlay by route when no lower device is configured.
+_REMOTE_ATTRS = (
+    "IFLA_VXLAN_GROUP",
+    "IFLA_VXLAN_GROUP6",
+    "IFLA_GENEVE_REMOTE",
+    "IFLA_GENEVE_REMOTE6",
+    "IFLA_GRE_REMOTE",
+    "IFLA_IPTUN_REMOTE",
 )
 
 
@@ -71,7 +81,24 @@ def _tunnel(kind: str | None, data: Any) -> TunnelRecord | None:
             option_bytes=option_bytes,
         )
     if kind in ("ipip", "sit", "ip6tnl"):
-        return TunnelRecord(kind=kind, underlay_index=attrs.get("IFLA_IPTUN_LINK") or None, ipv6=kind == "ip6tnl")
+        return TunnelRecord(
+            kind=kind, underlay_index=attrs.get("IFLA_IPTUN_LINK") or None, ipv6=kind == "ip6tnl"
+        )
+    return None
+
+
+def _underlay_by_route(ipr: Any, data: Any) -> int | None:
+    """The interface the kernel would send encapsulated packets out of: the route to the remote end."""
+    for name in _REMOTE_ATTRS:
+        remote = data.get_attr(name)
+        if not remote or remote in ("0.0.0.0", "::") or str(remote).startswith(("224.", "ff")):
+            continue
+        try:
+            routes = ipr.route("get", dst=remote)
+        except Exception:  # no route: the tunnel cannot send at all, not our finding to make
+            return None
+        oif = routes[0].get_attr("RTA_OIF") if routes else None
+        return int(oif) if oif else None
     return None
 
 
@@ -118,6 +145,9 @@ def _read_live_links() -> dict[str, LinkRecord]:
                     peer_name, peer_mtu = _attr(peer, "IFLA_IFNAME"), _attr(peer, "IFLA_MTU")
                 elif netnsid is not None:
                     peer_name, peer_mtu = _peer_in_other_netns(ipr, link_index, netnsid)
+            tunnel = _tunnel(kind, data)
+            if tunnel is not None and tunnel.underlay_index is None:
+                tunnel = replace(tunnel, underlay_index=_underlay_by_route(ipr, data))
             stats = _attr(message, "IFLA_STATS64")
             links[name] = LinkRecord(
                 index=message["index"],
@@ -130,7 +160,7 @@ def _read_live_links() -> dict[str, LinkRecord]:
                 link_netnsid=netnsid,
                 peer_name=peer_name,
                 peer_mtu=peer_mtu,
-                tunnel=_tunnel(kind, data),
+                tunnel=tunnel,
                 num_rx_queues=_attr(message, "IFLA_NUM_RX_QUEUES") or 1,
                 num_tx_queues=_attr(message, "IFLA_NUM_TX_QUEUES") or 1,
                 stats={key: int(value) for key, value in dict(stats or {}).items()},

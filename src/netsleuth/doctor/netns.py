@@ -39,7 +39,9 @@ def _enter(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         if libc.setns(fd, _CLONE_NEWNET) != 0:
-            raise EnvironmentProblem(f"cannot enter network namespace {path}: {os.strerror(ctypes.get_errno())}")
+            raise EnvironmentProblem(
+                f"cannot enter network namespace {path}: {os.strerror(ctypes.get_errno())}"
+            )
     finally:
         os.close(fd)
     if libc.unshare(_CLONE_NEWNS) != 0:

@@ -144,7 +144,8 @@ def read_softirqs(root: Path) -> dict[str, tuple[int, ...]]:
 
 
 def read_netstat(root: Path) -> dict[str, int]:
-    """/proc/net/snmp and /proc/net/netstat: header/value line pairs, keyed "TcpExt.ListenOverflows"."""
+    """/proc/net/snmp and /proc/net/netstat (header/value line pairs) and /proc/net/snmp6, keyed like
+    "TcpExt.ListenOverflows" and "Udp6.RcvbufErrors"."""
     counters: dict[str, int] = {}
     for name in ("proc/net/snmp", "proc/net/netstat"):
         text = _read(root / name)
@@ -159,7 +160,17 @@ def read_netstat(root: Path) -> dict[str, int]:
                     counters[f"{prefix}.{field_name}"] = int(number)
                 except ValueError:
                     continue
+    # IPv6 counters live in /proc/net/snmp6 as "Udp6RcvbufErrors  3" lines; key them like the others.
+    text = _read(root / "proc/net/snmp6")
+    for line in (text or "").splitlines():
+        fields = line.split()
+        match = _SNMP6_NAME.match(fields[0]) if len(fields) == 2 else None
+        if match and fields[1].isdigit():
+            counters[f"{match.group(1)}.{match.group(2)}"] = int(fields[1])
     return counters
+
+
+_SNMP6_NAME = re.compile(r"^(Ip6|Icmp6|Udp6|UdpLite6)(\w+)$")
 
 
 def _sysctl_path(root: Path, key: str) -> Path:

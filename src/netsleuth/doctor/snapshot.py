@@ -18,13 +18,16 @@ __all__ = ["Clock", "collect_snapshot", "take_snapshot"]
 Clock = Callable[[], float]
 
 
-def take_snapshot(root: Path = Path("/"), clock: Clock = time.monotonic) -> Snapshot:
-    """Read every source under `root` in the current namespace."""
+def take_snapshot(
+    root: Path = Path("/"), clock: Clock = time.monotonic, settings_from: Snapshot | None = None
+) -> Snapshot:
+    """Read every source under `root` in the current namespace. With `settings_from`, ethtool settings
+    (features, rings, channels, coalescing) are taken from that earlier snapshot; counters are read anew."""
     taken_at = clock()
     link_records = links.read_links(root)
     names = sorted(link_records) if link_records else sysfs.list_devices(root)
     devices = {name: sysfs.read_device(root, name) for name in names}
-    ethtool_records = ethtool.read_ethtool(root, names)
+    ethtool_records = ethtool.read_ethtool(root, names, settings_from.ethtool if settings_from else None)
     interrupts = procfs.read_interrupts(root)
     nic_irqs: set[int] = set()
     for name in names:
@@ -45,6 +48,11 @@ def take_snapshot(root: Path = Path("/"), clock: Clock = time.monotonic) -> Snap
     )
 
 
-def collect_snapshot(root: Path = Path("/"), netns: str | None = None, clock: Clock = time.monotonic) -> Snapshot:
+def collect_snapshot(
+    root: Path = Path("/"),
+    netns: str | None = None,
+    clock: Clock = time.monotonic,
+    settings_from: Snapshot | None = None,
+) -> Snapshot:
     """`take_snapshot`, inside `netns` when given (a forked child enters it; see netns.py)."""
-    return run_in_netns(netns, lambda: take_snapshot(root, clock))
+    return run_in_netns(netns, lambda: take_snapshot(root, clock, settings_from))

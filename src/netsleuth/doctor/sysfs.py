@@ -70,7 +70,7 @@ def _local_cpus(device_dir: Path) -> tuple[int, ...]:
 def _queue_masks(net_dir: Path, prefix: str, file_name: str) -> dict[str, tuple[int, ...]]:
     masks: dict[str, tuple[int, ...]] = {}
     try:
-        queues = sorted((entry for entry in (net_dir / "queues").iterdir() if entry.name.startswith(prefix)))
+        queues = sorted(entry for entry in (net_dir / "queues").iterdir() if entry.name.startswith(prefix))
     except OSError:
         return masks
     for queue in queues:

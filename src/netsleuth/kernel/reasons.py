@@ -8,6 +8,7 @@ format's __print_symbolic list when BTF lacks the enum.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -64,7 +65,9 @@ class DropReasons:
         for name in names:
             value = self.value(name)
             if value is None or value in (self.consumed, self.not_dropped):
-                valid = ", ".join(sorted(n for v, n in self.by_value.items() if v not in (self.consumed, self.not_dropped)))
+                valid = ", ".join(
+                    sorted(n for v, n in self.by_value.items() if v not in (self.consumed, self.not_dropped))
+                )
                 raise UsageError(f"unknown drop reason {name!r}; this kernel knows: {valid}")
             values.add(value)
         return values
@@ -79,11 +82,13 @@ class DropReasons:
 
 
 def _from_btf(btf_path: Path) -> DropReasons | None:
-    from netsleuth.bpf.btf import Btf
+    from netsleuth.bpf.btf import VMLINUX_BTF, Btf, vmlinux_btf
 
     if not btf_path.exists():
         return None
-    with Btf.vmlinux(btf_path) as btf:
+    # The process-wide kernel BTF is borrowed, not closed; any other file is parsed and freed here.
+    borrowed = btf_path == VMLINUX_BTF
+    with contextlib.nullcontext(vmlinux_btf()) if borrowed else Btf.vmlinux(btf_path) as btf:
         members = btf.enum("skb_drop_reason")
         if not members:
             return None

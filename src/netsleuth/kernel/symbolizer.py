@@ -20,6 +20,7 @@ debug file (its .ko is a relocatable object with section-relative addresses).
 from __future__ import annotations
 
 import atexit
+import bisect
 import functools
 import json
 import mmap
@@ -29,9 +30,10 @@ import shutil
 import struct
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.kallsyms import Kallsyms, default_kallsyms
@@ -142,6 +144,10 @@ _SHT_SYMTAB, _SHT_DYNSYM = 2, 11
 _SHF_EXECINSTR = 0x4
 _SHN_LORESERVE, _SHN_XINDEX = 0xFF00, 0xFFFF
 _STT_NOTYPE, _STT_FUNC, _STT_GNU_IFUNC = 0, 2, 10
+_SYMBOL_SIZE = 24  # sizeof(Elf64_Sym)
+
+
+_Result = TypeVar("_Result")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +159,6 @@ class _ElfSection:
     offset: int
     size: int
     link: int
-    entry_size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,27 +171,34 @@ class _ElfImage:
     """Section headers and code symbols of one ELF64 file, read through mmap (a debug vmlinux is ~1 GB)."""
 
     def __init__(self, path: str) -> None:
+        self.path = path
+        self._order = "<"
+        self._by_name: dict[bytes, list[tuple[int, int]]] | None = None  # read on first use
+        self._starts: dict[int, list[int]] = {}
+        self._read(self._parse)
+
+    def _read(self, reader: Callable[[mmap.mmap], _Result]) -> _Result:
         try:
             with (
-                open(path, "rb") as elf_file,
+                open(self.path, "rb") as elf_file,
                 mmap.mmap(elf_file.fileno(), 0, access=mmap.ACCESS_READ) as data,
             ):
-                self._parse(path, data)
+                return reader(data)
         except (OSError, ValueError, IndexError, struct.error) as error:
             # ValueError: mmap of an empty file; IndexError/struct.error: a truncated or corrupt file.
             reason = (
                 error.strerror if isinstance(error, OSError) and error.strerror else "truncated or corrupt"
             )
-            raise UsageError(f"cannot read ELF file {path}: {reason}") from error
+            raise UsageError(f"cannot read ELF file {self.path}: {reason}") from error
 
-    def _parse(self, path: str, data: mmap.mmap) -> None:
+    def _parse(self, data: mmap.mmap) -> None:
+        path = self.path
         if data[:4] != _ELF_MAGIC:
             raise UsageError(f"{path} is not an ELF file")
         if data[4] != _ELFCLASS64 or data[5] not in (_ELFDATA2LSB, _ELFDATA2MSB):
             raise UsageError(f"{path} is not a 64-bit ELF file; only 64-bit kernels are supported")
-        order = "<" if data[5] == _ELFDATA2LSB else ">"
+        order = self._order = "<" if data[5] == _ELFDATA2LSB else ">"
         header = struct.unpack_from(order + "HHIQQQIHHHHHH", data, 16)
-        self.elf_type = header[0]
         shoff, shentsize, shnum, shstrndx = header[5], header[10], header[11], header[12]
         if shoff == 0:
             raise UsageError(f"{path} has no section headers")
@@ -208,26 +220,25 @@ class _ElfImage:
                 offset=fields[4],
                 size=fields[5],
                 link=fields[6],
-                entry_size=fields[9],
             )
             for fields in raw
         ]
-        self.functions = self._read_functions(data, order)
 
     def has_debug_info(self) -> bool:
         return any(section.name in (".debug_info", ".zdebug_info") for section in self.sections)
 
-    def _read_functions(self, data: mmap.mmap, order: str) -> dict[str, list[_ElfFunction]]:
+    def _read_functions(self, data: mmap.mmap) -> None:
+        order = self._order
         tables = [s for s in self.sections if s.type == _SHT_SYMTAB] or [
             s for s in self.sections if s.type == _SHT_DYNSYM
         ]
         if not tables:
-            return {}
+            self._by_name, self._starts = {}, {}
+            return
         table = tables[0]
         strings_section = self.sections[table.link]
         strings = bytes(data[strings_section.offset : strings_section.offset + strings_section.size])
         symbols = bytes(data[table.offset : table.offset + table.size])
-        entry_size = table.entry_size or 24
         # Symbols in sections at or above SHN_LORESERVE would need SHT_SYMTAB_SHNDX; a linked vmlinux has
         # far fewer sections, so they are skipped rather than decoded.
         code_sections = {
@@ -235,9 +246,10 @@ class _ElfImage:
             for index, section in enumerate(self.sections)
             if section.flags & _SHF_EXECINSTR and 0 < index < _SHN_LORESERVE
         }
-        found: list[tuple[int, int, bytes]] = []  # (section, address, name)
+        by_name: dict[bytes, list[tuple[int, int]]] = {}  # name → [(section, address)]
+        starts: dict[int, set[int]] = {}  # section → symbol addresses in it
         for name_offset, info, _other, section, value, _size in struct.iter_unpack(
-            order + "IBBHQQ", symbols[: len(symbols) - len(symbols) % entry_size]
+            order + "IBBHQQ", symbols[: len(symbols) - len(symbols) % _SYMBOL_SIZE]
         ):
             if section not in code_sections or (info & 0xF) not in (_STT_NOTYPE, _STT_FUNC, _STT_GNU_IFUNC):
                 continue
@@ -245,22 +257,27 @@ class _ElfImage:
             # `$x`/`$d` are ARM mapping symbols and `.L` local labels; scripts/kallsyms.c drops both too.
             if not name or name.startswith((b"$", b".L")):
                 continue
-            found.append((section, value, name))
-        # Extent = distance to the next higher symbol in the same section, else to the section's end. Walk
-        # backwards remembering the nearest higher address seen so far.
-        found.sort()
-        extents: list[tuple[bytes, _ElfFunction]] = []
-        next_section, next_address = -1, 0
-        for section, address, name in reversed(found):
-            if section != next_section:
-                next_section = section
-                next_address = self.sections[section].address + self.sections[section].size
-            extents.append((name, _ElfFunction(address, max(next_address - address, 0))))
-            if address < next_address:
-                next_address = address
-        functions: dict[str, list[_ElfFunction]] = {}
-        for name, function in reversed(extents):
-            functions.setdefault(name.decode(errors="replace"), []).append(function)
+            by_name.setdefault(name, []).append((section, value))
+            starts.setdefault(section, set()).add(value)
+        self._by_name = by_name
+        # Each section's symbol addresses, sorted, ending with the section's end: a symbol's extent is the
+        # distance to the next higher entry (what faddr2line derives from `nm -n`).
+        self._starts = {
+            section: sorted(addresses | {self.sections[section].address + self.sections[section].size})
+            for section, addresses in starts.items()
+        }
+
+    def functions_named(self, name: str) -> list[_ElfFunction]:
+        """The code symbols called `name`, by address, each with its extent."""
+        if self._by_name is None:
+            self._read(self._read_functions)
+        assert self._by_name is not None
+        functions = []
+        for section, address in sorted(self._by_name.get(name.encode(), []), key=lambda entry: entry[1]):
+            starts = self._starts[section]
+            following = bisect.bisect_right(starts, address)
+            end = starts[following] if following < len(starts) else address
+            functions.append(_ElfFunction(address, end - address))
         return functions
 
 
@@ -375,7 +392,7 @@ class SourceSymbolizer:
     def _candidates(
         self, function: str, offset: int, size: int | None, rank: tuple[int, int] | None
     ) -> list[_ElfFunction]:
-        every = self._elf().functions.get(function, [])
+        every = self._elf().functions_named(function)
         # faddr2line keeps offset == size too: a return address just past a call to a noreturn function at
         # the end of a function points there.
         covering = [symbol for symbol in every if 0 <= offset <= symbol.span]
@@ -438,14 +455,13 @@ class SourceSymbolizer:
             )
         except OSError as error:
             raise EnvironmentProblem(f"cannot run {self._executable}: {error.strerror}") from error
-        self._source_prefix = ""
         self._source_prefix = self._find_source_prefix()
         return self._process
 
     def _find_source_prefix(self) -> str:
         """The build directory to strip from file names. faddr2line's trick: start_kernel() lives in
         init/main.c, so whatever precedes that in its file name is the source tree's root."""
-        start_kernel = self._elf().functions.get("start_kernel")
+        start_kernel = self._elf().functions_named("start_kernel")
         if start_kernel:
             frames = self._parse_answer(self._ask(start_kernel[0].address), strip=False)
             if frames and frames[-1].file.endswith("init/main.c"):

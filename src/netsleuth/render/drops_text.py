@@ -105,7 +105,9 @@ def print_summary(console: Console, groups: Sequence[DropGroup], totals: DropTot
         detail = f"{endpoints(example.packet)} {_owner_text(example)}"
         if example.netfilter and example.netfilter.get("rule"):
             detail += f"  rule: {example.netfilter['rule']}"
-        table.add_row(str(group.count), group.reason, group.location, group.netns_name or str(group.netns), detail)
+        table.add_row(
+            str(group.count), group.reason, group.location, group.netns_name or str(group.netns), detail
+        )
     if groups:
         console.print(table)
     console.print(totals_line(totals))

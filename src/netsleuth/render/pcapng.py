@@ -80,8 +80,9 @@ class PcapngWriter:
         snaplen: int = DEFAULT_SNAPLEN,
         application: str = f"netsleuth {__version__}",
     ) -> None:
-        if not 0 < snaplen <= 0xFFFFFFFF:
-            raise UsageError(f"snap length must be between 1 and {0xFFFFFFFF}, not {snaplen}")
+        # 0 is the spec's "no limit" (§4.2, SnapLen).
+        if not 0 <= snaplen <= 0xFFFFFFFF:
+            raise UsageError(f"snap length must be between 0 (no limit) and {0xFFFFFFFF}, not {snaplen}")
         self.snaplen = snaplen
         self._owns_file = isinstance(destination, (str, os.PathLike))
         if isinstance(destination, (str, os.PathLike)):
@@ -129,19 +130,18 @@ class PcapngWriter:
         """Append one Enhanced Packet Block (§4.3).
 
         `timestamp_ns` is nanoseconds since the Unix epoch; `data` the captured bytes (cut to the snap
-        length); `original_length` the packet's length on the wire, at least len(data) (default len(data));
-        each comment becomes one opt_comment.
+        length); `original_length` the packet's length on the wire (default len(data)); each comment becomes
+        one opt_comment.
         """
         if self._closed:
             raise ValueError("write_packet() on a closed PcapngWriter")
         if timestamp_ns < 0 or timestamp_ns >> 64:
             raise ValueError(f"timestamp {timestamp_ns} does not fit pcapng's unsigned 64-bit timestamp")
-        if original_length is None:
-            original_length = len(data)
-        if not len(data) <= original_length <= 0xFFFFFFFF:
-            raise ValueError(f"original length {original_length} is not between {len(data)} and 2^32-1")
+        # An original length below the captured one is invalid pcapng; a caller's length taken from a header
+        # that disagrees with the bytes must not abort a capture session, so trust the bytes instead.
+        original_length = min(max(original_length or 0, len(data)), 0xFFFFFFFF)
         interface = self._interface(linktype)
-        captured = bytes(data[: self.snaplen])
+        captured = bytes(data[: self.snaplen] if self.snaplen else data)
         body = (
             struct.pack(
                 "<IIIII",

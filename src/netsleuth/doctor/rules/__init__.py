@@ -23,6 +23,7 @@ class Rule:
 
 def _all_rules() -> list[Rule]:
     from netsleuth.doctor.rules import (
+        coalesce,
         conntrack,
         drops,
         interrupts,
@@ -41,6 +42,7 @@ def _all_rules() -> list[Rule]:
         *softnet.RULES,
         *interrupts.RULES,
         *queues.RULES,
+        *coalesce.RULES,
         *offloads.RULES,
         *mtu.RULES,
         *sockets.RULES,

@@ -52,7 +52,9 @@ def check_ring_exhaustion(window: Window) -> Verdict:
             "rx_fifo_errors_per_s": round(window.per_second(fifo), 1),
             "rx_packets_per_s": round(window.link_rate(name, "rx_packets"), 1),
         }
-        evidence.update({f"{stat}_per_s": round(window.per_second(delta), 1) for stat, delta in driver_counters.items()})
+        evidence.update(
+            {f"{stat}_per_s": round(window.per_second(delta), 1) for stat, delta in driver_counters.items()}
+        )
         fix = None
         if rings is not None and rings.rx is not None and rings.rx_max is not None:
             evidence.update({"rx_ring": rings.rx, "rx_ring_max": rings.rx_max})
@@ -61,18 +63,23 @@ def check_ring_exhaustion(window: Window) -> Verdict:
                 fix = ring_fix(name, target)
                 explanation = (
                     f"{name} dropped packets because its RX ring was full: the NIC had nowhere to put them. "
-                    f"The ring holds {rings.rx} descriptors of a possible {rings.rx_max}; a bigger ring absorbs "
-                    f"bursts while the CPU catches up. Many drivers reset the link to resize it (a short outage)."
+                    f"The ring holds {rings.rx} descriptors of a possible {rings.rx_max}; a bigger ring "
+                    "absorbs "
+                    "bursts while the CPU catches up. Many drivers reset the link to resize it (a short "
+                    "outage)."
                 )
             else:
                 explanation = (
-                    f"{name} dropped packets because its RX ring was full, and the ring is already at its maximum "
-                    f"({rings.rx_max}). The CPU that drains it is too slow or too busy: spread the queue IRQs, "
+                    f"{name} dropped packets because its RX ring was full, and the ring is already at its "
+                    "maximum "
+                    f"({rings.rx_max}). The CPU that drains it is too slow or too busy: spread the queue "
+                    "IRQs, "
                     f"add queues (ethtool -L) or reduce per-packet work; see the IRQ and softnet findings."
                 )
         else:
             explanation = (
-                f"{name} dropped packets for lack of RX buffers; the driver does not report its ring size, so "
+                f"{name} dropped packets for lack of RX buffers; the driver does not report its ring size, "
+                "so "
                 f"look at the CPU that serves its interrupts."
             )
         findings.append(

@@ -1,0 +1,212 @@
+"""Drop-storm benchmark: how much `netsleuth drops` slows a storm of drops, against bpftrace, in one run.
+
+A C sender (bench/udpflood.c) sends UDP into an iptables OUTPUT DROP inside a private namespace; every
+sendto() is refused with EPERM after exactly one NETFILTER_DROP, so drops/s = refusals / sender seconds.
+Each configuration runs the same storm; ratios compare with the untraced run and with bpftrace (Debian's
+package) doing the same work on the same tracepoint. Kernel-side cost per event comes from bpf_stats.
+
+    python bench/drops_storm.py [--count N] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.netlab import Lab, wait_for  # noqa: E402
+
+from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
+
+BPFTRACE_COUNT = "tracepoint:skb:kfree_skb /args.reason != 1/ { @drops[args.reason] = count(); }"
+BPFTRACE_PRINTF = (
+    "tracepoint:skb:kfree_skb /args.reason != 1/ "
+    '{ printf("%d %d %p %d\\n", nsecs, args.reason, args.location, args.protocol); }'
+)
+BPFTRACE_READY = 'BEGIN { printf("ready\\n"); } '
+
+
+@dataclass
+class Result:
+    name: str
+    rate: float  # drops per second the sender achieved
+    attach_s: float | None = None
+    kernel_ns_per_event: float | None = None
+    note: str = ""
+
+
+def build_sender(directory: Path) -> str:
+    binary = directory / "udpflood"
+    subprocess.run(["gcc", "-O2", "-o", str(binary), str(REPO / "bench" / "udpflood.c")], check=True)
+    return str(binary)
+
+
+def bpf_program_stats(name_prefix: str) -> tuple[int, int]:
+    """(run_cnt, run_time_ns) summed over loaded programs whose name starts with the prefix."""
+    output = subprocess.run(
+        ["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    runs = time_ns = 0
+    for prog in json.loads(output or "[]"):
+        if str(prog.get("name", "")).startswith(name_prefix):
+            runs += int(prog.get("run_cnt", 0))
+            time_ns += int(prog.get("run_time_ns", 0))
+    return runs, time_ns
+
+
+def storm(host_argv: Callable[..., list[str]], sender: str, dst: str, count: int) -> float:
+    out = subprocess.run(
+        host_argv(sender, dst, "9", str(count)), capture_output=True, text=True, check=True
+    ).stdout
+    result = json.loads(out)
+    assert result["refused"] == count, result
+    return float(result["refused"] / result["seconds"])
+
+
+class Tracer:
+    """A tracer process started, waited for until attached (timed), then stopped with SIGINT."""
+
+    def __init__(self, argv: list[str], ready: Callable[[], bool], stdout_path: Path) -> None:
+        self._stdout = stdout_path.open("w")
+        started = time.monotonic()
+        self.process = subprocess.Popen(argv, stdout=self._stdout, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: ready() or self.process.poll() is not None, 60, f"{argv[0]} to attach")
+        if self.process.poll() is not None:
+            raise RuntimeError(f"{argv} exited: {self.process.stderr.read() if self.process.stderr else ''}")
+        self.attach_s = time.monotonic() - started
+
+    def stop(self) -> str:
+        self.process.send_signal(signal.SIGINT)
+        _, stderr = self.process.communicate(timeout=120)
+        self._stdout.close()
+        return stderr
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=1_000_000, help="drops per storm")
+    parser.add_argument("--repeat", type=int, default=3, help="storms per configuration (median is kept)")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root: the benchmark loads BPF programs and builds network namespaces")
+    if not shutil.which("bpftrace"):
+        sys.exit("bpftrace is needed for the comparison: apt install bpftrace")
+    netsleuth = [sys.executable, "-m", "netsleuth"]
+    lab = Lab()
+    work = Path(tempfile.mkdtemp(prefix="netsleuth-bench-"))
+    results: list[Result] = []
+    try:
+        a, b = lab.host("a"), lab.host("b")
+        lab.link(a, b, ["198.18.0.1/24"], ["198.18.0.2/24"])
+        a.run("iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9", "-j", "DROP")
+        sender = build_sender(work)
+
+        def measure(name: str, start: Callable[[], Tracer | None], prefix: str = "") -> Result:
+            rates, attach, ns_per_event, note = [], [], [], ""
+            for _ in range(args.repeat):
+                with RunTimeStats():
+                    tracer = start()
+                    before = bpf_program_stats(prefix) if prefix else (0, 0)
+                    rates.append(storm(a.argv, sender, "198.18.0.2", args.count))
+                    after = bpf_program_stats(prefix) if prefix else (0, 0)
+                    if tracer is not None:
+                        attach.append(tracer.attach_s)
+                        note = tracer.stop()[-300:].strip()
+                runs = after[0] - before[0]
+                if runs:
+                    ns_per_event.append((after[1] - before[1]) / runs)
+            return Result(
+                name,
+                statistics.median(rates),
+                statistics.median(attach) if attach else None,
+                statistics.median(ns_per_event) if ns_per_event else None,
+                note,
+            )
+
+        def netsleuth_tracer(*extra: str, stdout: str) -> Callable[[], Tracer]:
+            def start() -> Tracer:
+                ready = work / "ready"
+                ready.unlink(missing_ok=True)
+                argv = [*netsleuth, "drops", "--netns", a.name, "--ready-file", str(ready), *extra]
+                return Tracer(argv, ready.exists, work / stdout)
+
+            return start
+
+        def bpftrace_tracer(program: str, stdout: str) -> Callable[[], Tracer]:
+            def start() -> Tracer:
+                out = work / stdout
+                out.write_text("")
+                return Tracer(
+                    ["bpftrace", "-e", BPFTRACE_READY + program],
+                    lambda: "ready" in out.read_text()[:200],
+                    out,
+                )
+
+            return start
+
+        results.append(measure("untraced", lambda: None))
+        results.append(
+            measure(
+                "netsleuth drops --summary", netsleuth_tracer("--summary", stdout="summary.out"), "drops_"
+            )
+        )
+        results.append(
+            measure("netsleuth drops --json", netsleuth_tracer("--json", stdout="stream.jsonl"), "drops_")
+        )
+        stream_summary = [json.loads(line) for line in (work / "stream.jsonl").read_text().splitlines()][-1]
+        results.append(
+            measure("bpftrace count()", bpftrace_tracer(BPFTRACE_COUNT, "bt_count.out"), "kfree_skb")
+        )
+        results.append(
+            measure("bpftrace printf", bpftrace_tracer(BPFTRACE_PRINTF, "bt_printf.out"), "kfree_skb")
+        )
+        bt_lines = sum(1 for _ in (work / "bt_printf.out").open()) - 1
+    finally:
+        lab.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+    by_name = {result.name: result for result in results}
+    base = by_name["untraced"].rate
+    print(
+        f"drop storm: {args.count:,} drops per run, median of {args.repeat}, "
+        f"{os.cpu_count()} CPUs, kernel {os.uname().release}"
+    )
+    print(f"{'configuration':28} {'drops/s':>12} {'vs untraced':>12} {'attach s':>9} {'kernel ns/event':>16}")
+    for result in results:
+        attach = f"{result.attach_s:.3f}" if result.attach_s is not None else "-"
+        cost = f"{result.kernel_ns_per_event:.0f}" if result.kernel_ns_per_event is not None else "-"
+        print(f"{result.name:28} {result.rate:12,.0f} {result.rate / base:12.3f} {attach:>9} {cost:>16}")
+    summary, stream = by_name["netsleuth drops --summary"], by_name["netsleuth drops --json"]
+    bt_count, bt_printf = by_name["bpftrace count()"], by_name["bpftrace printf"]
+    print()
+    print(f"summary vs untraced rate:          {summary.rate / base:.3f}  (target >= 0.95)")
+    print(f"summary vs bpftrace count() rate:  {summary.rate / bt_count.rate:.3f}")
+    print(f"streaming vs bpftrace printf rate: {stream.rate / bt_printf.rate:.3f}  (target >= 2)")
+    print(
+        f"streaming accounting (last run):   total {stream_summary['total']:,} = "
+        f"emitted {stream_summary['emitted']:,}"
+        f" + sampled {stream_summary['sampled']:,} + lost {stream_summary['lost']:,}"
+    )
+    print(f"bpftrace printf lines written (last run): {bt_lines:,} of {args.count:,}")
+    if summary.attach_s and bt_count.attach_s:
+        print(
+            f"attach time vs bpftrace:           {summary.attach_s / bt_count.attach_s:.3f}  (target <= 0.3)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""doctor, offload and fix/rollback against the real kernel, inside test namespaces (tests/netlab.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from netsleuth.doctor.apply import apply_fix, rollback
+from netsleuth.doctor.offload import set_offload, show_offloads
+from netsleuth.doctor.run import run_doctor
+from netsleuth.doctor.snapshot import take_snapshot
+from netsleuth.errors import UsageError
+from tests.netlab import Host, Lab, lab, run
+
+
+def _pair(the_lab: Lab) -> tuple[Host, Host]:
+    a, b = the_lab.host("a"), the_lab.host("b")
+    the_lab.link(a, b, ["198.18.0.1/24"], ["198.18.0.2/24"])
+    return a, b
+
+
+def _feature(host: Host, device: str, feature: str) -> bool:
+    return bool(show_offloads([device], host.name)[device] and _row(host, device, feature))
+
+
+def _row(host: Host, device: str, feature: str) -> bool:
+    (row,) = [row for row in show_offloads([device], host.name)[device] if row.name == feature]
+    return row.active
+
+
+def _mtu(host: Host, device: str) -> int:
+    return int(json.loads(host.run("ip", "-j", "link", "show", device).stdout)[0]["mtu"])
+
+
+def test_offload_show_set_round_trip_on_veth() -> None:
+    with lab() as the_lab:
+        a, _ = _pair(the_lab)
+        rows = {row.name: row for row in show_offloads(["veth0"], a.name)["veth0"]}
+        assert "rx-gro" in rows and rows["tx-tcp-segmentation"].description
+        original = rows["rx-gro"].active
+        (result,) = set_offload("veth0", "gro", not original, a.name)
+        assert (result.feature, result.before, result.after) == ("rx-gro", original, not original)
+        assert _row(a, "veth0", "rx-gro") is (not original)
+        # The ethtool CLI agrees with what we read over ioctl/netlink.
+        shown = a.run("ethtool", "-k", "veth0").stdout
+        assert f"generic-receive-offload: {'on' if not original else 'off'}" in shown
+        set_offload("veth0", "rx-gro", original, a.name)
+        assert _row(a, "veth0", "rx-gro") is original
+
+
+def test_offload_set_refuses_fixed_features_and_unknown_names() -> None:
+    with lab() as the_lab:
+        a, _ = _pair(the_lab)
+        fixed = next(row.name for row in show_offloads(["veth0"], a.name)["veth0"] if row.fixed)
+        with pytest.raises(UsageError, match="fixed"):
+            set_offload("veth0", fixed, True, a.name)
+        with pytest.raises(UsageError, match="no feature"):
+            set_offload("veth0", "warp-drive", True, a.name)
+        with pytest.raises(UsageError, match="no such device"):
+            set_offload("nosuch0", "gro", True, a.name)
+
+
+def test_vxlan_mtu_too_large_for_veth_underlay_is_found_fixed_and_rolled_back(tmp_path: Path) -> None:
+    with lab() as the_lab:
+        a, _ = _pair(the_lab)
+        # No `dev`: the kernel then allows any MTU, and the underlay is whatever routes to the remote.
+        a.run(
+            "ip",
+            "link",
+            "add",
+            "vxl0",
+            "type",
+            "vxlan",
+            "id",
+            "42",
+            "remote",
+            "198.18.0.2",
+            "dstport",
+            "4789",
+        )
+        a.run("ip", "link", "set", "vxl0", "mtu", "1500", "up")
+        _, report = run_doctor(netns=a.name, interval=0.2)
+        finding = report.finding("tunnel-mtu:vxl0")
+        assert finding is not None, [f.id for f in report.findings]
+        assert finding.evidence["encapsulation_bytes"] == 50 and finding.evidence["underlay"] == "veth0"
+        assert finding.fix_commands == ("ip link set dev vxl0 mtu 1450",)
+
+        rollback_file = apply_fix(finding, rollback_dir=tmp_path, netns=a.name)
+        assert json.loads(rollback_file.read_text())["changes"][0]["previous"] == "1500"
+        assert _mtu(a, "vxl0") == 1450 and _mtu(a, "veth0") == 1500  # only the named device changed
+        _, after = run_doctor(netns=a.name, interval=0.2)
+        assert after.finding("tunnel-mtu:vxl0") is None
+        rollback(rollback_file)
+        assert _mtu(a, "vxl0") == 1500
+
+
+def test_veth_mtu_mismatch_across_namespaces() -> None:
+    with lab() as the_lab:
+        a, b = _pair(the_lab)
+        b.run("ip", "link", "set", "veth0", "mtu", "1400")
+        _, report = run_doctor(netns=a.name, interval=0.2)
+        finding = report.finding("veth-mtu:veth0")
+        assert finding is not None
+        assert finding.evidence["peer_mtu"] == 1400 and finding.evidence["peer_same_netns"] is False
+        assert finding.fix_commands == ("ip link set dev veth0 mtu 1400",)
+
+
+def test_sysctl_fix_in_a_namespace_is_restored_exactly(tmp_path: Path) -> None:
+    with lab() as the_lab:
+        a, _ = _pair(the_lab)
+        a.run("sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1")
+        from netsleuth.doctor.findings import Finding, FixAction, FixKind, Severity
+
+        finding = Finding(
+            id="rp-filter-drops",
+            severity=Severity.WARNING,
+            subject="all",
+            title="t",
+            evidence={},
+            explanation="e",
+            fix_commands=("sysctl -w net.ipv4.conf.all.rp_filter=2",),
+            actions=(FixAction(FixKind.SYSCTL, "net.ipv4.conf.all.rp_filter", "2"),),
+        )
+        host_value = Path("/proc/sys/net/ipv4/conf/all/rp_filter").read_text()
+        rollback_file = apply_fix(finding, rollback_dir=tmp_path, netns=a.name)
+        assert a.run("sysctl", "-n", "net.ipv4.conf.all.rp_filter").stdout.strip() == "2"
+        assert Path("/proc/sys/net/ipv4/conf/all/rp_filter").read_text() == host_value  # the host's untouched
+        rollback(rollback_file)
+        assert a.run("sysctl", "-n", "net.ipv4.conf.all.rp_filter").stdout.strip() == "1"
+
+
+def _eth0_state() -> list[str]:
+    return [
+        run("ip", "-d", "link", "show", "eth0").stdout.split("\n", 1)[0],
+        run("ethtool", "-k", "eth0").stdout,
+        run("ethtool", "-g", "eth0", check=False).stdout,
+        run("ethtool", "-l", "eth0", check=False).stdout,
+        run("ethtool", "-c", "eth0", check=False).stdout,
+        Path("/sys/class/net/eth0/queues/rx-0/rps_cpus").read_text(),
+        Path("/proc/sys/net/core/netdev_budget").read_text(),
+    ]
+
+
+def test_reading_eth0_changes_nothing() -> None:
+    before = _eth0_state()
+    snapshot = take_snapshot()
+    assert "eth0" in snapshot.links and snapshot.ethtool["eth0"].features
+    show_offloads(["eth0"])
+    result = subprocess.run(
+        [sys.executable, "-m", "netsleuth", "doctor", "--interval", "0.2", "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    json.loads(result.stdout)
+    assert _eth0_state() == before
+
+
+def test_cli_in_a_namespace_json_and_exit_codes() -> None:
+    with lab() as the_lab:
+        a, _ = _pair(the_lab)
+        result = a.run(sys.executable, "-m", "netsleuth", "doctor", "--interval", "0.2", "--json")
+        payload = json.loads(result.stdout)
+        assert payload["findings"] == [] and payload["all_good"]
+        bad = a.run(
+            sys.executable, "-m", "netsleuth", "offload", "set", "veth0", "warp-drive", "on", check=False
+        )
+        assert bad.returncode == 2 and "no feature" in bad.stderr
