@@ -31,10 +31,10 @@ from tests.netlab import Lab, wait_for  # noqa: E402
 
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
-BPFTRACE_COUNT = "tracepoint:skb:kfree_skb /args.reason != 1/ { @drops[args.reason] = count(); }"
+BPFTRACE_COUNT = "tracepoint:skb:kfree_skb /args->reason != 1/ { @drops[args->reason] = count(); }"
 BPFTRACE_PRINTF = (
-    "tracepoint:skb:kfree_skb /args.reason != 1/ "
-    '{ printf("%d %d %p %d\\n", nsecs, args.reason, args.location, args.protocol); }'
+    "tracepoint:skb:kfree_skb /args->reason != 1/ "
+    '{ printf("%d %d %p %d\\n", nsecs, args->reason, args->location, args->protocol); }'
 )
 BPFTRACE_READY = 'BEGIN { printf("ready\\n"); } '
 
@@ -150,8 +150,8 @@ def main() -> int:
                 out = work / stdout
                 out.write_text("")
                 return Tracer(
-                    ["bpftrace", "-e", BPFTRACE_READY + program],
-                    lambda: "ready" in out.read_text()[:200],
+                    ["bpftrace", "-B", "line", "-e", BPFTRACE_READY + program],
+                    lambda: "ready" in out.read_text().splitlines(),
                     out,
                 )
 

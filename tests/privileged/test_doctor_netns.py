@@ -23,10 +23,6 @@ def _pair(the_lab: Lab) -> tuple[Host, Host]:
     return a, b
 
 
-def _feature(host: Host, device: str, feature: str) -> bool:
-    return bool(show_offloads([device], host.name)[device] and _row(host, device, feature))
-
-
 def _row(host: Host, device: str, feature: str) -> bool:
     (row,) = [row for row in show_offloads([device], host.name)[device] if row.name == feature]
     return row.active
@@ -168,3 +164,25 @@ def test_cli_in_a_namespace_json_and_exit_codes() -> None:
             sys.executable, "-m", "netsleuth", "offload", "set", "veth0", "warp-drive", "on", check=False
         )
         assert bad.returncode == 2 and "no feature" in bad.stderr
+
+
+def test_offload_set_on_a_bond_changes_its_slaves_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # bonding is not compiled into this test kernel: veth0 plays the bond, its sysfs says veth1 is a slave.
+    from netsleuth.doctor import sysfs
+    from netsleuth.doctor.model import DeviceSysfs
+
+    real_read_device = sysfs.read_device
+
+    def bond_view(root: Path, name: str) -> DeviceSysfs:
+        if name == "veth0":
+            return DeviceSysfs(bond_mode="active-backup", bond_slaves=("veth1",))
+        return real_read_device(root, name)
+
+    monkeypatch.setattr(sysfs, "read_device", bond_view)
+    with lab() as the_lab:
+        a, b = _pair(the_lab)
+        the_lab.link(a, b, ["198.18.1.1/24"], ["198.18.1.2/24"], names=("veth1", "veth1"))
+        set_offload("veth1", "gro", False, a.name)  # the slaves differ before the change
+        results = set_offload("veth0", "gro", True, a.name)
+        assert [(result.device, result.after) for result in results] == [("veth1", True), ("veth0", True)]
+        assert _row(a, "veth1", "rx-gro") and _row(a, "veth0", "rx-gro")

@@ -6,18 +6,20 @@ recorded before and after one UDP packet sent as uid 4242 (dropped by the `-m ow
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from netsleuth.errors import EnvironmentProblem
+from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.firewall import matcher as matcher_module
 from netsleuth.firewall.iptables import BACKEND_LEGACY, BACKEND_NFT, IptablesRuleset, parse_iptables_save
 from netsleuth.firewall.matcher import FirewallMatcher, FirewallSnapshot, FirewallVerdict
 from netsleuth.firewall.netns_exec import CommandFailed
-from netsleuth.firewall.nftables import NftChain, parse_nft_json
+from netsleuth.firewall.nftables import NftChain, NftRuleset, parse_nft_json
 from netsleuth.packet import PacketTuple
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "firewall"
@@ -388,3 +390,88 @@ def test_a_failing_front_end_is_skipped_and_noted(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(matcher_module, "read_nftables", lambda netns_path: None)
     with pytest.raises(EnvironmentProblem, match="cannot read the firewall rules: iptables-nft-save failed"):
         matcher_module.read_snapshot(None)
+
+
+def features_matcher() -> FirewallMatcher:
+    def reader(netns_path: str | None) -> FirewallSnapshot:
+        return FirewallSnapshot.build([], parse_nft_json(read("features.nft.json")), 0.0)
+
+    def listing(chain: NftChain) -> str:
+        text = read("features.nft-stateless.txt")
+        table_text = re.search(rf"^table {chain.family} {chain.table} {{.*?^}}", text, re.S | re.M)
+        assert table_text is not None
+        return table_text.group(0)
+
+    return FirewallMatcher(None, reader=reader, chain_listing=listing, clock=lambda: 0.0)
+
+
+def test_native_chain_policy() -> None:
+    # Nothing in `inet t` chain c matches a plain UDP datagram for certain, so its `policy drop` did it.
+    verdict = features_matcher().explain(udp("198.18.0.9", "198.18.0.50", 7), "input", "ext0", None)
+    assert verdict is not None
+    assert (verdict.rule, verdict.is_policy, verdict.handle, verdict.confidence) == (
+        "type filter hook input priority filter; policy drop;",
+        True,
+        None,
+        "matched",
+    )
+
+
+def test_dormant_table_is_skipped_once_known() -> None:
+    nft = parse_nft_json(read("features.nft.json"))
+    assert ("ip", "dormant_t") in [
+        (t.family, t.name) for t in FirewallSnapshot.build([], nft, 0.0).nft_tables
+    ]
+    known = NftRuleset(tuple(dataclasses.replace(t, dormant=t.dormant is not False) for t in nft.tables))
+    assert ("ip", "dormant_t") not in [
+        (t.family, t.name) for t in FirewallSnapshot.build([], known, 0.0).nft_tables
+    ]
+
+
+def test_netdev_ingress_without_device_information_is_possible() -> None:
+    # nft 1.0.6's JSON omits the chain's device, so the chain only perhaps saw the packet.
+    verdict = features_matcher().explain(udp("198.18.0.5", "198.18.0.1", 7), "ingress", "lo", None)
+    assert summary(verdict) == ("nftables", "nd", "ing", "ip saddr 198.18.0.5 drop # handle 2", 2, "possible")
+    assert verdict is not None and verdict.family == "netdev"
+
+
+def test_bridge_family_hook() -> None:
+    document = {
+        "nftables": [
+            {"table": {"family": "bridge", "name": "br", "handle": 1}},
+            {"chain": {"family": "bridge", "table": "br", "name": "fwd", "handle": 1, "type": "filter",
+                       "hook": "forward", "prio": -200, "policy": "accept"}},
+            {"rule": {"family": "bridge", "table": "br", "chain": "fwd", "handle": 2, "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}},
+                           "right": "198.18.0.5"}},
+                {"drop": None}]}},
+        ]
+    }  # fmt: skip
+
+    def reader(netns_path: str | None) -> FirewallSnapshot:
+        return FirewallSnapshot.build([], parse_nft_json(json.dumps(document)), 0.0)
+
+    matcher = FirewallMatcher(None, reader=reader, chain_listing=lambda chain: "", clock=lambda: 0.0)
+    packet = udp("198.18.0.5", "198.18.0.1", 7)
+    verdict = matcher.explain(packet, "bridge-forward", "veth0", "veth1")
+    assert summary(verdict) == ("nftables", "br", "fwd", "ip saddr 198.18.0.5 drop # handle 2", 2, "matched")
+    assert matcher.explain(packet, "forward", "veth0", "veth1") is None  # not an IP-family chain
+
+
+def test_a_failed_reading_mid_trace_falls_back_to_the_last_one() -> None:
+    clock = Clock()
+    healthy = Reader(clock, ("after",))
+    calls = []
+
+    def reader(netns_path: str | None) -> FirewallSnapshot:
+        calls.append(clock())
+        if len(calls) > 1:
+            raise UsageError("network namespace /run/netns/gone does not exist")
+        return healthy(netns_path)
+
+    matcher = FirewallMatcher("/run/netns/gone", reader=reader, chain_listing=stateless_listing, clock=clock)
+    verdict = matcher.explain(udp("198.18.0.9", "198.18.0.1", 9), "input", "veth0", None)
+    assert verdict is not None and verdict.rule == "-A INPUT -p udp -m udp --dport 9 -j DROP"
+    assert matcher.problems == ("network namespace /run/netns/gone does not exist",)
+    matcher.explain(udp("198.18.0.9", "198.18.0.1", 9), "input", "veth0", None)
+    assert len(calls) == 2  # the failure is not retried before max_age

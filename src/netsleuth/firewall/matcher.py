@@ -10,13 +10,14 @@ most likely dropped it.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from netsleuth.errors import EnvironmentProblem
+from netsleuth.errors import EnvironmentProblem, NetsleuthError
 from netsleuth.firewall.hooks import HOOKS, PacketAtHook, Truth, VerdictKind, all_of
 from netsleuth.firewall.iptables import (
     BACKEND_NFT,
@@ -59,10 +60,12 @@ class FirewallVerdict:
     """The rule (or chain policy) that most likely dropped the packet.
 
     `rule` is the text the user would recognise: for iptables the `-A CHAIN ...` line as iptables-save
-    prints it (or `-P CHAIN DROP`), for nftables the rule as `nft -a list` prints it, ending in
-    `# handle N`. `confidence` says how it was chosen: "matched" (every match of the rule holds for the
-    packet), "counters" (the rule's counter grew, some matches undecidable), "possible" (only undecidable
-    matches, no counter evidence).
+    prints it without its `[pkts:bytes]` prefix (or `-P CHAIN DROP`), for nftables the rule as
+    `nft -a -s list` prints it (counter values left out likewise), ending in `# handle N`.
+
+    `confidence` says how it was chosen: "matched" (every match of the rule holds for the packet),
+    "counters" (some matches undecidable, but the rule's counter grew since the trace started),
+    "possible" (some matches undecidable and no counter evidence).
     """
 
     backend: str  # "iptables-nft" | "iptables-legacy" | "nftables"
@@ -467,8 +470,9 @@ class FirewallMatcher:
     Rules are re-read at most every `max_age` seconds (a burst of drops shares one reading), and once more,
     at most every `min_refresh` seconds, when a drop cannot be pinned down by its matches alone and the
     reading may predate it. `reader` and `chain_listing` exist for tests (recorded fixtures instead of the
-    real tools). Raises EnvironmentProblem when no firewall tool can be read, UsageError for a namespace
-    that does not exist.
+    real tools). The constructor raises EnvironmentProblem when no firewall tool can be read and
+    UsageError for a namespace that does not exist; `explain` never raises: when a later reading fails
+    it answers from the last good one and notes why in `problems`.
     """
 
     def __init__(
@@ -488,15 +492,15 @@ class FirewallMatcher:
         self._max_age = max_age
         self._min_refresh = min_refresh
         self._lock = threading.Lock()
-        start = self._read(netns_path)
-        self._baseline, self._baseline_sources = _counters(start)
+        self._start = self._read(netns_path)
+        self._baseline, self._baseline_sources = _counters(self._start)
         self._snapshot: FirewallSnapshot | None = None  # the start snapshot predates every drop: not reused
         self._listings: dict[tuple[str, str, str], str | None] = {}
 
     @property
     def problems(self) -> tuple[str, ...]:
-        """Front-ends that could not be read at the last reading (shown to the user as a note)."""
-        return self._snapshot.problems if self._snapshot is not None else ()
+        """What could not be read at the last reading (a front-end, or everything): a note for the user."""
+        return (self._snapshot or self._start).problems
 
     def explain(
         self, packet: PacketTuple, hook: str, in_ifname: str | None, out_ifname: str | None
@@ -528,7 +532,14 @@ class FirewallMatcher:
 
     def _current(self, max_age: float) -> FirewallSnapshot:
         if self._snapshot is None or self._clock() - self._snapshot.taken_at > max_age:
-            self._snapshot = self._read(self.netns_path)
+            try:
+                self._snapshot = self._read(self.netns_path)
+            except NetsleuthError as error:
+                # The namespace went away or a tool broke mid-trace: answer from the last reading, noted,
+                # and wait out max_age before trying again.
+                last = self._snapshot or self._start
+                problems = (*last.problems, str(error))
+                self._snapshot = dataclasses.replace(last, taken_at=self._clock(), problems=problems)
             self._listings.clear()
         return self._snapshot
 
@@ -563,7 +574,7 @@ class FirewallMatcher:
         if key not in self._listings:
             try:
                 self._listings[key] = self._chain_listing(chain)
-            except EnvironmentProblem:
+            except NetsleuthError:
                 self._listings[key] = None
         return self._listings[key]
 

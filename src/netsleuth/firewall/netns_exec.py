@@ -51,8 +51,9 @@ def _is_current_netns(fd: int) -> bool:
 
 
 def _enter_netns(fd: int) -> Callable[[], None]:
-    """The preexec_fn: everything it needs is looked up here, in the parent, so the forked child only makes
-    one libc call (preexec_fn runs in the child between fork and exec, where little is safe)."""
+    """The preexec_fn. subprocess documents preexec_fn as unsafe when other threads run (the child may
+    inherit a lock some thread held at fork), so everything is looked up here, in the parent, and the
+    child only makes one libc call: no imports, no logging, nothing that takes a Python-level lock."""
     setns = ctypes.CDLL(None, use_errno=True).setns
     setns.argtypes = (ctypes.c_int, ctypes.c_int)
     setns.restype = ctypes.c_int
