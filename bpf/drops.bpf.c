@@ -177,23 +177,54 @@ static __always_inline long take_stack(void *ctx, __u8 *frames)
 	return got > DROPS_MAX_FRAMES * 8 ? DROPS_MAX_FRAMES * 8 : got;
 }
 
-static __always_inline bool stack_in_irq(const __u8 *frames, long bytes)
+static __always_inline bool needs_packet(void)
 {
-	const __u64 *addresses = (const __u64 *)frames;
-
-	for (int i = 0; i < DROPS_MAX_FRAMES; i++) {
-		if (i * 8 >= bytes)
-			break;
-		for (int r = 0; r < DROPS_IRQ_RANGES; r++) {
-			if (addresses[i] >= cfg.irq_ranges[r].start && addresses[i] < cfg.irq_ranges[r].end)
-				return true;
-		}
-	}
-	return false;
+	return cfg.filter_l4proto || cfg.port || cfg.sport || cfg.dport || cfg.family || cfg.filter_host ||
+	       cfg.filter_src || cfg.filter_dst;
 }
 
+static __always_inline void fill_device(const bool direct, struct drop_event *event, struct net_device *dev)
+{
+	if (dev) {
+		event->ifindex = NS_RD(direct, dev, ifindex);
+		BPF_CORE_READ_STR_INTO(&event->ifname, dev, name);
+	}
+}
+
+/* Who was running and whose socket the packet is: what attribution and --pid/--comm need. */
+static __always_inline void fill_owner(const bool direct, void *ctx, struct drop_event *event, struct sock *sk)
+{
+	bool kthread = false;
+
+	event->in_task = ns_in_task(ctx, cfg.thread_size, &kthread);
+	event->kthread = kthread;
+	if (event->in_task) {
+		__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+		event->pid = pid_tgid >> 32;
+		event->tid = (__u32)pid_tgid;
+		bpf_get_current_comm(&event->comm, sizeof(event->comm));
+	}
+	event->sk_state = 0xff;
+	if (sk) {
+		event->sock_ino = ns_sock_ino_rd(direct, sk);
+		event->sk_state = NS_RD(direct, sk, __sk_common.skc_state);
+	}
+}
+
+static __always_inline void add_to_group(struct drop_group *group, __u32 skb_len)
+{
+	__sync_fetch_and_add(&group->count, 1);
+	__sync_fetch_and_add(&group->bytes, skb_len);
+}
+
+/*
+ * The hot path is kept short for --summary: with no packet or owner filter, a drop of an already-seen kind
+ * costs a few reads, one hash lookup and two atomic adds. Everything else (packet, device, owner, stack) is
+ * read only when a filter, a new group's example or an emitted event needs it.
+ */
 static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *location, __u32 reason,
-				       struct sock *rx_sk, const bool read_preempt_count)
+				       struct sock *rx_sk, const bool direct)
 {
 	struct drop_group_key group_key = {};
 	struct drop_group *group;
@@ -201,10 +232,9 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	struct drop_event *event;
 	struct net_device *dev;
 	struct sock *sk;
-	unsigned char *l3;
-	__u32 zero = 0;
-	long stack_bytes = -1;
-	int in_task;
+	unsigned char *l3 = 0;
+	bool have_packet = false, have_device = false, have_owner = false;
+	__u32 zero = 0, skb_len;
 	__u64 size;
 
 	if (reason == cfg.consumed_reason || reason == cfg.not_dropped_reason)
@@ -222,96 +252,86 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	if (!buf)
 		return 0;
 	event = &buf->event;
-	__builtin_memset(event, 0, sizeof(*event));
 
-	dev = BPF_CORE_READ(skb, dev);
-	sk = rx_sk ? rx_sk : BPF_CORE_READ(skb, sk);
+	dev = NS_RD(direct, skb, dev);
+	sk = rx_sk ? rx_sk : NS_RD(direct, skb, sk);
 	/* The device's netns is where the packet was; a packet not yet given a device belongs to its socket's. */
-	if (dev)
-		event->netns = ns_net_inum(BPF_CORE_READ(dev, nd_net.net));
-	if (!event->netns && sk)
-		event->netns = ns_net_inum(BPF_CORE_READ(sk, __sk_common.skc_net.net));
-	if (cfg.netns && event->netns != cfg.netns)
+	group_key.netns = dev ? ns_net_inum_rd(direct, NS_RD(direct, dev, nd_net.net)) : 0;
+	if (!group_key.netns && sk)
+		group_key.netns = ns_net_inum_rd(direct, NS_RD(direct, sk, __sk_common.skc_net.net));
+	if (cfg.netns && group_key.netns != cfg.netns)
 		return 0;
 
-	if (dev) {
-		event->ifindex = BPF_CORE_READ(dev, ifindex);
-		BPF_CORE_READ_STR_INTO(&event->ifname, dev, name);
+	/* Cleared only when some field will be written: the common --summary path never touches the event. */
+	if (cfg.filter_dev || needs_packet() || cfg.filter_owner)
+		__builtin_memset(event, 0, sizeof(*event));
+	if (cfg.filter_dev) {
+		fill_device(direct, event, dev);
+		have_device = true;
+		if (!name_matches(event->ifname, cfg.dev))
+			return 0;
 	}
-	if (cfg.filter_dev && !name_matches(event->ifname, cfg.dev))
-		return 0;
-
-	ns_parse_packet(skb, &event->tuple, &l3);
-	if (cfg.filter_l4proto && event->tuple.l4proto != cfg.l4proto)
-		return 0;
-	if (!ports_match(&event->tuple) || !addresses_match(&event->tuple))
-		return 0;
-
-	/* Process context or not: from the preempt count, or else from the stack passing through a softirq/irq
-	 * entry function. Only then are pid and comm the sender's rather than an interrupted bystander's. */
-	if (read_preempt_count) {
-		in_task = ns_in_task();
-	} else if (cfg.irq_ranges[0].start && (cfg.filter_owner || cfg.emit_events)) {
-		stack_bytes = take_stack(ctx, buf->tail);
-		in_task = !stack_in_irq(buf->tail, stack_bytes);
-	} else {
-		in_task = -1;
-	}
-	event->in_task = in_task < 0 ? DROP_CONTEXT_UNKNOWN : in_task;
-	if (event->in_task != 0) {
-		__u64 pid_tgid = bpf_get_current_pid_tgid();
-
-		event->pid = pid_tgid >> 32;
-		event->tid = (__u32)pid_tgid;
-		bpf_get_current_comm(&event->comm, sizeof(event->comm));
-	}
-	event->sk_state = 0xff;
-	if (sk) {
-		event->sock_ino = ns_sock_ino(sk);
-		event->sk_state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	if (needs_packet()) {
+		ns_parse_packet_rd(direct, skb, &event->tuple, &l3);
+		have_packet = true;
+		if (cfg.filter_l4proto && event->tuple.l4proto != cfg.l4proto)
+			return 0;
+		if (!ports_match(&event->tuple) || !addresses_match(&event->tuple))
+			return 0;
 	}
 	if (cfg.filter_owner) {
-		bool owned = event->in_task != 0 && task_matches(event);
+		fill_owner(direct, ctx, event, sk);
+		have_owner = true;
+		/* A drop in the task's own context is matched on the task; in softirq, on the socket's owner. */
+		if (!(event->in_task && task_matches(event)) &&
+		    !(event->sock_ino && bpf_map_lookup_elem(&owner_inodes, &event->sock_ino)))
+			return 0;
+	}
+	count(DROP_STAT_MATCHED);
 
-		if (!owned && !(event->sock_ino && bpf_map_lookup_elem(&owner_inodes, &event->sock_ino)))
+	skb_len = NS_RD(direct, skb, len);
+	group_key.location = (__u64)location;
+	group_key.reason = reason;
+	group = bpf_map_lookup_elem(&drop_groups, &group_key);
+	if (group) {
+		add_to_group(group, skb_len);
+		if (!cfg.emit_events)
 			return 0;
 	}
 
+	if (!(cfg.filter_dev || needs_packet() || cfg.filter_owner))
+		__builtin_memset(event, 0, sizeof(*event));
 	event->time_ns = bpf_ktime_get_ns();
-	event->location = (__u64)location;
+	event->location = group_key.location;
 	event->reason = reason;
-	event->skb_len = BPF_CORE_READ(skb, len);
+	event->netns = group_key.netns;
+	event->skb_len = skb_len;
 	event->cpu = bpf_get_smp_processor_id();
-	count(DROP_STAT_MATCHED);
+	if (!have_device)
+		fill_device(direct, event, dev);
+	if (!have_packet)
+		ns_parse_packet_rd(direct, skb, &event->tuple, &l3);
+	if (!have_owner)
+		fill_owner(direct, ctx, event, sk);
 
-	group_key.location = event->location;
-	group_key.reason = reason;
-	group_key.netns = event->netns;
-	group = bpf_map_lookup_elem(&drop_groups, &group_key);
-	if (group) {
-		__sync_fetch_and_add(&group->count, 1);
-		__sync_fetch_and_add(&group->bytes, event->skb_len);
-	} else {
+	if (!group) {
 		/* First drop of this kind: it becomes the group's example, with a few frames for the hook. Built in
 		 * the packet area of the scratch buffer, which is filled only later. */
 		struct drop_group *fresh = (struct drop_group *)(buf->tail + DROPS_MAX_FRAMES * 8);
+		long got;
 
 		fresh->count = 1;
-		fresh->bytes = event->skb_len;
+		fresh->bytes = skb_len;
 		__builtin_memcpy(&fresh->example, event, sizeof(*event));
-		fresh->example.nr_frames = 0;
-		long got = bpf_get_stack(ctx, fresh->example_frames, sizeof(fresh->example_frames), 0);
-		if (got > 0)
-			fresh->example.nr_frames = got / 8;
+		got = bpf_get_stack(ctx, fresh->example_frames, sizeof(fresh->example_frames), 0);
+		fresh->example.nr_frames = got > 0 ? (__u64)got / 8 : 0;
 		if (bpf_map_update_elem(&drop_groups, &group_key, fresh, BPF_NOEXIST)) {
 			/* Another CPU inserted it first, or the map is full. */
 			group = bpf_map_lookup_elem(&drop_groups, &group_key);
-			if (group) {
-				__sync_fetch_and_add(&group->count, 1);
-				__sync_fetch_and_add(&group->bytes, event->skb_len);
-			} else {
+			if (group)
+				add_to_group(group, skb_len);
+			else
 				count(DROP_STAT_UNGROUPED);
-			}
 		}
 	}
 
@@ -322,16 +342,14 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	}
 
 	size = 0;
-	if (cfg.want_stack || reason == cfg.netfilter_reason || event->in_task == DROP_CONTEXT_UNKNOWN) {
-		if (stack_bytes < 0)
-			stack_bytes = take_stack(ctx, buf->tail);
-		size = stack_bytes;
-		event->nr_frames = size / 8;
+	if (cfg.want_stack || reason == cfg.netfilter_reason) {
+		size = take_stack(ctx, buf->tail);
+		event->nr_frames = (__u64)size / 8;
 	}
 	if (cfg.snaplen && l3 && event->tuple.l3_len) {
 		/* Only the linear part is safe to copy: paged data is not behind skb->head. */
-		unsigned char *data = BPF_CORE_READ(skb, data);
-		unsigned int linear = BPF_CORE_READ(skb, len) - BPF_CORE_READ(skb, data_len);
+		unsigned char *data = NS_RD(direct, skb, data);
+		unsigned int linear = skb_len - NS_RD(direct, skb, data_len);
 		long available = (long)((data + linear) - l3);
 		__u32 caplen = cfg.snaplen;
 
@@ -353,22 +371,16 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	return 0;
 }
 
-/*
- * Four entry points, one body: tp_btf (arguments read with no copy) or raw_tp (kernels refusing tp_btf), each
- * with or without the per-CPU preempt count. Reading `__preempt_count` needs it in kallsyms
- * (CONFIG_KALLSYMS_ALL); the verifier rejects the whole program otherwise, so the loader picks a variant.
- */
-#define DROPS_ENTRY(name, section, read_preempt_count)                                               \
+/* One body, two entry points: tp_btf (BTF-typed arguments) and raw_tp for kernels that refuse tp_btf. */
+#define DROPS_ENTRY(name, section, direct)                                                                 \
 	SEC(section)                                                                                 \
 	int BPF_PROG(name)                                                                           \
 	{                                                                                            \
 		unsigned long long *args = ctx;                                                      \
                                                                                                      \
 		return handle_drop(ctx, (struct sk_buff *)args[0], (void *)args[1], (__u32)args[2],  \
-				   cfg.has_rx_sk ? (struct sock *)args[3] : 0, read_preempt_count);  \
+				   cfg.has_rx_sk ? (struct sock *)args[3] : 0, direct);              \
 	}
 
 DROPS_ENTRY(drops_tp_btf, "tp_btf/kfree_skb", true)
-DROPS_ENTRY(drops_tp_btf_stackctx, "tp_btf/kfree_skb", false)
-DROPS_ENTRY(drops_raw_tp, "raw_tp/kfree_skb", true)
-DROPS_ENTRY(drops_raw_tp_stackctx, "raw_tp/kfree_skb", false)
+DROPS_ENTRY(drops_raw_tp, "raw_tp/kfree_skb", false)

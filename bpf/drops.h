@@ -12,8 +12,7 @@
 #define DROPS_EXAMPLE_FRAMES 12
 #define DROPS_MAX_SNAPLEN 2048
 #define DROPS_MAX_GROUPS 8192
-#define DROP_CONTEXT_UNKNOWN 2
-#define DROPS_IRQ_RANGES 4
+
 
 /* Indices of the per-CPU `drop_stats` array. Every drop lands in exactly one of MATCHED's outcomes, so
  * userspace can always say how many drops it saw, printed, sampled away or lost. */
@@ -53,12 +52,7 @@ struct drops_config {
 	char dev[16];
 	__u32 pid;		   /* --pid (tgid); 0 = any */
 	char comm[16];		   /* --comm; empty = any */
-	/* Text ranges of the softirq/irq entry functions (from kallsyms): a stack through one of them means
-	 * the drop did not run in the current task's context. Used when the preempt count is unreadable. */
-	struct {
-		__u64 start;
-		__u64 end;
-	} irq_ranges[DROPS_IRQ_RANGES];
+	__u64 thread_size;	   /* THREAD_SIZE of this kernel, for ns_in_task */
 };
 
 /* One drop as sent to userspace: this header, then `nr_frames` u64 kernel addresses, then `caplen` bytes of
@@ -77,9 +71,10 @@ struct drop_event {
 	__u16 caplen;
 	__u16 nr_frames;
 	struct packet_tuple tuple;
-	__u8 in_task;		/* 1 process context (pid/comm are the sender's), 0 softirq/irq, 2 unknown */
+	__u8 in_task;		/* 1: process context, so pid/comm are the task that dropped it; 0: softirq/irq */
+	__u8 kthread;		/* that task is a kernel thread (ksoftirqd, a NAPI thread...) */
 	__u8 sk_state;		/* TCP state of the owning socket, 0xff when none */
-	__u8 pad[6];
+	__u8 pad[5];
 	char comm[16];
 	char ifname[16];
 };

@@ -26,122 +26,149 @@
 #define TCP_TIME_WAIT 6
 #define TCP_NEW_SYN_RECV 12
 
-/* include/linux/preempt.h: in_task() is false while serving a softirq, in hardirq or in NMI. */
-#define SOFTIRQ_OFFSET (1U << 8)
-#define HARDIRQ_MASK (0xfU << 16)
-#define NMI_MASK (0xfU << 20)
+#define PF_KTHREAD 0x00200000 /* include/linux/sched.h */
 
-extern const int __preempt_count __ksym __weak;
-extern const struct pcpu_hot pcpu_hot __ksym __weak;
-
-/* Evaluates to 0 at load time when the weak ksym is missing, so the verifier prunes the branch using it. */
-#define ns_ksym_exists(sym) (!!(&(sym)))
-
-/* 1 in process context, 0 in softirq/hardirq/NMI, -1 when this kernel gives no way to tell (not x86). */
-static __always_inline int ns_in_task(void)
+/*
+ * Process context or not, without the preempt count (a per-CPU variable BPF can read only when it is in
+ * kallsyms): x86-64 and arm64 run softirqs and hardirqs on per-CPU IRQ stacks (do_softirq_own_stack), so
+ * the tracepoint's frame lies inside the current task's stack exactly when it runs in that task's context.
+ * The frame is located by `ctx`: bpf_trace_run*() builds the argument array on the kernel stack, whereas
+ * our own r10 may point at a per-CPU private stack (6.13+ JIT). `thread_size` is THREAD_SIZE, which
+ * userspace reads from the kernel config.
+ */
+static __always_inline bool ns_in_task(void *ctx, __u64 thread_size, bool *kthread)
 {
-#if defined(__TARGET_ARCH_x86)
-	int count;
+	/* bpf_get_current_task_btf() is a trusted BTF pointer in every program type: read it directly. */
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 stack = (__u64)task->stack;
+	__u64 frame = (__u64)ctx;
 
-	if (ns_ksym_exists(__preempt_count))
-		count = *(int *)bpf_this_cpu_ptr(&__preempt_count);
-	else if (ns_ksym_exists(pcpu_hot))
-		count = ((struct pcpu_hot *)bpf_this_cpu_ptr(&pcpu_hot))->preempt_count;
-	else
-		return -1;
-	return !(count & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET));
-#else
-	return -1;
-#endif
+	*kthread = task->flags & PF_KTHREAD;
+	/* Compared, not subtracted: the verifier allows no arithmetic between a context pointer and a scalar. */
+	return frame >= stack && frame < stack + thread_size;
+}
+
+/*
+ * NS_RD(direct, ptr, field): one field of a kernel struct. tp_btf programs get BTF-typed pointers that the
+ * verifier lets us dereference (a single load, faults handled by the exception table); raw_tp programs must
+ * copy with bpf_probe_read_kernel. `direct` is a compile-time constant in every entry point, so each program
+ * keeps only its own kind of read. Every helper below takes it; the ones without `_rd` always copy.
+ */
+#define NS_RD(direct, ptr, field) ((direct) ? (ptr)->field : BPF_CORE_READ(ptr, field))
+
+static __always_inline __u32 ns_net_inum_rd(const bool direct, struct net *net)
+{
+	return net ? NS_RD(direct, net, ns.inum) : 0;
 }
 
 static __always_inline __u32 ns_net_inum(struct net *net)
 {
-	return net ? BPF_CORE_READ(net, ns.inum) : 0;
+	return ns_net_inum_rd(false, net);
 }
 
 /* A socket we may read sk_socket from: request and timewait socks are smaller structs without it. */
-static __always_inline bool ns_sk_fullsock(struct sock *sk)
+static __always_inline bool ns_sk_fullsock_rd(const bool direct, struct sock *sk)
 {
-	unsigned char state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	unsigned char state = NS_RD(direct, sk, __sk_common.skc_state);
 
 	return state != TCP_TIME_WAIT && state != TCP_NEW_SYN_RECV;
 }
 
 /* The inode userspace sees as socket:[N] in /proc/PID/fd, which names the owning processes. */
+static __always_inline __u64 ns_sock_ino_rd(const bool direct, struct sock *sk)
+{
+	struct socket *socket;
+	struct file *file;
+	struct inode *inode;
+
+	if (!sk || !ns_sk_fullsock_rd(direct, sk))
+		return 0;
+	socket = NS_RD(direct, sk, sk_socket);
+	file = socket ? NS_RD(direct, socket, file) : 0;
+	inode = file ? NS_RD(direct, file, f_inode) : 0;
+	return inode ? NS_RD(direct, inode, i_ino) : 0;
+}
+
 static __always_inline __u64 ns_sock_ino(struct sock *sk)
 {
-	if (!sk || !ns_sk_fullsock(sk))
-		return 0;
-	return BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino);
+	return ns_sock_ino_rd(false, sk);
+}
+
+#define NS_HEADER_BYTES 64 /* IPv6 (40) + the first 14 bytes of TCP, or IPv4 with up to 36 bytes of options */
+
+/* Fill `tuple` from the first NS_HEADER_BYTES bytes at the network header (already copied to `hdr`). */
+static __always_inline void ns_parse_headers(const __u8 *hdr, struct packet_tuple *tuple)
+{
+	const __u8 *transport;
+	__u8 l4proto;
+
+	if ((hdr[0] >> 4) == 4) {
+		__u8 ihl = (hdr[0] & 0xf) * 4;
+
+		tuple->family = 4;
+		l4proto = hdr[9];
+		__builtin_memcpy(tuple->saddr, hdr + 12, 4);
+		__builtin_memcpy(tuple->daddr, hdr + 16, 4);
+		tuple->l4proto = l4proto;
+		if (((hdr[6] << 8) | hdr[7]) & 0x1fff) /* a later fragment carries no L4 header */
+			return;
+		if (ihl < 20 || ihl > NS_HEADER_BYTES - 14)
+			return;
+		transport = hdr + (ihl & 0x3f);
+	} else if ((hdr[0] >> 4) == 6) {
+		tuple->family = 6;
+		l4proto = hdr[6];
+		__builtin_memcpy(tuple->saddr, hdr + 8, 16);
+		__builtin_memcpy(tuple->daddr, hdr + 24, 16);
+		tuple->l4proto = l4proto;
+		transport = hdr + 40;
+	} else {
+		return;
+	}
+	if (l4proto == IPPROTO_TCP || l4proto == IPPROTO_UDP || l4proto == IPPROTO_SCTP ||
+	    l4proto == IPPROTO_UDPLITE) {
+		tuple->sport = (transport[0] << 8) | transport[1];
+		tuple->dport = (transport[2] << 8) | transport[3];
+		tuple->has_ports = 1;
+		if (l4proto == IPPROTO_TCP)
+			tuple->tcp_flags = transport[13];
+	} else if (l4proto == IPPROTO_ICMP || l4proto == IPPROTO_ICMPV6) {
+		tuple->sport = transport[0];
+		tuple->dport = transport[1];
+		tuple->has_ports = 1;
+	}
 }
 
 /*
- * Fill `tuple` from the skb's headers. Output packets have network_header set before any netfilter hook;
- * received ones get it in __netif_receive_skb_core. An unset header reads as ~0 (6.x) and leaves family 0.
+ * Fill `tuple` from the skb's headers with a single copy of NS_HEADER_BYTES. Output packets have
+ * network_header set before any netfilter hook; received ones get it in __netif_receive_skb_core. An unset
+ * header reads as ~0 (6.x) and leaves family 0. `*l3` is set to the network header for later copies.
  */
-static __always_inline void ns_parse_packet(struct sk_buff *skb, struct packet_tuple *tuple, unsigned char **l3)
+static __always_inline void ns_parse_packet_rd(const bool direct, struct sk_buff *skb, struct packet_tuple *tuple,
+					       unsigned char **l3)
 {
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	__u16 network_header = BPF_CORE_READ(skb, network_header);
-	unsigned char *data = BPF_CORE_READ(skb, data);
-	unsigned int len = BPF_CORE_READ(skb, len);
-	__u8 first, l4proto = 0;
-	unsigned char *transport;
+	unsigned char *head = NS_RD(direct, skb, head);
+	__u16 network_header = NS_RD(direct, skb, network_header);
+	unsigned char *data = NS_RD(direct, skb, data);
+	unsigned int len = NS_RD(direct, skb, len);
+	__u8 hdr[NS_HEADER_BYTES];
 
-	tuple->ethertype = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	tuple->ethertype = bpf_ntohs(NS_RD(direct, skb, protocol));
 	*l3 = 0;
 	if (network_header == (__u16)~0U || !head)
 		return;
 	*l3 = head + network_header;
 	/* len counts from skb->data; the network header may sit before it (received) or after it (sent). */
 	tuple->l3_len = len + (__u32)(data - head) - network_header;
-	if (bpf_probe_read_kernel(&first, 1, *l3))
+	/* Reading past a short packet stays inside the skb's head allocation (skb_shared_info follows). */
+	if (bpf_probe_read_kernel(hdr, sizeof(hdr), *l3))
 		return;
-	if ((first >> 4) == 4) {
-		__u8 ihl = (first & 0xf) * 4;
-		__be16 frag_off;
+	ns_parse_headers(hdr, tuple);
+}
 
-		tuple->family = 4;
-		bpf_probe_read_kernel(&l4proto, 1, *l3 + 9);
-		bpf_probe_read_kernel(tuple->saddr, 4, *l3 + 12);
-		bpf_probe_read_kernel(tuple->daddr, 4, *l3 + 16);
-		bpf_probe_read_kernel(&frag_off, 2, *l3 + 6);
-		if (bpf_ntohs(frag_off) & 0x1fff) { /* a later fragment carries no L4 header */
-			tuple->l4proto = l4proto;
-			return;
-		}
-		transport = *l3 + (ihl < 20 ? 20 : ihl);
-	} else if ((first >> 4) == 6) {
-		tuple->family = 6;
-		bpf_probe_read_kernel(&l4proto, 1, *l3 + 6);
-		bpf_probe_read_kernel(tuple->saddr, 16, *l3 + 8);
-		bpf_probe_read_kernel(tuple->daddr, 16, *l3 + 24);
-		transport = *l3 + 40;
-	} else {
-		return;
-	}
-	tuple->l4proto = l4proto;
-	if (l4proto == IPPROTO_TCP || l4proto == IPPROTO_UDP || l4proto == IPPROTO_SCTP ||
-	    l4proto == IPPROTO_UDPLITE) {
-		__be16 ports[2];
-
-		if (bpf_probe_read_kernel(ports, sizeof(ports), transport))
-			return;
-		tuple->sport = bpf_ntohs(ports[0]);
-		tuple->dport = bpf_ntohs(ports[1]);
-		tuple->has_ports = 1;
-		if (l4proto == IPPROTO_TCP)
-			bpf_probe_read_kernel(&tuple->tcp_flags, 1, transport + 13);
-	} else if (l4proto == IPPROTO_ICMP || l4proto == IPPROTO_ICMPV6) {
-		__u8 type_code[2];
-
-		if (bpf_probe_read_kernel(type_code, sizeof(type_code), transport))
-			return;
-		tuple->sport = type_code[0];
-		tuple->dport = type_code[1];
-		tuple->has_ports = 1;
-	}
+static __always_inline void ns_parse_packet(struct sk_buff *skb, struct packet_tuple *tuple, unsigned char **l3)
+{
+	ns_parse_packet_rd(false, skb, tuple, l3);
 }
 
 /* LPM lookup of one address; family is part of the key so IPv4 prefixes never match IPv6 addresses. */

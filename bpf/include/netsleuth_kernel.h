@@ -27,6 +27,7 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_LPM_TRIE = 11,
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
@@ -79,7 +80,12 @@ struct sock_common {
 	possible_net_t skc_net;
 	struct in6_addr skc_v6_daddr;
 	struct in6_addr skc_v6_rcv_saddr;
+	unsigned long skc_flags;	/* 6.x: sock flags moved here from struct sock (sk_flags) */
 } __attribute__((preserve_access_index));
+
+typedef struct {
+	int counter;
+} atomic_t;
 
 struct inode {
 	unsigned long i_ino;
@@ -98,6 +104,17 @@ struct sock {
 	struct socket *sk_socket;
 	__u16 sk_protocol;
 	__u16 sk_type;
+	unsigned long sk_flags;		/* before sock_common's skc_flags; read whichever this kernel has */
+	int sk_err;
+	int sk_rcvbuf;
+	int sk_sndbuf;
+	int sk_wmem_queued;
+	unsigned long sk_lingertime;
+	__u32 sk_ack_backlog;
+	__u32 sk_max_ack_backlog;
+	struct {
+		atomic_t rmem_alloc;
+	} sk_backlog;
 } __attribute__((preserve_access_index));
 
 struct sk_buff {
@@ -112,12 +129,46 @@ struct sk_buff {
 	__u16 mac_header;
 	unsigned char *head;
 	unsigned char *data;
+	unsigned int truesize;
 } __attribute__((preserve_access_index));
 
-/* x86's per-CPU preempt count moved between kernels: `__preempt_count` (until 6.1, and again from 6.15) and
- * `pcpu_hot.preempt_count` (6.2 .. 6.14). Both are weak so the object loads on either. */
-struct pcpu_hot {
-	int preempt_count;
+struct task_struct {
+	unsigned int flags;
+	void *stack;
+} __attribute__((preserve_access_index));
+
+/* TCP socket internals read by tcp.bpf.c (include/net/inet_connection_sock.h, include/linux/tcp.h,
+ * include/net/request_sock.h). The casts from struct sock follow the kernel's own tcp_sk()/inet_csk(). */
+struct request_sock_queue {
+	atomic_t qlen;
+} __attribute__((preserve_access_index));
+
+struct inet_connection_sock {
+	struct request_sock_queue icsk_accept_queue;
+	__u8 icsk_ca_state : 5;
+	__u8 icsk_retransmits;
+} __attribute__((preserve_access_index));
+
+struct tcp_sock {
+	__u32 rcv_nxt;
+	__u32 copied_seq;
+	__u32 write_seq;
+	__u32 snd_una;
+	__u32 snd_nxt;
+	__u32 srtt_us;
+	__u32 snd_cwnd;
+	__u32 total_retrans;
+	__u64 bytes_acked;
+	__u64 bytes_received;
+} __attribute__((preserve_access_index));
+
+struct inet_sock {
+	__be16 inet_sport;	/* kept when tcp_set_state(CLOSE) releases the port and zeroes inet_num */
+} __attribute__((preserve_access_index));
+
+struct request_sock {
+	struct sock_common __req_common;
+	__u8 num_retrans;
 } __attribute__((preserve_access_index));
 
 #endif /* NETSLEUTH_KERNEL_H */

@@ -285,3 +285,62 @@ def test_not_root_gets_one_sentence(pair: Pair) -> None:
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "root" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("program", ["drops_tp_btf", "drops_raw_tp"])
+def test_each_program_variant_loads_and_sees_drops(pair: Pair, program: str) -> None:
+    """The raw_tp fallback (kernels that refuse tp_btf) must verify and see the same drops."""
+    from netsleuth.diagnostics.drops import DropsConfig, DropsSession, RawDrop
+    from netsleuth.diagnostics.filters import PacketFilter
+    from netsleuth.kernel.reasons import load_drop_reasons
+
+    config = DropsConfig(packet_filter=PacketFilter(netns=pair.b.inode, dport=6001), stack=True, snaplen=64)
+    with DropsSession(config, load_drop_reasons(), programs=(program,)) as session:
+        session.start()
+        assert session.attach_kind == program.removeprefix("drops_")
+        udp(pair.a, pair.b4, 6001, count=3)
+        seen: list[RawDrop] = []
+        wait_for(lambda: bool(seen.extend(session.poll(50)) or len(seen) >= 3), 10, "3 drops")
+        assert session.totals().matched == 3
+    for raw in seen:
+        assert raw.packet.dport == 6001 and raw.frames and raw.packet_bytes[:1] == b"\x45"
+
+
+def test_pcap_of_dropped_packets_reads_in_tshark(pair: Pair, tmp_path: Path) -> None:
+    pair.b.run("iptables", "-A", "INPUT", "-p", "udp", "--dport", "6100", "-j", "DROP")
+    capture = tmp_path / "drops.pcapng"
+    with TraceRun(
+        "drops", "--netns", pair.b.name, "--dport", "6100", "--pcap", str(capture), "--snaplen", "96"
+    ) as trace:
+        trace.wait_ready()
+        udp(pair.a, pair.b4, 6100, count=2)
+        trace.wait_records(lambda r: r.get("type") == "drop", count=2)
+        trace.stop()
+    fields = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(capture),
+            "-T",
+            "fields",
+            "-E",
+            "separator=|",
+            "-e",
+            "ip.src",
+            "-e",
+            "udp.dstport",
+            "-e",
+            "frame.len",
+            "-e",
+            "frame.comment",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert len(fields) == 2
+    source, port, length, comments = fields[0].split("|", 3)
+    assert (source, port, length) == (pair.a4, "6100", "60")  # 20 IP + 8 UDP + 32 payload
+    assert "reason=NETFILTER_DROP" in comments
+    assert "rule=filter/INPUT: -A INPUT -p udp -m udp --dport 6100 -j DROP" in comments
+    assert f"netns={pair.b.name}" in comments

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import socket
 from pathlib import Path
 
@@ -78,9 +79,9 @@ def test_record_layout_round_trips() -> None:
 
 
 def test_softirq_never_blames_the_interrupted_task(tmp_path: Path) -> None:
-    # The kernel could not read the preempt count (in_task unknown); softirq frames decide.
+    # The kernel said softirq: whatever task was interrupted is not reported.
     frames = (0xFFFFFFFF81300150, 0xFFFFFFFF81200099, 0xFFFFFFFF81100410, 0xFFFFFFFF81300010)
-    raw = decode_record(make_event(in_task=2, pid=99, comm=b"innocent", frames=frames))
+    raw = decode_record(make_event(in_task=0, pid=99, comm=b"innocent", frames=frames))
     record = enricher(tmp_path).enrich(raw)
     assert record.owner.source == "kernel" and record.owner.pid is None
     # The stack starts at the dropping function, not at our program or kfree_skb.
@@ -89,11 +90,16 @@ def test_softirq_never_blames_the_interrupted_task(tmp_path: Path) -> None:
 
 
 def test_process_context_is_the_sender(tmp_path: Path) -> None:
-    frames = (0xFFFFFFFF81200099, 0xFFFFFFFF81300010)  # no softirq frame: the syscall itself dropped it
-    record = enricher(tmp_path).enrich(
-        decode_record(make_event(in_task=2, pid=1234, comm=b"sender", frames=frames))
-    )
+    frames = (0xFFFFFFFF81200099, 0xFFFFFFFF81300010)
+    record = enricher(tmp_path).enrich(decode_record(make_event(in_task=1, pid=1234, comm=b"sender", frames=frames)))
     assert (record.owner.pid, record.owner.comm, record.owner.source) == (1234, "sender", "task")
+
+
+def test_a_kernel_thread_is_not_an_owner(tmp_path: Path) -> None:
+    # ksoftirqd runs softirqs on its own task stack: "in task" but nobody's process.
+    raw = dataclasses.replace(decode_record(make_event(in_task=1, pid=15, comm=b"ksoftirqd/1")), kthread=True)
+    record = enricher(tmp_path).enrich(raw)
+    assert record.owner.source == "kernel" and record.owner.pid is None
 
 
 def test_socket_owner_is_used_in_softirq(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from netsleuth.diagnostics.drops_abi import (
 from netsleuth.diagnostics.filters import IpNetwork, PacketFilter
 from netsleuth.diagnostics.packet_abi import LpmAddrKey, decode_tuple
 from netsleuth.errors import UsageError
-from netsleuth.kernel.kallsyms import core_text_ranges
+from netsleuth.kernel.kconfig import thread_size
 from netsleuth.kernel.process import SocketOwners
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.packet import PacketTuple
@@ -38,12 +38,7 @@ from netsleuth.packet import PacketTuple
 __all__ = ["DropTotals", "DropsConfig", "DropsSession", "RawDrop", "RawDropGroup"]
 
 _EVENT_SIZE = ctypes.sizeof(DropEvent)
-DROP_CONTEXT_UNKNOWN = 2  # bpf/drops.h
 _OWNER_REFRESH_S = 0.5
-# Every softirq runs through handle_softirqs (6.8+; __do_softirq before), hardirq handlers through
-# handle_irq_event, threaded NAPI through napi_threaded_poll (kernel/softirq.c, kernel/irq/handle.c,
-# net/core/dev.c): a drop under one of them is not the current task's doing.
-_IRQ_ENTRY_FUNCTIONS = ("handle_softirqs", "__do_softirq", "handle_irq_event", "napi_threaded_poll")
 
 
 @dataclass(frozen=True)
@@ -73,9 +68,10 @@ class RawDrop:
     location: int
     reason: int
     netns: int
-    pid: int  # the current task's; 0 when the kernel knew it ran in softirq/irq
+    pid: int  # the current task's when in_task; 0 in softirq/irq
     tid: int
-    in_task: bool | None  # None: the kernel could not tell; decide from the stack's softirq frames
+    in_task: bool
+    kthread: bool  # the current task is a kernel thread (ksoftirqd, a NAPI thread...)
     comm: str
     sock_ino: int
     sk_state: int | None
@@ -121,7 +117,7 @@ class DropTotals:
 
 
 def decode_event(event: DropEvent, frames: tuple[int, ...] = (), packet_bytes: bytes = b"") -> RawDrop:
-    in_task = None if event.in_task == DROP_CONTEXT_UNKNOWN else bool(event.in_task)
+    in_task = bool(event.in_task)
     return RawDrop(
         monotonic_ns=event.time_ns,
         location=event.location,
@@ -130,7 +126,8 @@ def decode_event(event: DropEvent, frames: tuple[int, ...] = (), packet_bytes: b
         pid=event.pid,
         tid=event.tid,
         in_task=in_task,
-        comm=event.comm.decode(errors="replace") if in_task is not False else "",
+        kthread=bool(event.kthread),
+        comm=event.comm.decode(errors="replace") if in_task else "",
         sock_ino=event.sock_ino,
         sk_state=None if event.sk_state == 0xFF else event.sk_state,
         ifindex=event.ifindex,
@@ -160,13 +157,17 @@ def _lpm_key(network: IpNetwork) -> bytes:
     return bytes(key)
 
 
+# tp_btf reads arguments with no copy; raw_tp is the fallback for kernels that refuse tp_btf.
+PROGRAMS = ("drops_tp_btf", "drops_raw_tp")
+
+
 class DropsSession:
     """A live drops trace. Use as a context manager; `start()` attaches, `close()` detaches everything."""
 
-    PROGRAMS = ("drops_tp_btf", "drops_tp_btf_stackctx", "drops_raw_tp", "drops_raw_tp_stackctx")
 
-    def __init__(self, config: DropsConfig, reasons: DropReasons) -> None:
+    def __init__(self, config: DropsConfig, reasons: DropReasons, programs: tuple[str, ...] = PROGRAMS) -> None:
         self.config = config
+        self.programs = programs
         self.reasons = reasons
         self._object: BpfObject | None = None
         self._ring: RingBuffer | None = None
@@ -208,9 +209,7 @@ class DropsSession:
             cfg.dev = packet_filter.dev.encode()
         cfg.pid = packet_filter.pid or 0
         cfg.comm = (packet_filter.comm or "").encode()
-        ranges = core_text_ranges(_IRQ_ENTRY_FUNCTIONS)
-        for index, (start, end) in enumerate(list(ranges.values())[: len(cfg.irq_ranges)]):
-            cfg.irq_ranges[index].start, cfg.irq_ranges[index].end = start, end
+        cfg.thread_size = thread_size()
         return cfg
 
     def start(self) -> None:
@@ -222,17 +221,14 @@ class DropsSession:
                 "this kernel's skb:kfree_skb tracepoint has no drop reason (needs Linux 5.17 or newer)"
             )
         cfg = self._kernel_config(has_rx_sk=arity >= 4)
-        # tp_btf reads arguments with no copy; raw_tp is the fallback for kernels that refuse tp_btf.
         failure: BpfError | None = None
-        # Variants reading the preempt count fail at once (before verification) when its symbol is not in
-        # kallsyms, which is cheaper than reading kallsyms to find out.
-        for program in self.PROGRAMS:
+        for program in self.programs:
             bpf_object = BpfObject.open_generated("drops")
             try:
                 bpf_object.check_struct_size("drop_event", DropEvent)
                 bpf_object.check_struct_size("drop_group", DropGroupValue)
                 bpf_object.set_rodata("cfg", cfg)
-                for other in self.PROGRAMS:
+                for other in PROGRAMS:
                     bpf_object.set_autoload(other, other == program)
                 bpf_object.load([program])
                 self._fill_filter_maps(bpf_object)
@@ -242,7 +238,7 @@ class DropsSession:
                 failure = failure or error
                 continue
             self._object = bpf_object
-            self.attach_kind = program.removeprefix("drops_").replace("_stackctx", "")
+            self.attach_kind = program.removeprefix("drops_")
             break
         if self._object is None:
             assert failure is not None

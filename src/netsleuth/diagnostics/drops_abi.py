@@ -32,13 +32,6 @@ class DropStat:
     COUNT = 6
 
 
-DROPS_IRQ_RANGES = 4
-
-
-class IrqRange(ctypes.Structure):
-    _fields_ = (("start", ctypes.c_uint64), ("end", ctypes.c_uint64))
-
-
 class DropsConfigC(ctypes.Structure):
     c_name = "drops_config"
     _fields_ = (
@@ -66,7 +59,7 @@ class DropsConfigC(ctypes.Structure):
         ("dev", ctypes.c_char * 16),
         ("pid", ctypes.c_uint32),
         ("comm", ctypes.c_char * 16),
-        ("irq_ranges", IrqRange * DROPS_IRQ_RANGES),
+        ("thread_size", ctypes.c_uint64),
     )
 
 
@@ -87,8 +80,9 @@ class DropEvent(ctypes.Structure):
         ("nr_frames", ctypes.c_uint16),
         ("tuple", PacketTupleC),
         ("in_task", ctypes.c_uint8),
+        ("kthread", ctypes.c_uint8),
         ("sk_state", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 6),
+        ("pad", ctypes.c_uint8 * 5),
         ("comm", ctypes.c_char * 16),
         ("ifname", ctypes.c_char * 16),
     )

@@ -2,7 +2,8 @@
 its container, the firewall rule, and source lines. Everything here is cached: drops come in storms.
 
 Process attribution never reports the task a softirq happened to interrupt. In order:
-1. the drop ran in process context (the kernel said so, or the stack has no softirq/irq frame): that task;
+1. the drop ran in a user task's own context (the BPF program checks it runs on that task's stack, not
+   an IRQ stack): that task;
 2. the packet belongs to a socket: the process holding that socket (by its inode in /proc/PID/fd);
 3. neither: "kernel" (softirq, a kernel thread, or a packet no process owns).
 """
@@ -24,22 +25,6 @@ from netsleuth.packet import PacketTuple, tcp_flags_text
 
 __all__ = ["DropEnricher", "DropGroup", "DropRecord", "Owner"]
 
-# Frames that mean "this ran in softirq or hardirq context" (kernel/softirq.c, arch/x86/kernel/irq.c).
-_INTERRUPT_FRAMES = frozenset(
-    {
-        "handle_softirqs",
-        "__do_softirq",
-        "do_softirq",
-        "net_rx_action",
-        "run_ksoftirqd",
-        "irq_exit_rcu",
-        "__irq_exit_rcu",
-        "common_interrupt",
-        "asm_common_interrupt",
-        "sysvec_apic_timer_interrupt",
-        "napi_threaded_poll",
-    }
-)
 # include/net/tcp_states.h; stable since 2.6, unlike the drop reasons.
 _TCP_STATES = {
     1: "ESTABLISHED",
@@ -211,11 +196,8 @@ class DropEnricher:
             names.append(symbol.name if symbol else hex(address))
         return names
 
-    def owner(self, raw: RawDrop, frame_names: list[str]) -> Owner:
-        in_task = raw.in_task
-        if in_task is None:
-            in_task = not any(name in _INTERRUPT_FRAMES for name in frame_names) and bool(frame_names)
-        if in_task and raw.pid:
+    def owner(self, raw: RawDrop) -> Owner:
+        if raw.in_task and not raw.kthread and raw.pid:
             return Owner(raw.pid, raw.comm, "task", container_of(raw.pid))
         if raw.sock_ino:
             found = self.owners.owner(raw.sock_ino)
@@ -266,7 +248,7 @@ class DropEnricher:
             location=self._symbol(raw.location),
             location_address=raw.location,
             packet=raw.packet,
-            owner=self.owner(raw, frame_names),
+            owner=self.owner(raw),
             netns=raw.netns,
             netns_name=self.netns_names.name_of(raw.netns),
             ifname=raw.ifname or None,

@@ -1,0 +1,1089 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * netsleuth tcp: resets (sent, received, and the ones firewall REJECT rules build), state changes and what
+ * derives from them (connection lives, connect latency and failures), retransmissions, socket errors, and
+ * the drops and memory limits of socket queues. One object for `resets`, `tcp ...` and `conn`; the loader
+ * picks the programs a command needs (autoload) and which kinds it emits, groups or stacks (cfg masks).
+ *
+ * As in drops.bpf.c, every matching event is counted exactly per kind in `tcp_stats` before it is offered to
+ * the ring buffer, where it may be sampled away on purpose or lost; both are counted too.
+ *
+ * Hooks and their arguments on Linux 6.x (include/trace/events/tcp.h, sock.h, skb.h, net.h):
+ *   tcp_send_reset(sk, skb, reason)   sk and skb may each be NULL; reason since 6.10
+ *   tcp_receive_reset(sk)             from tcp_reset(), before the socket is closed
+ *   inet_sock_set_state(sk, old, new) every state change of TCP/SCTP/MPTCP sockets
+ *   tcp_retransmit_skb(sk, skb, err)  err since 6.11
+ *   tcp_retransmit_synack(sk, req)    sk is the listener
+ *   inet_sk_error_report(sk)          sk_err is set
+ *   kfree_skb(skb, location, reason, rx_sk)
+ *   sock_rcvqueue_full(sk, skb), sock_exceed_buf_limit(sk, prot, allocated, kind)
+ *   net_dev_queue(skb)                only RSTs whose stack passes through nf_send_reset{,6} are kept
+ */
+#include "netsleuth.bpf.h"
+#include <bpf/bpf_tracing.h>
+#include "tcp.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* include/net/tcp_states.h; stable since 2.6 (it is what /proc/net/tcp and inet_diag report). */
+#define TCP_ESTABLISHED 1
+#define TCP_SYN_SENT 2
+#define TCP_SYN_RECV 3
+#define TCP_FIN_WAIT1 4
+#define TCP_CLOSE 7
+#define TCP_CLOSE_WAIT 8
+#define TCP_LAST_ACK 9
+#define TCP_LISTEN 10
+/* include/net/sock.h enum sock_flags; SOCK_LINGER has been bit 4 since 2.6. */
+#define SOCK_LINGER_BIT 4
+/* include/uapi/linux/tcp.h enum tcp_ca_state */
+#define TCP_CA_LOSS 4
+#define TCP_FLAG_RST 0x04
+#define RINGBUF_BYTES (8 << 20)
+#define TLP_FRAMES 8 /* tcp_send_loss_probe sits within the first frames above the tracepoint */
+
+const volatile struct tcp_config cfg = {
+	.consumed_reason = ~0U,
+	.not_dropped_reason = ~0U,
+	.sample_every = 1,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, RINGBUF_BYTES);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TCP_EV_KINDS *TCP_STAT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} tcp_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TCP_MAX_GROUPS);
+	__type(key, struct tcp_group_key);
+	__type(value, struct tcp_group);
+} tcp_groups SEC(".maps");
+
+/* Socket address -> what the state tracker learnt about it. LRU: sockets we never see close age out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct tcp_sock_info);
+} sock_infos SEC(".maps");
+
+/* Text of nf_send_reset/nf_send_reset6 (from kallsyms; userspace fills it, also when the module loads later). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TCP_STACK_RANGES);
+	__type(key, __u32);
+	__type(value, struct tcp_range);
+} reject_ranges SEC(".maps");
+
+/* kfree_skb reasons that are about a socket's queues (LISTEN_OVERFLOW, SOCKET_RCVBUFF, PROTO_MEM...). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u8);
+} queue_reasons SEC(".maps");
+
+#define LPM_MAP(name)                                        \
+	struct {                                             \
+		__uint(type, BPF_MAP_TYPE_LPM_TRIE);         \
+		__uint(max_entries, 256);                    \
+		__uint(map_flags, BPF_F_NO_PREALLOC);        \
+		__type(key, struct lpm_addr_key);            \
+		__type(value, __u8);                         \
+	} name SEC(".maps")
+
+LPM_MAP(host_filter);
+LPM_MAP(src_filter);
+LPM_MAP(dst_filter);
+
+/* --pid / --comm: inodes of the sockets the selected processes hold, kept in step with /proc. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u8);
+} owner_inodes SEC(".maps");
+
+struct tcp_scratch {
+	struct tcp_event event;
+	__u64 frames[TCP_MAX_FRAMES]; /* right after the event: one ring-buffer record */
+	__u8 header[NS_HEADER_BYTES];
+	struct tcp_group fresh;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tcp_scratch);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} sample_counter SEC(".maps");
+
+static __always_inline bool kind_in(__u32 mask, __u8 kind)
+{
+	return mask & (1U << kind);
+}
+
+static __always_inline bool kind_wanted(__u8 kind)
+{
+	return kind_in(cfg.emit_mask | cfg.group_mask, kind);
+}
+
+static __always_inline void count(__u8 kind, enum tcp_stat stat)
+{
+	__u32 key = kind * TCP_STAT_COUNT + stat;
+	__u64 *value = bpf_map_lookup_elem(&tcp_stats, &key);
+
+	if (value)
+		*value += 1;
+}
+
+static __always_inline struct tcp_scratch *fresh_scratch(__u8 kind)
+{
+	__u32 zero = 0;
+	struct tcp_scratch *buf = bpf_map_lookup_elem(&scratch, &zero);
+
+	if (!buf)
+		return 0;
+	__builtin_memset(&buf->event, 0, sizeof(buf->event));
+	buf->event.kind = kind;
+	buf->event.state = TCP_NO_STATE;
+	buf->event.old_state = TCP_NO_STATE;
+	return buf;
+}
+
+/* ::ffff:a.b.c.d -> a.b.c.d, so IPv4 filters and joins work for dual-stack sockets. */
+static __always_inline bool v4_mapped(const __u8 *addr)
+{
+	for (int i = 0; i < 10; i++)
+		if (addr[i])
+			return false;
+	return addr[10] == 0xff && addr[11] == 0xff;
+}
+
+static __always_inline void unmap_v4(__u8 *addr)
+{
+	__builtin_memcpy(addr, addr + 12, 4);
+	__builtin_memset(addr + 4, 0, 12);
+}
+
+/* A socket's endpoints; works for full, request and TIME_WAIT socks (all start with struct sock_common). */
+static __always_inline void sock_endpoints(struct sock_common *skc, struct tcp_event *e)
+{
+	__u16 family = BPF_CORE_READ(skc, skc_family);
+
+	e->lport = BPF_CORE_READ(skc, skc_num);
+	e->rport = bpf_ntohs(BPF_CORE_READ(skc, skc_dport));
+	if (family == AF_INET) {
+		__be32 local = BPF_CORE_READ(skc, skc_rcv_saddr);
+		__be32 remote = BPF_CORE_READ(skc, skc_daddr);
+
+		e->family = 4;
+		__builtin_memcpy(e->laddr, &local, 4);
+		__builtin_memcpy(e->raddr, &remote, 4);
+	} else if (family == AF_INET6) {
+		e->family = 6;
+		BPF_CORE_READ_INTO(&e->laddr, skc, skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&e->raddr, skc, skc_v6_daddr);
+		if (v4_mapped(e->raddr)) {
+			e->family = 4;
+			unmap_v4(e->raddr);
+			if (v4_mapped(e->laddr))
+				unmap_v4(e->laddr);
+		}
+	}
+}
+
+static __always_inline __u32 sock_netns(struct sock *sk)
+{
+	return ns_net_inum(BPF_CORE_READ(sk, __sk_common.skc_net.net));
+}
+
+static __always_inline __u32 skb_netns(struct sk_buff *skb)
+{
+	struct net_device *dev = BPF_CORE_READ(skb, dev);
+
+	return dev ? ns_net_inum(BPF_CORE_READ(dev, nd_net.net)) : 0;
+}
+
+/*
+ * Copy the packet's network and transport headers once and describe it. Returns the TCP header's offset in
+ * buf->header, or -1 when this is not a TCP segment we can read.
+ */
+static __always_inline int read_segment(struct sk_buff *skb, struct tcp_scratch *buf, struct packet_tuple *tuple)
+{
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 network_header = BPF_CORE_READ(skb, network_header);
+	__u8 *hdr = buf->header;
+	int transport;
+
+	if (network_header == (__u16)~0U || !head)
+		return -1;
+	if (bpf_probe_read_kernel(hdr, NS_HEADER_BYTES, head + network_header))
+		return -1;
+	ns_parse_headers(hdr, tuple);
+	if (tuple->l4proto != IPPROTO_TCP || !tuple->has_ports)
+		return -1;
+	transport = tuple->family == 4 ? (hdr[0] & 0xf) * 4 : 40;
+	if (transport < 20 || transport > NS_HEADER_BYTES - 14)
+		return -1;
+	return transport;
+}
+
+static __always_inline __u32 be32_at(const __u8 *p)
+{
+	return ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | p[3];
+}
+
+/* seq, ack, flags and payload length of the TCP segment at `transport` in buf->header. */
+static __always_inline void describe_segment(struct tcp_scratch *buf, int transport, const struct packet_tuple *tuple)
+{
+	struct tcp_event *e = &buf->event;
+	const __u8 *hdr = buf->header;
+	const __u8 *th;
+	__u32 total, headers;
+
+	if (transport < 20 || transport > NS_HEADER_BYTES - 14)
+		return;
+	th = hdr + transport;
+	e->has_trigger = 1;
+	e->seq = be32_at(th + 4);
+	e->ack = be32_at(th + 8);
+	e->tcp_flags = th[13];
+	headers = (th[12] >> 4) * 4;
+	if (tuple->family == 4) {
+		total = (hdr[2] << 8) | hdr[3];
+		headers += transport;
+	} else {
+		total = (hdr[4] << 8) | hdr[5]; /* payload after the fixed header; extension headers not counted */
+	}
+	e->payload_len = total > headers ? total - headers : 0;
+}
+
+static __always_inline bool name_matches(const char *name, const volatile char *wanted)
+{
+	for (int i = 0; i < 16; i++) {
+		if (name[i] != wanted[i])
+			return false;
+		if (!name[i])
+			return true;
+	}
+	return true;
+}
+
+static __always_inline bool flow_matches(const struct tcp_event *e)
+{
+	if (cfg.netns && e->netns != cfg.netns)
+		return false;
+	if (cfg.family && e->family != cfg.family)
+		return false;
+	if (cfg.port && e->lport != cfg.port && e->rport != cfg.port)
+		return false;
+	if (cfg.sport && e->lport != cfg.sport)
+		return false;
+	if (cfg.dport && e->rport != cfg.dport)
+		return false;
+	if (!cfg.filter_host && !cfg.filter_src && !cfg.filter_dst)
+		return true;
+	if (e->family != 4 && e->family != 6)
+		return false;
+	if (cfg.filter_host && !ns_addr_in(&host_filter, e->family, e->laddr) &&
+	    !ns_addr_in(&host_filter, e->family, e->raddr))
+		return false;
+	if (cfg.filter_src && !ns_addr_in(&src_filter, e->family, e->laddr))
+		return false;
+	if (cfg.filter_dst && !ns_addr_in(&dst_filter, e->family, e->raddr))
+		return false;
+	return true;
+}
+
+static __always_inline bool owner_matches(const struct tcp_event *e)
+{
+	if (!cfg.filter_owner)
+		return true;
+	if (e->in_task && (!cfg.pid || e->pid == cfg.pid) && (!cfg.comm[0] || name_matches(e->comm, cfg.comm)))
+		return true;
+	if (e->owner_pid && (!cfg.pid || e->owner_pid == cfg.pid) &&
+	    (!cfg.comm[0] || name_matches(e->owner_comm, cfg.comm)))
+		return true;
+	return e->sock_ino && bpf_map_lookup_elem(&owner_inodes, &e->sock_ino);
+}
+
+/* Time, CPU, the running task, and what the tracker knows about the socket. */
+static __always_inline void fill_context(void *ctx, struct tcp_event *e, struct sock *sk)
+{
+	bool kthread = false;
+
+	e->time_ns = bpf_ktime_get_ns();
+	e->cpu = bpf_get_smp_processor_id();
+	e->in_task = ns_in_task(ctx, cfg.thread_size, &kthread);
+	e->kthread = kthread;
+	if (e->in_task) {
+		__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+		e->pid = pid_tgid >> 32;
+		e->tid = (__u32)pid_tgid;
+		bpf_get_current_comm(&e->comm, sizeof(e->comm));
+	}
+	if (sk) {
+		__u64 key = (__u64)sk;
+		struct tcp_sock_info *info = bpf_map_lookup_elem(&sock_infos, &key);
+
+		e->sk = key;
+		e->sock_ino = ns_sock_ino(sk);
+		if (info) {
+			e->born_ns = info->born_ns;
+			e->side = info->side;
+			e->owner_pid = info->pid;
+			if (!e->lport)
+				e->lport = info->lport;
+			else if (!info->lport)
+				info->lport = e->lport; /* bound after its first transition (connect) */
+			__builtin_memcpy(e->owner_comm, info->comm, sizeof(e->owner_comm));
+			if (e->old_state == TCP_NO_STATE)
+				e->old_state = info->last_old_state;
+			if (!e->sock_ino)
+				e->sock_ino = info->sock_ino;
+		}
+	}
+}
+
+static __always_inline __u64 sock_flags_word(struct sock *sk)
+{
+	if (bpf_core_field_exists(sk->__sk_common.skc_flags))
+		return BPF_CORE_READ(sk, __sk_common.skc_flags);
+	return BPF_CORE_READ(sk, sk_flags);
+}
+
+/* Queues and linger settings of a full TCP socket: what explains an abort. */
+static __always_inline void fill_tcp_details(struct tcp_event *e, struct sock *sk)
+{
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
+	__u64 flags;
+
+	if (!sk || !ns_sk_fullsock_rd(false, sk))
+		return;
+	e->sock_flags |= TCP_SOCK_FULL;
+	if (BPF_CORE_READ(sk, sk_socket))
+		e->sock_flags |= TCP_SOCK_HAS_FILE;
+	flags = sock_flags_word(sk);
+	if (flags & (1ULL << SOCK_LINGER_BIT)) {
+		e->sock_flags |= TCP_SOCK_LINGER;
+		if (!BPF_CORE_READ(sk, sk_lingertime))
+			e->sock_flags |= TCP_SOCK_LINGER_ZERO;
+	}
+	if (BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_LISTEN) {
+		e->backlog = BPF_CORE_READ(sk, sk_ack_backlog);
+		e->max_backlog = BPF_CORE_READ(sk, sk_max_ack_backlog);
+		e->syn_queue = BPF_CORE_READ(icsk, icsk_accept_queue.qlen.counter);
+		return;
+	}
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return;
+	e->unread = BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq);
+	e->unsent = BPF_CORE_READ(tp, write_seq) - BPF_CORE_READ(tp, snd_una);
+	e->retransmits = BPF_CORE_READ(icsk, icsk_retransmits);
+	e->ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
+}
+
+static __always_inline bool should_emit(void)
+{
+	__u32 zero = 0;
+	__u64 *counter;
+
+	/* Back-pressure: past half full, drop to sampling so the consumer catches up instead of losing. */
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > RINGBUF_BYTES / 2)
+		return false;
+	if (cfg.sample_every <= 1)
+		return true;
+	counter = bpf_map_lookup_elem(&sample_counter, &zero);
+	if (!counter)
+		return true;
+	*counter += 1;
+	return *counter % cfg.sample_every == 0;
+}
+
+static __always_inline long take_stack(void *ctx, struct tcp_scratch *buf)
+{
+	long got = bpf_get_stack(ctx, buf->frames, sizeof(buf->frames), 0);
+
+	if (got <= 0)
+		return 0;
+	return got > (long)sizeof(buf->frames) ? (long)sizeof(buf->frames) : got;
+}
+
+/* Which fields a --summary groups by, per kind (see tcp.h tcp_group_key). */
+static __always_inline void group_key_for(const struct tcp_event *e, struct tcp_group_key *key)
+{
+	bool flows = cfg.group_flows;
+
+	key->kind = e->kind;
+	key->netns = e->netns;
+	key->family = e->family;
+	switch (e->kind) {
+	case TCP_EV_RESET_SENT:
+	case TCP_EV_RESET_RECEIVED:
+	case TCP_EV_RESET_FIREWALL:
+	case TCP_EV_SOCK_DROP:
+		key->state = e->state;
+		key->reason = e->reason;
+		__builtin_memcpy(key->laddr, e->laddr, 16);
+		key->lport = e->lport;
+		if (flows) {
+			__builtin_memcpy(key->raddr, e->raddr, 16);
+			key->rport = e->rport;
+		}
+		break;
+	case TCP_EV_STATE:
+		key->state = e->state;
+		key->old_state = e->old_state;
+		break;
+	case TCP_EV_LIFE:
+	case TCP_EV_CONNECT:
+	case TCP_EV_ERROR:
+		key->reason = e->kind == TCP_EV_LIFE ? 0 : e->reason;
+		key->pid = e->owner_pid;
+		if (e->kind == TCP_EV_ERROR)
+			key->state = e->state;
+		/* A service is its local end, a client's peer its remote end. */
+		if (e->side == 2 || flows) {
+			__builtin_memcpy(key->laddr, e->laddr, 16);
+			key->lport = e->lport;
+		}
+		if (e->side != 2 || flows) {
+			__builtin_memcpy(key->raddr, e->raddr, 16);
+			key->rport = e->rport;
+		}
+		break;
+	default: /* retransmits, buffers: per flow */
+		key->state = e->state;
+		key->retrans_kind = e->retrans_kind;
+		key->reason = e->kind == TCP_EV_MEM_LIMIT ? e->reason : 0;
+		key->pid = e->owner_pid;
+		__builtin_memcpy(key->laddr, e->laddr, 16);
+		key->lport = e->lport;
+		__builtin_memcpy(key->raddr, e->raddr, 16);
+		key->rport = e->rport;
+		break;
+	}
+}
+
+static __always_inline void add_to_group(struct tcp_group *group, const struct tcp_event *e)
+{
+	__sync_fetch_and_add(&group->count, 1);
+	__sync_fetch_and_add(&group->sum1, e->value1);
+	__sync_fetch_and_add(&group->sum2, e->value2);
+	__sync_fetch_and_add(&group->sum3, e->value3);
+	if (e->value1 > group->max1) /* a racing update may win: the maximum is a hint, the counts are exact */
+		group->max1 = e->value1;
+}
+
+static __always_inline void update_group(void *ctx, struct tcp_scratch *buf, long stack_bytes)
+{
+	struct tcp_event *e = &buf->event;
+	struct tcp_group_key key = {};
+	struct tcp_group *group, *fresh;
+	long got;
+
+	group_key_for(e, &key);
+	group = bpf_map_lookup_elem(&tcp_groups, &key);
+	if (group) {
+		add_to_group(group, e);
+		return;
+	}
+	/* First event of its kind: it becomes the group's example, with the stack it has (or a fresh one). */
+	fresh = &buf->fresh;
+	fresh->count = 1;
+	fresh->sum1 = e->value1;
+	fresh->sum2 = e->value2;
+	fresh->sum3 = e->value3;
+	fresh->max1 = e->value1;
+	__builtin_memcpy(&fresh->example, e, sizeof(*e));
+	if (stack_bytes > 0) {
+		__builtin_memcpy(fresh->example_frames, buf->frames, sizeof(fresh->example_frames));
+		got = stack_bytes > (long)sizeof(fresh->example_frames) ? (long)sizeof(fresh->example_frames)
+									 : stack_bytes;
+	} else {
+		got = bpf_get_stack(ctx, fresh->example_frames, sizeof(fresh->example_frames), 0);
+	}
+	fresh->example.nr_frames = got > 0 ? (__u64)got / 8 : 0;
+	if (bpf_map_update_elem(&tcp_groups, &key, fresh, BPF_NOEXIST)) {
+		/* Another CPU inserted it first, or the map is full. */
+		group = bpf_map_lookup_elem(&tcp_groups, &key);
+		if (group)
+			add_to_group(group, e);
+		else
+			count(e->kind, TCP_STAT_UNGROUPED);
+	}
+}
+
+/* The event in `buf` passed every filter: count it, group it, maybe send it. `stack_bytes` is how much of
+ * buf->frames a handler already filled (-1: none taken yet). */
+static __always_inline int submit(void *ctx, struct tcp_scratch *buf, long stack_bytes)
+{
+	struct tcp_event *e = &buf->event;
+	__u8 kind = e->kind;
+	__u64 size;
+
+	count(kind, TCP_STAT_MATCHED);
+	if (kind_in(cfg.group_mask, kind))
+		update_group(ctx, buf, stack_bytes);
+	if (!kind_in(cfg.emit_mask, kind))
+		return 0;
+	if (!should_emit()) {
+		count(kind, TCP_STAT_SAMPLED);
+		return 0;
+	}
+	if (stack_bytes < 0 && kind_in(cfg.stack_mask, kind))
+		stack_bytes = take_stack(ctx, buf);
+	if (stack_bytes < 0)
+		stack_bytes = 0;
+	if (stack_bytes > (long)sizeof(buf->frames))
+		stack_bytes = sizeof(buf->frames);
+	e->nr_frames = (__u64)stack_bytes / 8;
+	size = sizeof(*e) + (__u64)stack_bytes;
+	if (bpf_ringbuf_output(&events, buf, size, 0)) {
+		count(kind, TCP_STAT_LOST);
+		return 0;
+	}
+	count(kind, TCP_STAT_EMITTED);
+	return 0;
+}
+
+/* ---- resets --------------------------------------------------------------------------------------------- */
+
+static __always_inline int on_send_reset(void *ctx, struct sock *sk, struct sk_buff *skb, __u32 reason)
+{
+	struct tcp_scratch *buf;
+	struct tcp_event *e;
+
+	count(TCP_EV_RESET_SENT, TCP_STAT_SEEN);
+	buf = fresh_scratch(TCP_EV_RESET_SENT);
+	if (!buf)
+		return 0;
+	e = &buf->event;
+	e->reason = reason;
+	if (skb) {
+		/* tcp_v4/v6_send_reset: the segment that made us answer with RST; it goes back to its sender. */
+		struct packet_tuple tuple = {};
+		int transport = read_segment(skb, buf, &tuple);
+
+		if (transport >= 0) {
+			e->family = tuple.family;
+			__builtin_memcpy(e->laddr, tuple.daddr, 16);
+			__builtin_memcpy(e->raddr, tuple.saddr, 16);
+			e->lport = tuple.dport;
+			e->rport = tuple.sport;
+			describe_segment(buf, transport, &tuple);
+		}
+		e->netns = skb_netns(skb);
+		e->ifindex = BPF_CORE_READ(skb, skb_iif);
+	} else if (sk) {
+		/* tcp_send_active_reset: the socket aborts on its own (close, disconnect, timer). */
+		sock_endpoints((struct sock_common *)sk, e);
+	}
+	if (sk) {
+		e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+		if (!e->netns)
+			e->netns = sock_netns(sk);
+	}
+	if (!flow_matches(e))
+		return 0;
+	fill_context(ctx, e, sk);
+	if (!owner_matches(e))
+		return 0;
+	fill_tcp_details(e, sk);
+	return submit(ctx, buf, -1);
+}
+
+static __always_inline int on_receive_reset(void *ctx, struct sock *sk)
+{
+	struct tcp_scratch *buf;
+	struct tcp_event *e;
+
+	count(TCP_EV_RESET_RECEIVED, TCP_STAT_SEEN);
+	if (!sk)
+		return 0;
+	buf = fresh_scratch(TCP_EV_RESET_RECEIVED);
+	if (!buf)
+		return 0;
+	e = &buf->event;
+	sock_endpoints((struct sock_common *)sk, e);
+	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	e->netns = sock_netns(sk);
+	if (!flow_matches(e))
+		return 0;
+	fill_context(ctx, e, sk);
+	if (!owner_matches(e))
+		return 0;
+	fill_tcp_details(e, sk);
+	return submit(ctx, buf, -1);
+}
+
+static __always_inline bool in_reject_code(__u64 address)
+{
+	for (__u32 i = 0; i < TCP_STACK_RANGES; i++) {
+		__u32 key = i;
+		struct tcp_range *range = bpf_map_lookup_elem(&reject_ranges, &key);
+
+		if (range && range->start && address >= range->start && address < range->end)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * REJECT --reject-with tcp-reset (iptables) and `reject with tcp reset` (nftables) build the RST in
+ * nf_send_reset()/nf_send_reset6() (net/ipv4/netfilter/nf_reject_ipv4.c, net/ipv6/netfilter/
+ * nf_reject_ipv6.c) and send it with ip_local_out()/dev_queue_xmit(): no TCP tracepoint sees it. Every
+ * transmitted packet passes net:net_dev_queue synchronously from its sender, so an RST whose stack goes
+ * through those functions is a firewall's.
+ */
+static __always_inline int on_net_dev_queue(void *ctx, struct sk_buff *skb)
+{
+	struct packet_tuple tuple = {};
+	struct tcp_scratch *buf;
+	struct tcp_event *e;
+	__u32 zero = 0;
+	struct tcp_range *first = bpf_map_lookup_elem(&reject_ranges, &zero);
+	long stack_bytes;
+	int transport;
+	bool from_reject = false;
+
+	if (!first || !first->start) /* no reject code in this kernel yet: cost one lookup per packet */
+		return 0;
+	buf = fresh_scratch(TCP_EV_RESET_FIREWALL);
+	if (!buf)
+		return 0;
+	transport = read_segment(skb, buf, &tuple);
+	if (transport < 0 || !(tuple.tcp_flags & TCP_FLAG_RST))
+		return 0;
+	stack_bytes = take_stack(ctx, buf);
+	for (int i = 0; i < TCP_MAX_FRAMES; i++) {
+		if (i * 8 >= stack_bytes)
+			break;
+		if (in_reject_code(buf->frames[i])) {
+			from_reject = true;
+			break;
+		}
+	}
+	if (!from_reject)
+		return 0;
+	count(TCP_EV_RESET_FIREWALL, TCP_STAT_SEEN);
+	e = &buf->event;
+	e->family = tuple.family;
+	__builtin_memcpy(e->laddr, tuple.saddr, 16);
+	__builtin_memcpy(e->raddr, tuple.daddr, 16);
+	e->lport = tuple.sport;
+	e->rport = tuple.dport;
+	describe_segment(buf, transport, &tuple);
+	e->netns = skb_netns(skb);
+	if (!flow_matches(e))
+		return 0;
+	fill_context(ctx, e, 0);
+	if (!owner_matches(e))
+		return 0;
+	{
+		struct net_device *dev = BPF_CORE_READ(skb, dev);
+
+		if (dev) {
+			e->ifindex = BPF_CORE_READ(dev, ifindex);
+			BPF_CORE_READ_STR_INTO(&e->ifname, dev, name);
+		}
+	}
+	return submit(ctx, buf, stack_bytes);
+}
+
+/* ---- state changes, connection lives, connect latency ------------------------------------------------------ */
+
+/* Remember what this transition tells about the socket; returns ns spent in the previous state (0 unknown). */
+static __always_inline __u64 track_state(void *ctx, struct sock *sk, int old, int new, __u64 now,
+					 struct tcp_sock_info *seen)
+{
+	__u64 key = (__u64)sk;
+	struct tcp_sock_info *info = bpf_map_lookup_elem(&sock_infos, &key);
+	struct tcp_sock_info fresh = {};
+	bool kthread = false;
+	bool in_task = ns_in_task(ctx, cfg.thread_size, &kthread);
+	__u64 in_previous = 0;
+	__u64 ino = ns_sock_ino(sk);
+	bool birth = (old == TCP_CLOSE && (new == TCP_SYN_SENT || new == TCP_LISTEN)) ||
+		     (old == TCP_LISTEN && new == TCP_SYN_RECV);
+
+	if (info && !birth) {
+		in_previous = info->changed_ns ? now - info->changed_ns : 0;
+		__builtin_memcpy(&fresh, info, sizeof(fresh));
+	} else if (birth) {
+		fresh.born_ns = now;
+		/* connect() runs tcp_set_state(SYN_SENT); a child socket is cloned from its listener in
+		 * SYN_RECV (inet_csk_clone_lock): the two ways a connection starts. */
+		fresh.side = new == TCP_SYN_SENT ? 1 : new == TCP_SYN_RECV ? 2 : 0;
+	}
+	/* Only a task's own syscall tells who owns the socket: connect() and listen() make the first two
+	 * transitions, close()/shutdown() the last two (tcp_close_state); softirq work that happens to run on
+	 * a task's stack must not name that task. */
+	if (in_task && !kthread &&
+	    ((old == TCP_CLOSE && (new == TCP_SYN_SENT || new == TCP_LISTEN)) ||
+	     (old == TCP_ESTABLISHED && new == TCP_FIN_WAIT1) || (old == TCP_CLOSE_WAIT && new == TCP_LAST_ACK))) {
+		fresh.pid = bpf_get_current_pid_tgid() >> 32;
+		bpf_get_current_comm(&fresh.comm, sizeof(fresh.comm));
+	}
+	if (ino)
+		fresh.sock_ino = ino;
+	if (BPF_CORE_READ(sk, __sk_common.skc_num))
+		fresh.lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	fresh.changed_ns = now;
+	fresh.last_old_state = old;
+	bpf_map_update_elem(&sock_infos, &key, &fresh, BPF_ANY);
+	__builtin_memcpy(seen, &fresh, sizeof(fresh));
+	return in_previous;
+}
+
+static __always_inline int emit_state_kind(void *ctx, struct sock *sk, __u8 kind, int old, int new, __u64 now,
+					   const struct tcp_sock_info *info, __u64 value1, __u32 reason)
+{
+	struct tcp_scratch *buf;
+	struct tcp_event *e;
+
+	count(kind, TCP_STAT_SEEN);
+	buf = fresh_scratch(kind);
+	if (!buf)
+		return 0;
+	e = &buf->event;
+	sock_endpoints((struct sock_common *)sk, e);
+	e->netns = sock_netns(sk);
+	e->state = new;
+	e->old_state = old;
+	e->reason = reason;
+	e->value1 = value1;
+	if (!e->lport)
+		e->lport = info->lport ? info->lport : bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
+	if (!flow_matches(e))
+		return 0;
+	fill_context(ctx, e, sk);
+	/* The tracker's entry was just rewritten for this transition; report what it was before. */
+	e->born_ns = info->born_ns;
+	e->side = info->side;
+	e->time_ns = now;
+	if (!owner_matches(e))
+		return 0;
+	if (new == TCP_CLOSE) {
+		struct tcp_sock *tp = (struct tcp_sock *)sk;
+
+		e->value2 = BPF_CORE_READ(tp, bytes_acked);
+		e->value3 = BPF_CORE_READ(tp, bytes_received);
+		e->retransmits = BPF_CORE_READ((struct inet_connection_sock *)sk, icsk_retransmits);
+		e->unread = BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq);
+	}
+	return submit(ctx, buf, -1);
+}
+
+static __always_inline int on_state(void *ctx, struct sock *sk, int old, int new)
+{
+	struct tcp_sock_info info = {};
+	__u64 now, in_previous;
+
+	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return 0;
+	now = bpf_ktime_get_ns();
+	in_previous = track_state(ctx, sk, old, new, now, &info);
+	if (kind_wanted(TCP_EV_STATE))
+		emit_state_kind(ctx, sk, TCP_EV_STATE, old, new, now, &info, in_previous, 0);
+	if (old == TCP_SYN_SENT && (new == TCP_ESTABLISHED || new == TCP_CLOSE) && info.born_ns &&
+	    kind_wanted(TCP_EV_CONNECT)) {
+		/* tcp_done_with_error() sets sk_err before the socket reaches CLOSE: ECONNREFUSED after an RST,
+		 * ETIMEDOUT after the last SYN retransmit; 0 when the application gave up (close()). */
+		__u32 error = new == TCP_CLOSE ? BPF_CORE_READ(sk, sk_err) : 0;
+
+		emit_state_kind(ctx, sk, TCP_EV_CONNECT, old, new, now, &info, now - info.born_ns, error);
+	}
+	if (new == TCP_CLOSE && old != TCP_SYN_SENT && old != TCP_LISTEN && info.born_ns &&
+	    kind_wanted(TCP_EV_LIFE))
+		emit_state_kind(ctx, sk, TCP_EV_LIFE, old, new, now, &info, now - info.born_ns, 0);
+	return 0;
+}
+
+/* ---- retransmissions and errors ---------------------------------------------------------------------------- */
+
+static __always_inline int on_retransmit(void *ctx, struct sock *sk, struct sk_buff *skb, int err)
+{
+	struct tcp_scratch *buf;
+	struct tcp_event *e;
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	long stack_bytes = -1;
+
+	count(TCP_EV_RETRANS, TCP_STAT_SEEN);
+	if (!sk)
+		return 0;
+	buf = fresh_scratch(TCP_EV_RETRANS);
+	if (!buf)
+		return 0;
+	e = &buf->event;
+	sock_endpoints((struct sock_common *)sk, e);
+	e->netns = sock_netns(sk);
+	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	e->reason = err;
+	if (!flow_matches(e))
+		return 0;
+	fill_context(ctx, e, sk);
+	if (!owner_matches(e))
+		return 0;
+	fill_tcp_details(e, sk);
+	e->value1 = BPF_CORE_READ(tp, total_retrans);
+	e->value2 = BPF_CORE_READ(tp, srtt_us) >> 3; /* srtt_us holds 8 x the smoothed RTT (tcp_rtt_estimator) */
+	e->value3 = BPF_CORE_READ(tp, snd_cwnd);
+	if (e->state == TCP_SYN_SENT) {
+		e->retrans_kind = TCP_RETRANS_SYN;
+	} else {
+		/* No tracepoint marks a tail loss probe, and icsk_pending still reads ICSK_TIME_LOSS_PROBE when
+		 * ACK processing fast-retransmits while a probe is armed; tcp_send_loss_probe() on the stack is
+		 * the one unambiguous sign (net/ipv4/tcp_output.c calls __tcp_retransmit_skb from it). */
+		if (cfg.tlp.start) {
+			stack_bytes = take_stack(ctx, buf);
+			for (int i = 0; i < TLP_FRAMES; i++) {
+				if (i * 8 >= stack_bytes)
+					break;
+				if (buf->frames[i] >= cfg.tlp.start && buf->frames[i] < cfg.tlp.end)
+					e->retrans_kind = TCP_RETRANS_TLP;
+			}
+		}
+		if (e->retrans_kind != TCP_RETRANS_TLP)
+			e->retrans_kind = e->ca_state == TCP_CA_LOSS ? TCP_RETRANS_TIMEOUT
+				      : e->ca_state	      ? TCP_RETRANS_FAST
+							      : TCP_RETRANS_OTHER;
+	}
+	return submit(ctx, buf, stack_bytes);
+}
+
+static __always_inline int on_synack_retransmit(void *ctx, struct sock *listener, struct request_sock *req)
+{
+	struct tcp_scratch *buf;
+	struct tcp_event *e;
+
+	count(TCP_EV_SYNACK_RETRANS, TCP_STAT_SEEN);
+	if (!listener || !req)
+		return 0;
+	buf = fresh_scratch(TCP_EV_SYNACK_RETRANS);
+	if (!buf)
+		return 0;
+	e = &buf->event;
+	sock_endpoints((struct sock_common *)req, e);
+	e->netns = sock_netns(listener);
+	e->state = TCP_NEW_SYN_RECV;
+	e->retrans_kind = TCP_RETRANS_SYN;
+	e->value1 = BPF_CORE_READ(req, num_retrans);
+	if (!flow_matches(e))
+		return 0;
+	fill_context(ctx, e, listener); /* the listener's owner: the service that did not get its ACK */
+	if (!owner_matches(e))
+		return 0;
+	fill_tcp_details(e, listener);
+	return submit(ctx, buf, -1);
+}
+
+static __always_inline int on_error_report(void *ctx, struct sock *sk)
+{
+	struct tcp_scratch *buf;
+	struct tcp_event *e;
+
+	count(TCP_EV_ERROR, TCP_STAT_SEEN);
+	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return 0;
+	buf = fresh_scratch(TCP_EV_ERROR);
+	if (!buf)
+		return 0;
+	e = &buf->event;
+	sock_endpoints((struct sock_common *)sk, e);
+	e->netns = sock_netns(sk);
+	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	e->reason = BPF_CORE_READ(sk, sk_err);
+	if (!e->reason) /* sk_error_report() for a queued error already taken (e.g. by connect()) */
+		return 0;
+	if (!flow_matches(e))
+		return 0;
+	fill_context(ctx, e, sk);
+	if (!owner_matches(e))
+		return 0;
+	fill_tcp_details(e, sk);
+	e->value1 = BPF_CORE_READ((struct tcp_sock *)sk, total_retrans);
+	return submit(ctx, buf, -1);
+}
+
+/* ---- socket queues ------------------------------------------------------------------------------------------ */
+
+/*
+ * A packet dropped on its way into a socket. Listeners are always of interest: on 6.x a full accept queue
+ * makes tcp_check_req() fail and tcp_v4_rcv() free the handshake's last ACK with NOT_SPECIFIED and the
+ * listener as rx_sk (net/ipv4/tcp_ipv4.c discard_and_relse); other sockets only for the queue reasons
+ * userspace lists (SOCKET_RCVBUFF, PROTO_MEM, TCP_LISTEN_OVERFLOW...).
+ */
+static __always_inline int on_kfree_skb(void *ctx, struct sk_buff *skb, __u32 reason, struct sock *rx_sk)
+{
+	struct packet_tuple tuple = {};
+	struct tcp_scratch *buf;
+	struct tcp_event *e;
+	struct sock *sk;
+	__u8 state;
+
+	if (reason == cfg.consumed_reason || reason == cfg.not_dropped_reason)
+		return 0;
+	sk = rx_sk ? rx_sk : BPF_CORE_READ(skb, sk);
+	if (!sk)
+		return 0;
+	state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	if (state != TCP_LISTEN && !bpf_map_lookup_elem(&queue_reasons, &reason))
+		return 0;
+	count(TCP_EV_SOCK_DROP, TCP_STAT_SEEN);
+	buf = fresh_scratch(TCP_EV_SOCK_DROP);
+	if (!buf)
+		return 0;
+	e = &buf->event;
+	e->reason = reason;
+	e->state = state;
+	if (read_segment(skb, buf, &tuple) >= 0 || tuple.family) {
+		e->family = tuple.family;
+		__builtin_memcpy(e->laddr, tuple.daddr, 16);
+		__builtin_memcpy(e->raddr, tuple.saddr, 16);
+		e->lport = tuple.dport;
+		e->rport = tuple.sport;
+		e->tcp_flags = tuple.tcp_flags;
+		e->has_trigger = tuple.l4proto == IPPROTO_TCP;
+	} else {
+		sock_endpoints((struct sock_common *)sk, e);
+	}
+	e->netns = skb_netns(skb);
+	if (!e->netns)
+		e->netns = sock_netns(sk);
+	if (!flow_matches(e))
+		return 0;
+	fill_context(ctx, e, sk);
+	if (!owner_matches(e))
+		return 0;
+	fill_tcp_details(e, sk);
+	e->value1 = BPF_CORE_READ(skb, len);
+	if (state != TCP_LISTEN && ns_sk_fullsock_rd(false, sk)) {
+		e->backlog = BPF_CORE_READ(sk, sk_backlog.rmem_alloc.counter);
+		e->max_backlog = BPF_CORE_READ(sk, sk_rcvbuf);
+	}
+	{
+		struct net_device *dev = BPF_CORE_READ(skb, dev);
+
+		if (dev) {
+			e->ifindex = BPF_CORE_READ(dev, ifindex);
+			BPF_CORE_READ_STR_INTO(&e->ifname, dev, name);
+		}
+	}
+	return submit(ctx, buf, -1);
+}
+
+static __always_inline int on_rcvqueue_full(void *ctx, struct sock *sk, struct sk_buff *skb)
+{
+	struct tcp_scratch *buf;
+	struct tcp_event *e;
+
+	count(TCP_EV_RCVQ_FULL, TCP_STAT_SEEN);
+	if (!sk)
+		return 0;
+	buf = fresh_scratch(TCP_EV_RCVQ_FULL);
+	if (!buf)
+		return 0;
+	e = &buf->event;
+	sock_endpoints((struct sock_common *)sk, e);
+	e->netns = sock_netns(sk);
+	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	e->reason = BPF_CORE_READ(sk, sk_protocol);
+	if (!flow_matches(e))
+		return 0;
+	fill_context(ctx, e, sk);
+	if (!owner_matches(e))
+		return 0;
+	e->backlog = BPF_CORE_READ(sk, sk_backlog.rmem_alloc.counter);
+	e->max_backlog = BPF_CORE_READ(sk, sk_rcvbuf);
+	e->value1 = e->backlog;
+	e->value2 = skb ? BPF_CORE_READ(skb, truesize) : 0;
+	e->value3 = e->max_backlog;
+	return submit(ctx, buf, -1);
+}
+
+static __always_inline int on_mem_limit(void *ctx, struct sock *sk, long allocated, int mem_kind)
+{
+	struct tcp_scratch *buf;
+	struct tcp_event *e;
+
+	count(TCP_EV_MEM_LIMIT, TCP_STAT_SEEN);
+	if (!sk)
+		return 0;
+	buf = fresh_scratch(TCP_EV_MEM_LIMIT);
+	if (!buf)
+		return 0;
+	e = &buf->event;
+	sock_endpoints((struct sock_common *)sk, e);
+	e->netns = sock_netns(sk);
+	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	e->reason = mem_kind; /* SK_MEM_SEND 0, SK_MEM_RECV 1 (include/net/sock.h) */
+	if (!flow_matches(e))
+		return 0;
+	fill_context(ctx, e, sk);
+	if (!owner_matches(e))
+		return 0;
+	e->value1 = allocated;
+	if (mem_kind == 0) {
+		e->backlog = BPF_CORE_READ(sk, sk_wmem_queued);
+		e->max_backlog = BPF_CORE_READ(sk, sk_sndbuf);
+	} else {
+		e->backlog = BPF_CORE_READ(sk, sk_backlog.rmem_alloc.counter);
+		e->max_backlog = BPF_CORE_READ(sk, sk_rcvbuf);
+	}
+	return submit(ctx, buf, -1);
+}
+
+/*
+ * Two entry points per hook, one body: tp_btf (kernels with BTF-typed tracepoint arguments) and raw_tp
+ * (kernels that refuse tp_btf). Arguments beyond a tracepoint's arity on older kernels are read only behind
+ * a cfg constant, so the verifier never sees the access where it would be out of bounds.
+ */
+#define TCP_ENTRY(name, tracepoint, call)                  \
+	SEC("tp_btf/" tracepoint)                          \
+	int BPF_PROG(name##_b)                             \
+	{                                                  \
+		unsigned long long *args = ctx;            \
+		return call;                               \
+	}                                                  \
+	SEC("raw_tp/" tracepoint)                          \
+	int BPF_PROG(name##_r)                             \
+	{                                                  \
+		unsigned long long *args = ctx;            \
+		return call;                               \
+	}
+
+TCP_ENTRY(nst_rst_sent, "tcp_send_reset",
+	  on_send_reset(ctx, (struct sock *)args[0], (struct sk_buff *)args[1],
+			cfg.has_reset_reason ? (__u32)args[2] : ~0U))
+TCP_ENTRY(nst_rst_recv, "tcp_receive_reset", on_receive_reset(ctx, (struct sock *)args[0]))
+TCP_ENTRY(nst_rst_fw, "net_dev_queue", on_net_dev_queue(ctx, (struct sk_buff *)args[0]))
+TCP_ENTRY(nst_state, "inet_sock_set_state", on_state(ctx, (struct sock *)args[0], (int)args[1], (int)args[2]))
+TCP_ENTRY(nst_retrans, "tcp_retransmit_skb",
+	  on_retransmit(ctx, (struct sock *)args[0], (struct sk_buff *)args[1], cfg.has_retrans_err ? (int)args[2] : 0))
+TCP_ENTRY(nst_synack, "tcp_retransmit_synack",
+	  on_synack_retransmit(ctx, (struct sock *)args[0], (struct request_sock *)args[1]))
+TCP_ENTRY(nst_error, "inet_sk_error_report", on_error_report(ctx, (struct sock *)args[0]))
+TCP_ENTRY(nst_skdrop, "kfree_skb",
+	  on_kfree_skb(ctx, (struct sk_buff *)args[0], (__u32)args[2], cfg.has_rx_sk ? (struct sock *)args[3] : 0))
+TCP_ENTRY(nst_rcvq, "sock_rcvqueue_full", on_rcvqueue_full(ctx, (struct sock *)args[0], (struct sk_buff *)args[1]))
+TCP_ENTRY(nst_memlim, "sock_exceed_buf_limit",
+	  on_mem_limit(ctx, (struct sock *)args[0], (long)args[2], (int)args[3]))

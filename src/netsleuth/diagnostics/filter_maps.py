@@ -1,0 +1,79 @@
+"""The in-kernel side of the shared packet filters: the LPM address maps and the --pid/--comm socket-inode
+set, filled the same way for every program that declares them (drops.bpf.c, tcp.bpf.c).
+
+Map names and layouts are the programs' contract: `host_filter`, `src_filter`, `dst_filter` (LPM tries keyed
+by struct lpm_addr_key, bpf/packet.h) and `owner_inodes` (u64 socket inode -> u8).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable
+
+from netsleuth.bpf.object import BpfObject
+from netsleuth.diagnostics.filters import IpNetwork, PacketFilter
+from netsleuth.diagnostics.packet_abi import LpmAddrKey
+from netsleuth.kernel.process import SocketOwners
+
+__all__ = ["OwnerInodeSync", "fill_address_maps", "lpm_key"]
+
+_OWNER_REFRESH_S = 0.5
+
+
+def lpm_key(network: IpNetwork) -> bytes:
+    """The LPM key of a prefix: the family byte is part of the prefix, so v4 never matches v6."""
+    key = LpmAddrKey()
+    key.family = network.version
+    key.prefixlen = 8 + network.prefixlen
+    packed = network.network_address.packed
+    ctypes.memmove(key.addr, packed, len(packed))
+    return bytes(key)
+
+
+def fill_address_maps(bpf_object: BpfObject, packet_filter: PacketFilter) -> None:
+    """--host/--src/--dst prefixes into the object's LPM maps (the cfg flags say which to consult)."""
+    for map_name, networks in (
+        ("host_filter", packet_filter.hosts),
+        ("src_filter", packet_filter.sources),
+        ("dst_filter", packet_filter.destinations),
+    ):
+        lpm = bpf_object.map(map_name)
+        for network in networks:
+            lpm.update(lpm_key(network), b"\x01")
+
+
+class OwnerInodeSync:
+    """Keeps `owner_inodes` equal to the socket inodes the --pid/--comm processes hold, rescanning /proc at
+    most every `interval` seconds (a process opens sockets while we trace it)."""
+
+    def __init__(
+        self,
+        packet_filter: PacketFilter,
+        processes: SocketOwners | None = None,
+        interval: float = _OWNER_REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._filter = packet_filter
+        self._processes = processes or SocketOwners()
+        self._interval = interval
+        self._clock = clock
+        self._refreshed: float | None = None
+        self._inodes: set[int] = set()
+
+    def refresh(self, bpf_object: BpfObject, force: bool = False) -> None:
+        if not self._filter.filters_owner:
+            return
+        now = self._clock()
+        if not force and self._refreshed is not None and now - self._refreshed < self._interval:
+            return
+        self._refreshed = now
+        inodes = self._processes.socket_inodes_of(
+            self._processes.pids_matching(self._filter.pid, self._filter.comm)
+        )
+        inodes_map = bpf_object.map("owner_inodes")
+        for inode in self._inodes - inodes:
+            inodes_map.delete(inode.to_bytes(8, "little"))
+        for inode in inodes - self._inodes:
+            inodes_map.update(inode.to_bytes(8, "little"), b"\x01")
+        self._inodes = inodes

@@ -1,0 +1,520 @@
+"""The tcp BPF object (bpf/tcp.bpf.c) in a session: choose programs, configure, load, attach, read.
+
+Shared by `resets`, `tcp ...` and `conn`: each asks for the event kinds it wants emitted, grouped (--summary)
+or given a stack, and gets `RawTcpEvent`s, exact per-kind totals and groups back. Names (states, reasons,
+owners) are attached by the diagnostic modules, not here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from netsleuth.bpf.btf import Btf
+from netsleuth.bpf.errors import BpfError
+from netsleuth.bpf.features import require_tracing
+from netsleuth.bpf.object import BpfObject
+from netsleuth.bpf.ringbuf import RingBuffer
+from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
+from netsleuth.diagnostics.filters import PacketFilter
+from netsleuth.diagnostics.tcp_abi import (
+    KIND_COUNT,
+    STAT_COUNT,
+    TCP_NO_STATE,
+    TCP_STACK_RANGES,
+    EventKind,
+    RetransKind,
+    SockFlag,
+    TcpConfigC,
+    TcpEventC,
+    TcpGroupC,
+    TcpGroupKeyC,
+    TcpRangeC,
+    TcpStat,
+)
+from netsleuth.errors import UsageError
+from netsleuth.kernel.kallsyms import Kallsyms, default_kallsyms
+from netsleuth.kernel.kconfig import thread_size
+from netsleuth.kernel.reasons import DropReasons
+
+__all__ = [
+    "KindTotals",
+    "RawTcpEvent",
+    "RawTcpGroup",
+    "TcpSession",
+    "TcpSessionConfig",
+    "Trigger",
+    "decode_event",
+    "decode_record",
+]
+
+_EVENT_SIZE = ctypes.sizeof(TcpEventC)
+_MODULE_CHECK_S = 2.0
+
+# Which program serves each kind (tcp.bpf.c TCP_ENTRY names, without the _b/_r variant suffix).
+_PROGRAM_OF = {
+    EventKind.RESET_SENT: "nst_rst_sent",
+    EventKind.RESET_RECEIVED: "nst_rst_recv",
+    EventKind.RESET_FIREWALL: "nst_rst_fw",
+    EventKind.STATE: "nst_state",
+    EventKind.LIFE: "nst_state",
+    EventKind.CONNECT: "nst_state",
+    EventKind.RETRANS: "nst_retrans",
+    EventKind.SYNACK_RETRANS: "nst_synack",
+    EventKind.ERROR: "nst_error",
+    EventKind.SOCK_DROP: "nst_skdrop",
+    EventKind.RCVQ_FULL: "nst_rcvq",
+    EventKind.MEM_LIMIT: "nst_memlim",
+}
+_ALL_PROGRAMS = tuple(dict.fromkeys(_PROGRAM_OF.values()))
+# tp_btf first (typed arguments); raw_tp for kernels that refuse it.
+_VARIANTS = (("_b", "tp_btf"), ("_r", "raw_tp"))
+
+# The code that builds a firewall's TCP reset (net/ipv4/netfilter/nf_reject_ipv4.c, net/ipv6/netfilter/
+# nf_reject_ipv6.c) and the modules it lives in when not built in.
+_REJECT_FUNCTIONS = (("nf_send_reset", "nf_reject_ipv4"), ("nf_send_reset6", "nf_reject_ipv6"))
+# Drop reasons that mean "a socket's queue or memory had no room" (include/net/dropreason-core.h).
+QUEUE_DROP_REASONS = (
+    "TCP_LISTEN_OVERFLOW",
+    "SOCKET_RCVBUFF",
+    "SOCKET_BACKLOG",
+    "PROTO_MEM",
+    "TCP_OFO_DROP",
+    "TCP_OFO_QUEUE_PRUNE",
+    "TCP_ZEROWINDOW",
+)
+
+
+@dataclass(frozen=True)
+class TcpSessionConfig:
+    packet_filter: PacketFilter = field(default_factory=PacketFilter)
+    emit: frozenset[EventKind] = frozenset()
+    group: frozenset[EventKind] = frozenset()
+    stack: frozenset[EventKind] = frozenset()
+    sample_every: int = 1
+    group_flows: bool = False
+    track_states: bool = True  # attach the state tracker for sides, ages and owners
+
+    def __post_init__(self) -> None:
+        if self.sample_every < 1:
+            raise UsageError("--sample must be 1 (every event) or more")
+
+    @property
+    def kinds(self) -> frozenset[EventKind]:
+        return self.emit | self.group
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """A TCP segment's header: the one an RST answered, or a firewall's RST itself."""
+
+    flags: int
+    seq: int
+    ack: int
+    length: int
+
+
+@dataclass(frozen=True)
+class RawTcpEvent:
+    kind: EventKind
+    monotonic_ns: int
+    sk: int
+    sock_ino: int
+    born_ns: int
+    value1: int
+    value2: int
+    value3: int
+    netns: int
+    pid: int
+    tid: int
+    in_task: bool
+    kthread: bool
+    comm: str
+    owner_pid: int
+    owner_comm: str
+    reason: int
+    family: int
+    laddr: str | None
+    raddr: str | None
+    lport: int
+    rport: int
+    state: int | None
+    old_state: int | None
+    trigger: Trigger | None
+    side: str | None  # "client" (connect) | "server" (accepted) | None
+    ca_state: int
+    retransmits: int
+    sock_flags: SockFlag
+    retrans_kind: RetransKind
+    unread: int
+    unsent: int
+    backlog: int
+    max_backlog: int
+    syn_queue: int
+    ifindex: int
+    ifname: str
+    cpu: int
+    frames: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class KindTotals:
+    """Exact kernel counts for one kind; every matched event is emitted, sampled or lost (or only counted
+    when the kind is not emitted)."""
+
+    seen: int = 0
+    matched: int = 0
+    emitted: int = 0
+    sampled: int = 0
+    lost: int = 0
+    ungrouped: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "seen": self.seen,
+            "total": self.matched,
+            "emitted": self.emitted,
+            "sampled": self.sampled,
+            "lost": self.lost,
+            "ungrouped": self.ungrouped,
+        }
+
+    def __add__(self, other: KindTotals) -> KindTotals:
+        return KindTotals(
+            self.seen + other.seen,
+            self.matched + other.matched,
+            self.emitted + other.emitted,
+            self.sampled + other.sampled,
+            self.lost + other.lost,
+            self.ungrouped + other.ungrouped,
+        )
+
+
+@dataclass(frozen=True)
+class RawTcpGroup:
+    kind: EventKind
+    count: int
+    sum1: int
+    sum2: int
+    sum3: int
+    max1: int
+    example: RawTcpEvent
+
+
+def _address(family: int, raw: bytes) -> str | None:
+    if family == 4:
+        return str(ipaddress.IPv4Address(raw[:4]))
+    if family == 6:
+        return str(ipaddress.IPv6Address(raw[:16]))
+    return None
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode(errors="replace")
+
+
+def decode_event(event: TcpEventC, frames: tuple[int, ...] = ()) -> RawTcpEvent:
+    family = event.family
+    return RawTcpEvent(
+        kind=EventKind(event.kind),
+        monotonic_ns=event.time_ns,
+        sk=event.sk,
+        sock_ino=event.sock_ino,
+        born_ns=event.born_ns,
+        value1=event.value1,
+        value2=event.value2,
+        value3=event.value3,
+        netns=event.netns,
+        pid=event.pid,
+        tid=event.tid,
+        in_task=bool(event.in_task),
+        kthread=bool(event.kthread),
+        comm=_text(event.comm) if event.in_task else "",
+        owner_pid=event.owner_pid,
+        owner_comm=_text(event.owner_comm),
+        reason=event.reason,
+        family=family,
+        laddr=_address(family, bytes(event.laddr)),
+        raddr=_address(family, bytes(event.raddr)),
+        lport=event.lport,
+        rport=event.rport,
+        state=None if event.state == TCP_NO_STATE else event.state,
+        old_state=None if event.old_state == TCP_NO_STATE else event.old_state,
+        trigger=Trigger(event.tcp_flags, event.seq, event.ack, event.payload_len) if event.has_trigger else None,
+        side={1: "client", 2: "server"}.get(event.side),
+        ca_state=event.ca_state,
+        retransmits=event.retransmits,
+        sock_flags=SockFlag(event.sock_flags),
+        retrans_kind=RetransKind(event.retrans_kind) if event.retrans_kind in RetransKind._value2member_map_ else RetransKind.OTHER,
+        unread=event.unread,
+        unsent=event.unsent,
+        backlog=event.backlog,
+        max_backlog=event.max_backlog,
+        syn_queue=event.syn_queue,
+        ifindex=event.ifindex,
+        ifname=_text(event.ifname),
+        cpu=event.cpu,
+        frames=frames,
+    )
+
+
+def decode_record(record: bytes) -> RawTcpEvent:
+    """A ring-buffer record: struct tcp_event, then nr_frames u64 kernel addresses."""
+    event = TcpEventC.from_buffer_copy(record[:_EVENT_SIZE])
+    end = _EVENT_SIZE + 8 * event.nr_frames
+    frames = tuple(int.from_bytes(record[i : i + 8], "little") for i in range(_EVENT_SIZE, end, 8))
+    return decode_event(event, frames)
+
+
+def _symbol_range(kallsyms: Kallsyms, name: str, module: str | None) -> tuple[int, int] | None:
+    symbols = kallsyms.symbols_named(name) or (kallsyms.symbols_named(name, module) if module else [])
+    for symbol in symbols:
+        if symbol.size:
+            return symbol.address, symbol.address + symbol.size
+    return None
+
+
+class TcpSession:
+    """A live tcp trace. Use as a context manager; `start()` attaches, `close()` detaches everything."""
+
+    def __init__(
+        self,
+        config: TcpSessionConfig,
+        drop_reasons: DropReasons | None = None,
+        kallsyms: Kallsyms | None = None,
+        modules_path: Path = Path("/proc/modules"),
+    ) -> None:
+        self.config = config
+        self.drop_reasons = drop_reasons
+        self.kallsyms = kallsyms or default_kallsyms()
+        self._modules_path = modules_path
+        self._object: BpfObject | None = None
+        self._ring: RingBuffer | None = None
+        self._owners = OwnerInodeSync(config.packet_filter)
+        self.attach_kind = ""
+        self.attach_seconds = 0.0
+        self.has_reset_reason = False
+        self.programs: tuple[str, ...] = ()
+        self._reject_filled = 0
+        self._modules_checked = 0.0
+
+    # -- start -----------------------------------------------------------------------------------------
+    def _wanted_programs(self) -> list[str]:
+        wanted = {_PROGRAM_OF[kind] for kind in self.config.kinds}
+        if self.config.track_states and wanted:
+            wanted.add("nst_state")
+        return [name for name in _ALL_PROGRAMS if name in wanted]
+
+    def _kernel_config(self, kernel_btf: Btf) -> TcpConfigC:
+        packet_filter = self.config.packet_filter
+        cfg = TcpConfigC()
+        cfg.thread_size = thread_size()
+        tlp = _symbol_range(self.kallsyms, "tcp_send_loss_probe", None)
+        if tlp is not None:
+            cfg.tlp.start, cfg.tlp.end = tlp
+        cfg.netns = packet_filter.netns or 0
+        cfg.sample_every = self.config.sample_every
+        cfg.emit_mask = sum(kind.bit for kind in self.config.emit)
+        cfg.group_mask = sum(kind.bit for kind in self.config.group)
+        cfg.stack_mask = sum(kind.bit for kind in self.config.stack)
+        none = 0xFFFFFFFF
+        reasons = self.drop_reasons
+        consumed = reasons.consumed if reasons is not None else None
+        not_dropped = reasons.not_dropped if reasons is not None else None
+        cfg.consumed_reason = none if consumed is None else consumed
+        cfg.not_dropped_reason = none if not_dropped is None else not_dropped
+        cfg.pid = packet_filter.pid or 0
+        cfg.comm = (packet_filter.comm or "").encode()[:15]
+        cfg.port = packet_filter.port or 0
+        cfg.sport = packet_filter.sport or 0
+        cfg.dport = packet_filter.dport or 0
+        cfg.family = packet_filter.family or 0
+        cfg.filter_host = int(bool(packet_filter.hosts))
+        cfg.filter_src = int(bool(packet_filter.sources))
+        cfg.filter_dst = int(bool(packet_filter.destinations))
+        cfg.filter_owner = int(packet_filter.filters_owner)
+        self.has_reset_reason = (kernel_btf.tracepoint_arity("tcp_send_reset") or 0) >= 3
+        cfg.has_reset_reason = int(self.has_reset_reason)
+        cfg.has_rx_sk = int((kernel_btf.tracepoint_arity("kfree_skb") or 0) >= 4)
+        cfg.group_flows = int(self.config.group_flows)
+        cfg.has_retrans_err = int((kernel_btf.tracepoint_arity("tcp_retransmit_skb") or 0) >= 3)
+        return cfg
+
+    def start(self) -> None:
+        require_tracing()
+        started = time.monotonic()
+        programs = self._wanted_programs()
+        if not programs:
+            raise UsageError("nothing to trace: no event kind selected")
+        with Btf.vmlinux() as kernel_btf:
+            missing = [p for p in programs if kernel_btf.tracepoint_arity(_TRACEPOINT_OF[p]) is None]
+            if missing:
+                raise BpfError(
+                    "this kernel lacks the tracepoint(s) "
+                    + ", ".join(_TRACEPOINT_OF[p] for p in missing)
+                    + " (TCP tracepoints need Linux 4.16 or newer, reset reasons 6.10)"
+                )
+            cfg = self._kernel_config(kernel_btf)
+        failure: BpfError | None = None
+        for suffix, kind in _VARIANTS:
+            bpf_object = BpfObject.open_generated("tcp")
+            try:
+                for c_name, mirror in (
+                    ("tcp_event", TcpEventC),
+                    ("tcp_group", TcpGroupC),
+                    ("tcp_group_key", TcpGroupKeyC),
+                ):
+                    bpf_object.check_struct_size(c_name, mirror)
+                bpf_object.set_rodata("cfg", cfg)
+                chosen = [name + suffix for name in programs]
+                for name in _ALL_PROGRAMS:
+                    for other_suffix, _ in _VARIANTS:
+                        full = name + other_suffix
+                        bpf_object.set_autoload(full, full in chosen)
+                bpf_object.load(chosen)
+                self._fill_maps(bpf_object)
+                for name in chosen:
+                    bpf_object.attach(name)
+            except BpfError as error:
+                bpf_object.close()
+                failure = failure or error
+                continue
+            self._object = bpf_object
+            self.attach_kind = kind
+            self.programs = tuple(chosen)
+            break
+        if self._object is None:
+            assert failure is not None
+            raise failure
+        if self.config.emit:
+            self._ring = RingBuffer(self._object.map("events").fd)
+        self.attach_seconds = time.monotonic() - started
+
+    def _fill_maps(self, bpf_object: BpfObject) -> None:
+        fill_address_maps(bpf_object, self.config.packet_filter)
+        self._owners.refresh(bpf_object, force=True)
+        if EventKind.SOCK_DROP in self.config.kinds and self.drop_reasons is not None:
+            queue_map = bpf_object.map("queue_reasons")
+            for name in QUEUE_DROP_REASONS:
+                value = self.drop_reasons.value(name)
+                if value is not None:
+                    queue_map.update(value.to_bytes(4, "little"), b"\x01")
+        if EventKind.RESET_FIREWALL in self.config.kinds:
+            self._fill_reject_ranges(bpf_object, self.kallsyms)
+
+    def _fill_reject_ranges(self, bpf_object: BpfObject, kallsyms: Kallsyms) -> None:
+        ranges = bpf_object.map("reject_ranges")
+        found = [
+            found_range
+            for name, module in _REJECT_FUNCTIONS
+            if (found_range := _symbol_range(kallsyms, name, module)) is not None
+        ]
+        for index, (start, end) in enumerate(found[:TCP_STACK_RANGES]):
+            ranges.update(index.to_bytes(4, "little"), bytes(TcpRangeC(start, end)))
+        self._reject_filled = len(found)
+
+    def _watch_reject_modules(self) -> None:
+        """nf_reject_ipv4/6 may be modules loaded only when the first REJECT rule is added: pick them up."""
+        if (
+            self._object is None
+            or EventKind.RESET_FIREWALL not in self.config.kinds
+            or self._reject_filled >= len(_REJECT_FUNCTIONS)
+        ):
+            return
+        now = time.monotonic()
+        if now - self._modules_checked < _MODULE_CHECK_S:
+            return
+        self._modules_checked = now
+        try:
+            loaded = {line.split(" ", 1)[0] for line in self._modules_path.read_text().splitlines()}
+        except OSError:
+            return
+        if any(module in loaded for _, module in _REJECT_FUNCTIONS):
+            fresh = Kallsyms(self.kallsyms.path)
+            self._fill_reject_ranges(self._object, fresh)
+
+    # -- run -------------------------------------------------------------------------------------------
+    def poll(self, timeout_ms: int) -> list[RawTcpEvent]:
+        if self._object is not None:
+            self._owners.refresh(self._object)
+            self._watch_reject_modules()
+        if self._ring is None:
+            time.sleep(timeout_ms / 1000)
+            return []
+        return [decode_record(record) for record in self._ring.poll(timeout_ms)]
+
+    def drain(self) -> list[RawTcpEvent]:
+        return [decode_record(record) for record in self._ring.drain()] if self._ring else []
+
+    def totals(self) -> dict[EventKind, KindTotals]:
+        if self._object is None:
+            return {}
+        stats = self._object.map("tcp_stats")
+        result = {}
+        for kind in EventKind:
+            sums = []
+            for stat in TcpStat:
+                index = kind.value * STAT_COUNT + stat.value
+                per_cpu = stats.lookup_per_cpu(index.to_bytes(4, "little"))
+                sums.append(sum(int.from_bytes(value[:8], "little") for value in per_cpu))
+            result[kind] = KindTotals(*sums)
+        return result
+
+    def groups(self, kinds: Iterable[EventKind] | None = None) -> Iterator[RawTcpGroup]:
+        if self._object is None:
+            return
+        wanted = set(kinds) if kinds is not None else None
+        for _key, value_bytes in self._object.map("tcp_groups").items():
+            value = TcpGroupC.from_buffer_copy(value_bytes)
+            kind = EventKind(value.example.kind)
+            if wanted is not None and kind not in wanted:
+                continue
+            frames = tuple(value.example_frames[: value.example.nr_frames])
+            yield RawTcpGroup(
+                kind=kind,
+                count=value.count,
+                sum1=value.sum1,
+                sum2=value.sum2,
+                sum3=value.sum3,
+                max1=value.max1,
+                example=decode_event(value.example, frames),
+            )
+
+    def program_fds(self) -> dict[str, int]:
+        assert self._object is not None
+        return {name: self._object.program_fd(name) for name in self._object.attached_programs()}
+
+    def close(self) -> None:
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+        if self._object is not None:
+            self._object.close()
+            self._object = None
+
+    def __enter__(self) -> TcpSession:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+_TRACEPOINT_OF = {
+    "nst_rst_sent": "tcp_send_reset",
+    "nst_rst_recv": "tcp_receive_reset",
+    "nst_rst_fw": "net_dev_queue",
+    "nst_state": "inet_sock_set_state",
+    "nst_retrans": "tcp_retransmit_skb",
+    "nst_synack": "tcp_retransmit_synack",
+    "nst_error": "inet_sk_error_report",
+    "nst_skdrop": "kfree_skb",
+    "nst_rcvq": "sock_rcvqueue_full",
+    "nst_memlim": "sock_exceed_buf_limit",
+}
