@@ -7,6 +7,9 @@ CLANG ?= clang
 LLVM_STRIP ?= llvm-strip
 ARCH := x86
 BPF_SOURCES := $(wildcard bpf/*.bpf.c)
+# -fdebug-prefix-map keeps the checkout's absolute path out of the BTF line info, so every clone builds
+# byte-identical objects.
+BPF_CFLAGS := -O2 -g -target bpf -fdebug-prefix-map=$(CURDIR)=. -D__TARGET_ARCH_$(ARCH) -Ibpf/include -Ibpf
 BPF_OBJECTS := $(patsubst bpf/%.bpf.c,src/netsleuth/_generated/%.bpf.o,$(BPF_SOURCES))
 # Debian packages: clang/llvm build the BPF objects, libbpf1 loads them, the rest are what tests and
 # benchmarks drive (firewalls, captures, bpftrace for comparison, Prometheus for the exporter).
@@ -39,7 +42,7 @@ setup: deps venv
 # Objects are committed (bpf2go style): users need neither clang nor kernel headers. Paths stay relative to
 # the repository so the output is byte-identical wherever the tree is checked out.
 src/netsleuth/_generated/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.h bpf/include/*.h)
-	$(CLANG) -O2 -g -target bpf -D__TARGET_ARCH_$(ARCH) -Ibpf/include -Ibpf -c $< -o $@
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
 	$(LLVM_STRIP) -g $@
 
 bpf: $(BPF_OBJECTS)
@@ -49,7 +52,7 @@ check-bpf: deps
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; status=0; \
 	for src in $(BPF_SOURCES); do \
 		name=$$(basename $$src .bpf.c); \
-		$(CLANG) -O2 -g -target bpf -D__TARGET_ARCH_$(ARCH) -Ibpf/include -Ibpf -c $$src -o $$tmp/$$name.bpf.o && \
+		$(CLANG) $(BPF_CFLAGS) -c $$src -o $$tmp/$$name.bpf.o && \
 		$(LLVM_STRIP) -g $$tmp/$$name.bpf.o || exit 1; \
 		if ! cmp -s $$tmp/$$name.bpf.o src/netsleuth/_generated/$$name.bpf.o; then \
 			echo "src/netsleuth/_generated/$$name.bpf.o is stale: run 'make bpf' and commit it"; status=1; \

@@ -7,6 +7,7 @@ sentence on stderr; a traceback is shown only with NETSLEUTH_DEBUG=1, for bugs.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -19,11 +20,22 @@ from netsleuth.errors import EXIT_USAGE, NetsleuthError
 __all__ = ["build_parser", "main"]
 
 
-def _all_commands() -> list[Command]:
-    # Imported here so `netsleuth --help` stays fast and one broken command cannot break the others' import.
-    from netsleuth.commands import doctor, drops, offload, rollback
+# Subcommand name -> the module exporting its COMMAND. Only the module of the command being run is imported
+# (drops' attach time should not pay for importing doctor); `netsleuth --help` imports them all.
+_COMMAND_MODULES = {
+    "drops": "netsleuth.commands.drops",
+    "doctor": "netsleuth.commands.doctor",
+    "offload": "netsleuth.commands.offload",
+    "rollback": "netsleuth.commands.rollback",
+    "resets": "netsleuth.commands.resets",
+    "tcp": "netsleuth.commands.tcp",
+    "conn": "netsleuth.commands.conn",
+}
 
-    return [drops.COMMAND, doctor.COMMAND, offload.COMMAND, rollback.COMMAND]
+
+def _command(name: str) -> Command:
+    command: Command = importlib.import_module(_COMMAND_MODULES[name]).COMMAND
+    return command
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -34,7 +46,8 @@ class _OneLineParser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; when `argv` names a command, only that command's module is imported."""
     parser = _OneLineParser(
         prog="netsleuth",
         description="Tells you why your Linux network misbehaves: drops, resets, path health.",
@@ -42,16 +55,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"netsleuth {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     subparsers.required = True
-    for command in _all_commands():
-        sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    for name in _COMMAND_MODULES:
+        if chosen in _COMMAND_MODULES and name != chosen:
+            subparsers.add_parser(name)  # known, not loaded: this run does not use it
+            continue
+        command = _command(name)
+        sub = subparsers.add_parser(name, help=command.help, description=command.help)
         command.add_arguments(sub)
         sub.set_defaults(_run=command.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(arguments).parse_args(arguments)
     try:
         result: int = args._run(args)
         return result

@@ -130,33 +130,20 @@ class _StopSignals:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    # Only what attaching needs is imported before the ready file; names and renderers load after it.
     from netsleuth.diagnostics.drops import DropsSession
-    from netsleuth.diagnostics.drops_enrich import DropEnricher
-    from netsleuth.render.drops_text import drop_line, print_summary, totals_line
-    from netsleuth.render.jsonl import JsonLinesWriter
     from netsleuth.render.pcapng import PcapngWriter
 
     config, reasons = _config(args)
     vmlinux = args.vmlinux
     if vmlinux is not None and not Path(vmlinux).is_file():
         raise UsageError(f"--vmlinux {vmlinux}: no such file")
-    if vmlinux is None:
-        from netsleuth.kernel.symbolizer import find_debug_vmlinux
-
-        vmlinux = find_debug_vmlinux()
     out = sys.stdout
-    # Off a terminal rich would wrap tables at 80 columns; a log file is better read unwrapped.
-    console = Console(file=out, width=None if out.isatty() else 200)
-    writer = JsonLinesWriter(out) if args.json else None
     progress = _Progress(sys.stderr)
     pcap: PcapngWriter | None = None
-    enricher = DropEnricher(reasons, want_stack=args.stack, vmlinux=vmlinux)
     with contextlib.ExitStack() as stack:
         # Installed before anything attaches: a Ctrl-C at any point ends the run the same orderly way.
         signals = stack.enter_context(_StopSignals())
-        stack.callback(enricher.close)
         session = stack.enter_context(DropsSession(config, reasons))
         if args.pcap:
             try:
@@ -166,8 +153,21 @@ def run(args: argparse.Namespace) -> int:
         session.start()
         if args.ready_file:
             Path(args.ready_file).write_text(f"{session.attach_kind}\n")
+
         # Drops are already being counted and queued; names are read once, before the first is printed.
+        from rich.console import Console
+
+        from netsleuth.diagnostics.drops_enrich import DropEnricher
+        from netsleuth.kernel.symbolizer import find_debug_vmlinux
+        from netsleuth.render.drops_text import drop_line, print_summary, totals_line
+        from netsleuth.render.jsonl import JsonLinesWriter
+
+        enricher = DropEnricher(reasons, want_stack=args.stack, vmlinux=vmlinux or find_debug_vmlinux())
+        stack.callback(enricher.close)
         enricher.prepare()
+        # Off a terminal rich would wrap tables at 80 columns; a log file is better read unwrapped.
+        console = Console(file=out, width=None if out.isatty() else 200)
+        writer = JsonLinesWriter(out) if args.json else None
         deadline = time.monotonic() + args.duration if args.duration else None
 
         def emit(records: list[DropRecord]) -> None:
