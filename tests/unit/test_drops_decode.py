@@ -91,7 +91,9 @@ def test_softirq_never_blames_the_interrupted_task(tmp_path: Path) -> None:
 
 def test_process_context_is_the_sender(tmp_path: Path) -> None:
     frames = (0xFFFFFFFF81200099, 0xFFFFFFFF81300010)
-    record = enricher(tmp_path).enrich(decode_record(make_event(in_task=1, pid=1234, comm=b"sender", frames=frames)))
+    record = enricher(tmp_path).enrich(
+        decode_record(make_event(in_task=1, pid=1234, comm=b"sender", frames=frames))
+    )
     assert (record.owner.pid, record.owner.comm, record.owner.source) == (1234, "sender", "task")
 
 

@@ -164,8 +164,9 @@ PROGRAMS = ("drops_tp_btf", "drops_raw_tp")
 class DropsSession:
     """A live drops trace. Use as a context manager; `start()` attaches, `close()` detaches everything."""
 
-
-    def __init__(self, config: DropsConfig, reasons: DropReasons, programs: tuple[str, ...] = PROGRAMS) -> None:
+    def __init__(
+        self, config: DropsConfig, reasons: DropReasons, programs: tuple[str, ...] = PROGRAMS
+    ) -> None:
         self.config = config
         self.programs = programs
         self.reasons = reasons
