@@ -300,7 +300,12 @@ def test_each_program_variant_loads_and_sees_drops(pair: Pair, program: str) -> 
         assert session.attach_kind == program.removeprefix("drops_")
         udp(pair.a, pair.b4, 6001, count=3)
         seen: list[RawDrop] = []
-        wait_for(lambda: bool(seen.extend(session.poll(50)) or len(seen) >= 3), 10, "3 drops")
+
+        def three_seen() -> bool:
+            seen.extend(session.poll(50))
+            return len(seen) >= 3
+
+        wait_for(three_seen, 10, "3 drops")
         assert session.totals().matched == 3
     for raw in seen:
         assert raw.packet.dport == 6001 and raw.frames and raw.packet_bytes[:1] == b"\x45"
