@@ -77,7 +77,7 @@ test: setup check-bpf lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 run: setup
-	$(BIN)/netsleuth drops --summary --duration $(RUN_DURATION)
+	$(BIN)/netsleuth diagnose --duration $(RUN_DURATION)
 
 bench: setup
 	$(BIN)/python bench/drops_storm.py

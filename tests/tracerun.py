@@ -76,6 +76,13 @@ class TraceRun:
         self._stderr.close()
         return self.returncode
 
+    def finish(self, timeout: float = 60.0) -> int:
+        """Wait for a run with --duration to end by itself."""
+        self.returncode = self.process.wait(timeout)
+        self._stdout.close()
+        self._stderr.close()
+        return self.returncode
+
     def summary(self) -> dict[str, Any]:
         summaries = [record for record in self.records() if record.get("type") == "summary"]
         assert summaries, f"no summary in output; stderr: {self.stderr()}"

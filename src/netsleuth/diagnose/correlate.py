@@ -1,0 +1,51 @@
+"""Doctor's findings and the kernel's drop verdicts on one timeline: one cause, one verdict.
+
+A drop verdict names the doctor findings it explains (`Verdict.absorbed`): CPU_BACKLOG drops and softnet's
+rising `dropped` on the same window are one problem, not two. Their evidence is merged into the drop
+verdict; the findings left over become verdicts of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from netsleuth.diagnose.verdicts import Severity, Verdict
+from netsleuth.doctor.findings import Finding
+
+__all__ = ["finding_verdict", "merge_findings"]
+
+
+def _rule_of(finding: Finding) -> str:
+    return finding.id.split(":", 1)[0]
+
+
+def finding_verdict(finding: Finding) -> Verdict:
+    """A doctor finding as a verdict: its title and explanation are the cause, its commands the fix."""
+    return Verdict(
+        category=f"path:{_rule_of(finding)}",
+        severity=Severity(int(finding.severity)),
+        cause=f"{finding.title}: {finding.explanation}",
+        evidence={"finding": finding.id, "subject": finding.subject, **finding.evidence},
+        fix=(*finding.fix_commands, *finding.persistent),
+        absorbed=(finding.id,),
+    )
+
+
+def merge_findings(drop_verdicts: list[Verdict], findings: tuple[Finding, ...]) -> list[Verdict]:
+    merged: list[Verdict] = []
+    claimed: set[str] = set()
+    for verdict in drop_verdicts:
+        explained = [finding for finding in findings if _rule_of(finding) in verdict.absorbed]
+        if explained:
+            claimed.update(finding.id for finding in explained)
+            verdict = dataclasses.replace(
+                verdict,
+                evidence={**verdict.evidence, "path_health": [finding.to_json() for finding in explained]},
+                severity=min(verdict.severity, *(Severity(int(finding.severity)) for finding in explained)),
+                absorbed=tuple(finding.id for finding in explained),
+            )
+        else:
+            verdict = dataclasses.replace(verdict, absorbed=())
+        merged.append(verdict)
+    merged.extend(finding_verdict(finding) for finding in findings if finding.id not in claimed)
+    return merged

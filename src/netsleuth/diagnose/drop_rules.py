@@ -1,0 +1,291 @@
+"""Kernel drop groups (reason x location x netns, exact counts) → verdicts.
+
+The reason names are the running kernel's (read from BTF); the categories below cover the reasons a person
+can act on. Anything else still becomes a verdict, named by its reason, so no drop goes unmentioned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from netsleuth.diagnose.verdicts import Severity, Verdict
+from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord
+from netsleuth.render.drops_text import endpoints
+
+__all__ = ["DropContext", "drop_verdicts", "in_netns"]
+
+# Losses that mean data a process was waiting for never arrived.
+_LOSS_REASONS = {
+    "SOCKET_RCVBUFF",
+    "TCP_LISTEN_OVERFLOW",
+    "CPU_BACKLOG",
+    "SOCKET_BACKLOG",
+    "PROTO_MEM",
+    "QDISC_DROP",
+    "QDISC_OVERLIMIT",
+    "QDISC_CONGESTED",
+    "FULL_RING",
+    "NOMEM",
+    "NEIGH_QUEUEFULL",
+}
+# Drops that are routine housekeeping unless they come at a high rate: unclassified multicast chatter, frames
+# for other hosts, and a closing socket purging what it had not read (QUEUE_PURGE; netlink sockets, ours
+# included, do that on every close).
+_BACKGROUND_REASONS = {
+    "NOT_SPECIFIED",
+    "OTHERHOST",
+    "UNICAST_IN_L2_MULTICAST",
+    "IPV6DISABLED",
+    "PKT_TOO_SMALL",
+    "QUEUE_PURGE",
+}
+_CRITICAL_RATE = 10.0  # drops/s past which a loss is an outage rather than a blip
+
+
+@dataclass(frozen=True)
+class DropContext:
+    """What the verdicts need besides the groups: the window and a few settings read by doctor."""
+
+    seconds: float
+    sysctls: dict[str, str]
+    resets_by_flow: dict[tuple[str | None, int | None], int]  # (daddr, dport) → RSTs sent for it
+
+
+def in_netns(command: str, netns_name: str | None) -> str:
+    """A command as the user would type it in the namespace where the problem is."""
+    return f"ip netns exec {netns_name} {command}" if netns_name else command
+
+
+def _who(example: DropRecord) -> str:
+    owner = example.owner
+    return f"{owner.comm}[{owner.pid}]" if owner.pid is not None else "no process (kernel)"
+
+
+def _where(group: DropGroup) -> str:
+    return f"netns {group.netns_name}" if group.netns_name else f"netns {group.netns}"
+
+
+def _evidence(group: DropGroup, seconds: float, **extra: Any) -> dict[str, Any]:
+    example = group.example
+    evidence: dict[str, Any] = {
+        "drops": group.count,
+        "rate_per_s": round(group.count / seconds, 2) if seconds else None,
+        "reason": group.reason,
+        "location": group.location,
+        "netns": group.netns,
+        "netns_name": group.netns_name,
+        "example": endpoints(example.packet),
+        "process": None
+        if example.owner.pid is None
+        else {"pid": example.owner.pid, "comm": example.owner.comm},
+    }
+    if example.stack:
+        evidence["stack_top"] = list(example.stack[:3])
+    evidence.update(extra)
+    return evidence
+
+
+def _severity(group: DropGroup, seconds: float, loss: bool) -> Severity:
+    rate = group.count / seconds if seconds else group.count
+    if group.reason in _BACKGROUND_REASONS:
+        return Severity.WARNING if rate >= _CRITICAL_RATE else Severity.INFO
+    if loss or rate >= _CRITICAL_RATE:
+        return Severity.CRITICAL
+    return Severity.WARNING
+
+
+def _firewall(group: DropGroup, context: DropContext) -> Verdict:
+    example, netfilter = group.example, group.example.netfilter or {}
+    rule, table, chain, hook = (netfilter.get(key) for key in ("rule", "table", "chain", "hook"))
+    packet = endpoints(example.packet)
+    if rule:
+        cause = (
+            f'firewall rule "{rule}" ({table}/{chain}, {hook} hook, {_where(group)}) dropped {group.count} '
+            f"packet(s) like {packet} from {_who(example)}"
+        )
+    else:
+        cause = (
+            f"the firewall ({hook or 'unknown'} hook, {_where(group)}) dropped {group.count} packet(s) "
+            f"like {packet}"
+        )
+    fix: list[str] = []
+    if rule and netfilter.get("backend", "").startswith("iptables"):
+        tool = "ip6tables" if netfilter.get("family") == "ip6" else "iptables"
+        if netfilter.get("backend") == "iptables-legacy":
+            tool += "-legacy"
+        fix.append(
+            in_netns(f"{tool} -t {table} -D {chain} {netfilter.get('rule_number')}", group.netns_name)
+            + "   # if this traffic should pass"
+        )
+    elif rule and netfilter.get("handle") is not None:
+        fix.append(
+            in_netns(
+                f"nft delete rule {netfilter.get('family')} {table} {chain} handle {netfilter['handle']}",
+                group.netns_name,
+            )
+            + "   # if this traffic should pass"
+        )
+    fix.append("if the drop is intended, fix the client that keeps sending this traffic")
+    return Verdict(
+        "firewall",
+        _severity(group, context.seconds, loss=False),
+        cause,
+        _evidence(group, context.seconds, netfilter=netfilter),
+        tuple(fix),
+        group.count,
+    )
+
+
+def _no_listener(group: DropGroup, context: DropContext) -> Verdict:
+    packet = group.example.packet
+    resets = context.resets_by_flow.get((packet.daddr, packet.dport), 0)
+    refused = f"; {resets} reset(s) sent back" if resets else ""
+    cause = (
+        f"nothing listens on {packet.proto_name} port {packet.dport} of {packet.daddr} ({_where(group)}): "
+        f"{group.count} packet(s) refused{refused}"
+    )
+    fix = (
+        "start the service on that port, or point the client at the port the service really uses",
+        in_netns("ss -ltnup", group.netns_name) + "   # what does listen there",
+    )
+    return Verdict(
+        "no-listener",
+        _severity(group, context.seconds, loss=False),
+        cause,
+        _evidence(group, context.seconds, resets_sent=resets),
+        fix,
+        group.count,
+    )
+
+
+def _listen_overflow(group: DropGroup, context: DropContext) -> Verdict:
+    example = group.example
+    somaxconn = context.sysctls.get("net.core.somaxconn")
+    cause = (
+        f"the accept queue of {_who(example)} listening on port {example.packet.dport} ({_where(group)}) "
+        "is full: "
+        f"{group.count} connection attempt(s) dropped because the application does not accept() fast enough"
+    )
+    fix = (
+        f"make {example.owner.comm or 'the application'} accept connections faster (more workers, "
+        "no blocking "
+        "before accept())",
+        f"raise its listen() backlog and net.core.somaxconn (now {somaxconn}): "
+        + in_netns("sysctl -w net.core.somaxconn=4096", group.netns_name),
+    )
+    return Verdict(
+        "listen-overflow",
+        _severity(group, context.seconds, loss=True),
+        cause,
+        _evidence(group, context.seconds, somaxconn=somaxconn),
+        fix,
+        group.count,
+        ("listen-overflow", "syn-queue-full"),
+    )
+
+
+def _udp_rcvbuf(group: DropGroup, context: DropContext) -> Verdict:
+    example = group.example
+    rmem_max = context.sysctls.get("net.core.rmem_max")
+    cause = (
+        f"the receive buffer of {_who(example)} on {example.packet.proto_name} port {example.packet.dport} "
+        f"({_where(group)}) overflowed: {group.count} datagram(s) dropped because it reads slower than "
+        "they arrive"
+    )
+    fix = (
+        f"make {example.owner.comm or 'the receiver'} read faster, or give its socket a larger SO_RCVBUF",
+        f"allow larger buffers (net.core.rmem_max is {rmem_max}): "
+        + in_netns("sysctl -w net.core.rmem_max=26214400 net.core.rmem_default=26214400", group.netns_name),
+    )
+    return Verdict(
+        "udp-rcvbuf",
+        _severity(group, context.seconds, loss=True),
+        cause,
+        _evidence(group, context.seconds, rmem_max=rmem_max),
+        fix,
+        group.count,
+        ("udp-rcvbuf-errors",),
+    )
+
+
+def _cpu_backlog(group: DropGroup, context: DropContext) -> Verdict:
+    backlog = context.sysctls.get("net.core.netdev_max_backlog")
+    cause = (
+        f"the per-CPU input backlog overflowed (netdev_max_backlog={backlog}): {group.count} packet(s) "
+        "dropped "
+        f"before the stack could process them (CPU {group.example.cpu} in the example)"
+    )
+    fix = (
+        "sysctl -w net.core.netdev_max_backlog=" + str(max(2 * int(backlog or 1000), 2000)),
+        "spread receive work over more CPUs (RSS queues, or RPS: "
+        "echo f > /sys/class/net/DEV/queues/rx-0/rps_cpus)",
+    )
+    return Verdict(
+        "cpu-backlog",
+        _severity(group, context.seconds, loss=True),
+        cause,
+        _evidence(group, context.seconds, netdev_max_backlog=backlog),
+        fix,
+        group.count,
+        ("backlog-drops",),
+    )
+
+
+def _rp_filter(group: DropGroup, context: DropContext) -> Verdict:
+    packet = group.example.packet
+    cause = (
+        f"reverse-path filtering dropped {group.count} packet(s) from {packet.saddr} "
+        f"on {group.example.ifname} "
+        f"({_where(group)}): the route back to the source leaves through another interface"
+    )
+    fix = (
+        in_netns(f"sysctl -w net.ipv4.conf.{group.example.ifname or 'all'}.rp_filter=2", group.netns_name)
+        + "   # loose mode, for asymmetric routing",
+    )
+    return Verdict(
+        "rp-filter",
+        _severity(group, context.seconds, loss=False),
+        cause,
+        _evidence(group, context.seconds),
+        fix,
+        group.count,
+        ("rp-filter-drops",),
+    )
+
+
+def _generic(group: DropGroup, context: DropContext) -> Verdict:
+    loss = group.reason in _LOSS_REASONS
+    cause = (
+        f"the kernel dropped {group.count} packet(s) with reason {group.reason} at {group.location} "
+        f"({_where(group)}), e.g. {endpoints(group.example.packet)}"
+    )
+    fix = (
+        f"netsleuth drops --reason {group.reason} --stack --netns {group.netns}"
+        "   # the full path of each drop",
+    )
+    return Verdict(
+        f"drop:{group.reason}",
+        _severity(group, context.seconds, loss),
+        cause,
+        _evidence(group, context.seconds),
+        fix,
+        group.count,
+    )
+
+
+_RULES = {
+    "NETFILTER_DROP": _firewall,
+    "NO_SOCKET": _no_listener,
+    "TCP_LISTEN_OVERFLOW": _listen_overflow,
+    "SOCKET_RCVBUFF": _udp_rcvbuf,
+    "CPU_BACKLOG": _cpu_backlog,
+    "IP_RPFILTER": _rp_filter,
+}
+
+
+def drop_verdicts(groups: Iterable[DropGroup], context: DropContext) -> list[Verdict]:
+    """One verdict per group: groups already separate reason, location and netns, which is what a person
+    fixes one at a time (a rule, a listener, a buffer)."""
+    return [_RULES.get(group.reason, _generic)(group, context) for group in groups]

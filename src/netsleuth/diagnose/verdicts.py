@@ -1,0 +1,49 @@
+"""A verdict: one cause in plain words, the evidence for it, and the fix. Ranked worst first."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Severity", "Verdict", "rank"]
+
+
+class Severity(enum.IntEnum):
+    """Ordered so that sorting puts the worst first (the same scale as doctor's findings)."""
+
+    CRITICAL = 0  # packets or connections are being lost now, at a rate that matters
+    WARNING = 1  # losses that are real but small, or a misconfiguration that will lose packets
+    INFO = 2  # worth knowing; nothing is broken
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    category: str  # stable machine name: "firewall", "no-listener", "listen-overflow", "udp-rcvbuf", ...
+    severity: Severity
+    cause: str  # one sentence a person paged at 3 a.m. can act on
+    evidence: dict[str, Any]
+    fix: tuple[str, ...]
+    events: int = 0  # how many kernel events back it (drops, resets...), the tie-breaker within a severity
+    absorbed: tuple[str, ...] = field(default=())  # doctor finding ids this verdict explains
+
+    def to_json(self, rank: int) -> dict[str, Any]:
+        return {
+            "type": "verdict",
+            "rank": rank,
+            "severity": self.severity.label,
+            "category": self.category,
+            "cause": self.cause,
+            "evidence": self.evidence,
+            "fix": list(self.fix),
+            "absorbed_findings": list(self.absorbed),
+        }
+
+
+def rank(verdicts: list[Verdict]) -> list[Verdict]:
+    """Worst severity first; within one, the cause with the most events behind it."""
+    return sorted(verdicts, key=lambda verdict: (verdict.severity, -verdict.events, verdict.category))
