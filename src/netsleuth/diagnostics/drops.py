@@ -27,18 +27,17 @@ from netsleuth.diagnostics.drops_abi import (
     DropsConfigC,
     DropStat,
 )
-from netsleuth.diagnostics.filters import IpNetwork, PacketFilter
-from netsleuth.diagnostics.packet_abi import LpmAddrKey, decode_tuple
+from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
+from netsleuth.diagnostics.filters import PacketFilter
+from netsleuth.diagnostics.packet_abi import decode_tuple
 from netsleuth.errors import UsageError
 from netsleuth.kernel.kconfig import thread_size
-from netsleuth.kernel.process import SocketOwners
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.packet import PacketTuple
 
 __all__ = ["DropTotals", "DropsConfig", "DropsSession", "RawDrop", "RawDropGroup"]
 
 _EVENT_SIZE = ctypes.sizeof(DropEvent)
-_OWNER_REFRESH_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -148,15 +147,6 @@ def decode_record(record: bytes) -> RawDrop:
     return decode_event(event, frames, record[frames_end : frames_end + event.caplen])
 
 
-def _lpm_key(network: IpNetwork) -> bytes:
-    key = LpmAddrKey()
-    key.family = network.version
-    key.prefixlen = 8 + network.prefixlen
-    packed = network.network_address.packed
-    ctypes.memmove(key.addr, packed, len(packed))
-    return bytes(key)
-
-
 # tp_btf reads arguments with no copy; raw_tp is the fallback for kernels that refuse tp_btf.
 PROGRAMS = ("drops_tp_btf", "drops_raw_tp")
 
@@ -174,9 +164,7 @@ class DropsSession:
         self._ring: RingBuffer | None = None
         self.attach_kind = ""
         self.attach_seconds = 0.0
-        self._owner_refreshed = 0.0
-        self._owner_inodes: set[int] = set()
-        self._processes = SocketOwners()
+        self._owners = OwnerInodeSync(config.packet_filter)
 
     # -- start -----------------------------------------------------------------------------------------
     def _kernel_config(self, has_rx_sk: bool) -> DropsConfigC:
@@ -253,40 +241,13 @@ class DropsSession:
         reason_map = bpf_object.map("reason_filter")
         for value in reason_set:
             reason_map.update(value.to_bytes(4, "little"), b"\x01")
-        packet_filter = self.config.packet_filter
-        for map_name, networks in (
-            ("host_filter", packet_filter.hosts),
-            ("src_filter", packet_filter.sources),
-            ("dst_filter", packet_filter.destinations),
-        ):
-            lpm = bpf_object.map(map_name)
-            for network in networks:
-                lpm.update(_lpm_key(network), b"\x01")
-        if packet_filter.filters_owner:
-            self._refresh_owner_maps(bpf_object, force=True)
-
-    def _refresh_owner_maps(self, bpf_object: BpfObject, force: bool = False) -> None:
-        """--pid/--comm for drops in softirq: keep the kernel's set of the selected processes' socket inodes
-        in step with /proc (a drop in a task's own context is matched on the task in the kernel)."""
-        now = time.monotonic()
-        if not force and now - self._owner_refreshed < _OWNER_REFRESH_S:
-            return
-        self._owner_refreshed = now
-        packet_filter = self.config.packet_filter
-        inodes = self._processes.socket_inodes_of(
-            self._processes.pids_matching(packet_filter.pid, packet_filter.comm)
-        )
-        inodes_map = bpf_object.map("owner_inodes")
-        for inode in self._owner_inodes - inodes:
-            inodes_map.delete(inode.to_bytes(8, "little"))
-        for inode in inodes - self._owner_inodes:
-            inodes_map.update(inode.to_bytes(8, "little"), b"\x01")
-        self._owner_inodes = inodes
+        fill_address_maps(bpf_object, self.config.packet_filter)
+        self._owners.refresh(bpf_object, force=True)
 
     # -- run -------------------------------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list[RawDrop]:
-        if self._object is not None and self.config.packet_filter.filters_owner:
-            self._refresh_owner_maps(self._object)
+        if self._object is not None:
+            self._owners.refresh(self._object)
         if self._ring is None:
             time.sleep(timeout_ms / 1000)
             return []

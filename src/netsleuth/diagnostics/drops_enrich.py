@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netsleuth.diagnostics.drops import RawDrop, RawDropGroup
+from netsleuth.diagnostics.tcp_names import load_tcp_names
 from netsleuth.kernel.kallsyms import Kallsyms, default_kallsyms
 from netsleuth.kernel.netns import NetnsNames
 from netsleuth.kernel.process import SocketOwners, container_of
@@ -24,22 +25,6 @@ from netsleuth.kernel.symbolizer import SourceFrame, SourceSymbolizer
 from netsleuth.packet import PacketTuple, tcp_flags_text
 
 __all__ = ["DropEnricher", "DropGroup", "DropRecord", "Owner"]
-
-# include/net/tcp_states.h; stable since 2.6, unlike the drop reasons.
-_TCP_STATES = {
-    1: "ESTABLISHED",
-    2: "SYN_SENT",
-    3: "SYN_RECV",
-    4: "FIN_WAIT1",
-    5: "FIN_WAIT2",
-    6: "TIME_WAIT",
-    7: "CLOSE",
-    8: "CLOSE_WAIT",
-    9: "LAST_ACK",
-    10: "LISTEN",
-    11: "CLOSING",
-    12: "NEW_SYN_RECV",
-}
 
 
 @dataclass(frozen=True)
@@ -159,6 +144,7 @@ class DropEnricher:
         self.want_stack = want_stack
         self.kallsyms = kallsyms or default_kallsyms()
         self.netns_names = NetnsNames()
+        self.tcp_names = load_tcp_names()
         self.owners = SocketOwners()
         self.symbolizer = SourceSymbolizer(vmlinux) if vmlinux else None
         self.explain_firewall = explain_firewall
@@ -254,9 +240,7 @@ class DropEnricher:
             ifname=raw.ifname or None,
             ifindex=raw.ifindex,
             cpu=raw.cpu,
-            sk_state=_TCP_STATES.get(raw.sk_state)
-            if raw.sk_state is not None and raw.packet.proto == 6
-            else None,
+            sk_state=self.tcp_names.state(raw.sk_state) if raw.packet.proto == 6 else None,
             stack=tuple(self._symbol(address) for address in frames) if self.want_stack else None,
             source=self._source(raw.location),
             netfilter=self._netfilter(raw, frame_names),

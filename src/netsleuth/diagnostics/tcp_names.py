@@ -101,9 +101,7 @@ def _strip(prefix: str, members: dict[str, int]) -> dict[int, str]:
 
 
 @functools.cache
-def load_tcp_names(
-    btf_path: Path = _VMLINUX, tracefs_roots: tuple[Path, ...] = _TRACEFS_ROOTS
-) -> TcpNames:
+def load_tcp_names(btf_path: Path = _VMLINUX, tracefs_roots: tuple[Path, ...] = _TRACEFS_ROOTS) -> TcpNames:
     reset_reasons: dict[int, str] | None = None
     ca_states: dict[int, str] = {}
     sources = []
