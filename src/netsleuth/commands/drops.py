@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
         enricher = DropEnricher(reasons, want_stack=args.stack, vmlinux=vmlinux or find_debug_vmlinux())
         stack.callback(enricher.close)
-        enricher.prepare()
+        enricher.prepare(config.packet_filter.netns)
         # Off a terminal rich would wrap tables at 80 columns; a log file is better read unwrapped.
         console = Console(file=out, width=None if out.isatty() else 200)
         writer = JsonLinesWriter(out) if args.json else None

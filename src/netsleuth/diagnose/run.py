@@ -7,6 +7,7 @@ buffer and backlog drops by their reasons), the TCP reset and retransmit tracepo
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,9 +71,14 @@ def run_diagnosis(
     reasons = load_drop_reasons()
     before = collect_snapshot(config.root, config.netns_name)
     drops_config = DropsConfig(packet_filter=config.packet_filter, summary_only=True)
-    with DropsSession(drops_config, reasons) as drops, TcpWatch(config.packet_filter, reasons) as tcp:
+    with (
+        contextlib.closing(DropEnricher(reasons, want_stack=True)) as enricher,
+        DropsSession(drops_config, reasons) as drops,
+        TcpWatch(config.packet_filter, reasons) as tcp,
+    ):
         drops.start()
         tcp.start()
+        enricher.prepare(config.packet_filter.netns)
         started = time.monotonic()
         on_ready()
         listeners: dict[tuple[str, int], FullListener] = {}
@@ -96,11 +102,7 @@ def run_diagnosis(
         seconds = time.monotonic() - started
         tcp.poll()
         totals = drops.totals()
-        enricher = DropEnricher(reasons, want_stack=True)
-        try:
-            groups = [enricher.enrich_group(group) for group in drops.groups()]
-        finally:
-            enricher.close()
+        groups = [enricher.enrich_group(group) for group in drops.groups()]
         tcp_verdicts = tcp.verdicts(seconds)
         resets_by_flow = tcp.resets_by_flow()
     after = collect_snapshot(config.root, config.netns_name, settings_from=before)

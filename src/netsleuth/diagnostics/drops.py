@@ -290,6 +290,21 @@ class DropsSession:
                 example=decode_event(value.example, frames),
             )
 
+    def forget_group(self, reason: int, location: int, netns: int) -> tuple[int, int] | None:
+        """Delete one group from the kernel map and return its final (count, bytes); None if it is gone.
+
+        A drop counted between the read and the delete would be lost, so this is only for namespaces that
+        no longer exist (no device or socket left in them to drop anything)."""
+        if self._object is None:
+            return None
+        groups = self._object.map("drop_groups")
+        key = bytes(DropGroupKey(location=location, reason=reason, netns=netns))
+        value = groups.lookup(key)
+        if value is None or not groups.delete(key):
+            return None
+        # struct drop_group starts with __u64 count, __u64 bytes (bpf/drops.h).
+        return int.from_bytes(value[0:8], "little"), int.from_bytes(value[8:16], "little")
+
     def program_fd(self) -> int:
         assert self._object is not None
         return self._object.program_fd(self._object.attached_programs()[0])

@@ -17,8 +17,9 @@ from typing import Any
 
 from netsleuth.diagnostics.drops import RawDrop, RawDropGroup
 from netsleuth.diagnostics.tcp_names import load_tcp_names
+from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.kallsyms import Kallsyms, default_kallsyms
-from netsleuth.kernel.netns import NetnsNames
+from netsleuth.kernel.netns import NetnsNames, current_netns_inode
 from netsleuth.kernel.process import SocketOwners, container_of
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.kernel.symbolizer import SourceFrame, SourceSymbolizer
@@ -150,15 +151,20 @@ class DropEnricher:
         self.explain_firewall = explain_firewall
         self._netfilter_reason = reasons.value("NETFILTER_DROP")
         self._matchers: dict[int, Any] = {}
+        self.firewall_problems: dict[int, str] = {}
         self._location_cache: dict[int, str] = {}
         self._source_cache: dict[int, tuple[SourceFrame, ...]] = {}
         # bpf_ktime_get_ns() is CLOCK_MONOTONIC; one offset turns it into wall-clock time.
         self._wall_offset = time.time() - time.monotonic()
 
-    def prepare(self) -> None:
-        """Read kallsyms and the netns names now, so the first drops are not delayed by it."""
+    def prepare(self, netns: int | None = None) -> None:
+        """Read kallsyms and the netns names now, so the first drops are not delayed by it, and take the
+        firewall's counter baseline of the traced namespace (this one unless --netns) before any drop: rules
+        that can only be told apart by counter growth then count from the start of the trace."""
         self.kallsyms.load()
         self.netns_names.refresh()
+        if self.explain_firewall:
+            self._matcher(netns if netns is not None else current_netns_inode())
 
     def close(self) -> None:
         if self.symbolizer is not None:
@@ -200,19 +206,32 @@ class DropEnricher:
             self._source_cache[address] = cached
         return cached
 
+    def _matcher(self, netns: int) -> Any:
+        if netns not in self._matchers:
+            from netsleuth.firewall import FirewallMatcher
+
+            # Without CAP_SYS_ADMIN (e.g. the agent's unit) another namespace cannot be entered: drops there
+            # are still reported, with the hook and the reason the rule is missing.
+            try:
+                self._matchers[netns] = FirewallMatcher(self.netns_names.path_of(netns))
+            except EnvironmentProblem as error:
+                self._matchers[netns] = None
+                self.firewall_problems[netns] = str(error)
+        return self._matchers[netns]
+
     def _netfilter(self, raw: RawDrop, frame_names: list[str]) -> dict[str, Any] | None:
         if raw.reason != self._netfilter_reason or not self.explain_firewall:
             return None
-        from netsleuth.firewall import FirewallMatcher, hook_from_stack
+        from netsleuth.firewall import hook_from_stack
 
         hook = hook_from_stack(frame_names, raw.packet.family)
         result: dict[str, Any] = {"hook": hook, "table": None, "chain": None, "rule": None}
         if hook is None:
             return result
-        matcher = self._matchers.get(raw.netns)
+        matcher = self._matcher(raw.netns)
         if matcher is None:
-            matcher = FirewallMatcher(self.netns_names.path_of(raw.netns))
-            self._matchers[raw.netns] = matcher
+            result["problem"] = self.firewall_problems.get(raw.netns)
+            return result
         incoming = hook in ("prerouting", "input", "forward")
         verdict = matcher.explain(
             raw.packet,
