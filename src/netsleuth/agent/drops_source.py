@@ -1,0 +1,21 @@
+"""The exporter's always-on drops attachment: `netsleuth drops --summary` with no filter, no events.
+
+Namespaces that are gone have their groups removed with `DropsSession.forget_group`, so a long-running agent
+on a host where containers come and go does not fill the 8192-group map with the dead.
+"""
+
+from __future__ import annotations
+
+from netsleuth.diagnostics.drops import DropsConfig, DropsSession
+from netsleuth.kernel.reasons import DropReasons
+
+__all__ = ["DROPS_MAX_GROUPS", "ExporterDropsSession"]
+
+
+class ExporterDropsSession(DropsSession):
+    def __init__(self, reasons: DropReasons) -> None:
+        super().__init__(DropsConfig(summary_only=True), reasons)
+
+
+# DROPS_MAX_GROUPS in bpf/drops.h: past it, drops are still counted (drop_stats UNGROUPED) but not grouped.
+DROPS_MAX_GROUPS = 8192

@@ -1,0 +1,196 @@
+"""The agent: one always-on summary attachment feeding the exporter, the session runner, the HTTP servers.
+
+Start order: check privileges -> turn on bpf_stats -> attach the exporter's drops program -> register the
+collectors -> bind the servers -> ready. Stop order (SIGTERM): not ready -> end every session with
+reason agent_stopping (they send their summary) -> stop accepting and wait for responses in flight ->
+detach. Links belong to this process and are never pinned, so a SIGKILL leaves nothing attached either:
+the kernel releases them with the last fd.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from pathlib import Path
+
+from prometheus_client import ProcessCollector
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from netsleuth.agent.config import AgentConfig
+from netsleuth.agent.conntrack_collector import ConntrackCollector
+from netsleuth.agent.drops_collector import DropsCollector
+from netsleuth.agent.drops_source import ExporterDropsSession
+from netsleuth.agent.function_names import FunctionNames
+from netsleuth.agent.http import TcpServer, UnixServer, bind_tcp, bind_unix
+from netsleuth.agent.link_collector import LinkCollector
+from netsleuth.agent.netstat_collector import NetstatCollector
+from netsleuth.agent.programs import ProgramLedger, bpf_stats_sysctl_enabled
+from netsleuth.agent.self_collector import ScrapeTimings, SelfCollector, TimedCollector
+from netsleuth.agent.session_diagnostics import DiagnosticContext
+from netsleuth.agent.sessions import SessionManager
+from netsleuth.agent.softnet_collector import InterruptsCollector, SoftnetCollector
+from netsleuth.bpf.features import require_tracing
+from netsleuth.bpf.stats import RunTimeStats
+from netsleuth.kernel.reasons import load_drop_reasons
+
+__all__ = ["Agent"]
+
+_LOG = logging.getLogger("netsleuth.agent")
+
+
+class Agent:
+    def __init__(
+        self, config: AgentConfig, registry: CollectorRegistry | None = None, root: Path = Path("/")
+    ) -> None:
+        self.config = config
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.root = root
+        self.ledger = ProgramLedger()
+        self.timings = ScrapeTimings()
+        self._ready = threading.Event()
+        self._run_time_stats: RunTimeStats | None = None
+        self._drops: ExporterDropsSession | None = None
+        self._drops_handle: int | None = None
+        self._servers: list[TcpServer | UnixServer] = []
+        self._threads: list[threading.Thread] = []
+        self._collectors: list[Collector] = []
+        self._sessions: SessionManager | None = None
+        self.tcp_server: TcpServer | None = None
+        self.unix_server: UnixServer | None = None
+
+    # -- state -----------------------------------------------------------------------------------------
+    @property
+    def sessions(self) -> SessionManager:
+        if self._sessions is None:
+            raise RuntimeError("the agent has not started")
+        return self._sessions
+
+    def is_ready(self) -> bool:
+        return self._ready.is_set()
+
+    def bpf_stats_enabled(self) -> bool:
+        own = self._run_time_stats is not None and self._run_time_stats.enabled
+        return own or bpf_stats_sysctl_enabled()
+
+    @property
+    def attach_kind(self) -> str:
+        return self._drops.attach_kind if self._drops is not None else ""
+
+    # -- start -----------------------------------------------------------------------------------------
+    def _enable_bpf_stats(self) -> None:
+        if not self.config.bpf_stats:
+            return
+        self._run_time_stats = RunTimeStats()
+        if not self.bpf_stats_enabled():
+            _LOG.warning(
+                "BPF run-time accounting is off (BPF_ENABLE_STATS needs CAP_SYS_ADMIN; or set "
+                "kernel.bpf_stats_enabled=1): no run-time metrics, and sessions are refused"
+            )
+
+    def _register(self, name: str, collector: Collector) -> None:
+        timed = TimedCollector(name, collector, self.timings)
+        self.registry.register(timed)
+        self._collectors.append(timed)
+
+    def _register_collectors(self, context: DiagnosticContext) -> None:
+        exporter = self.config.exporter
+        if self._drops is not None:
+            self._register(
+                "drops", DropsCollector(self._drops, context.reasons, FunctionNames(), exporter.drops)
+            )
+        if exporter.tcp:
+            self._register("netstat", NetstatCollector(self.root))
+        if exporter.nic.enabled:
+            self._register("links", LinkCollector(exporter.nic, self.root))
+        if exporter.softnet:
+            self._register("softnet", SoftnetCollector(self.root))
+        if exporter.interrupts.enabled:
+            self._register("interrupts", InterruptsCollector(exporter.interrupts, self.root))
+        if exporter.conntrack:
+            self._register("conntrack", ConntrackCollector(self.root))
+        process = ProcessCollector(registry=None)
+        self.registry.register(process)
+        self._collectors.append(process)
+        own = SelfCollector(
+            self.ledger, self.sessions.stats, self.timings, self.bpf_stats_enabled, self.is_ready
+        )
+        self.registry.register(own)  # last: it reports the timings of the scrape it is part of
+        self._collectors.append(own)
+
+    def _attach_exporter(self, context: DiagnosticContext) -> None:
+        if not self.config.exporter.drops.enabled:
+            return
+        drops = ExporterDropsSession(context.reasons)
+        try:
+            drops.start()
+        except BaseException:
+            drops.close()
+            raise
+        self._drops = drops
+        self._drops_handle = self.ledger.attached(
+            "exporter", f"drops_{drops.attach_kind}", drops.program_fd()
+        )
+
+    def _serve(self, server: TcpServer | UnixServer, name: str) -> None:
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name=name)
+        thread.start()
+        self._servers.append(server)
+        self._threads.append(thread)
+
+    def start(self) -> None:
+        """Attach and serve; on any failure everything started so far is undone."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop(timeout=5)
+            raise
+
+    def _start(self) -> None:
+        needs_bpf = self.config.exporter.drops.enabled or self.config.sessions.enabled
+        if needs_bpf:
+            require_tracing()
+        context = DiagnosticContext(reasons=load_drop_reasons())
+        self._enable_bpf_stats()
+        self._attach_exporter(context)
+        self._sessions = SessionManager(self.config.sessions, context, self.ledger, self.bpf_stats_enabled)
+        self._register_collectors(context)
+        self.tcp_server = bind_tcp(self.config.listen, self, self.config.token())
+        self._serve(self.tcp_server, "netsleuth-http")
+        if self.config.socket is not None:
+            self.unix_server = bind_unix(self.config.socket, self.config.socket_mode, self)
+            self._serve(self.unix_server, "netsleuth-unix")
+        self._ready.set()
+        _LOG.info(
+            "ready: metrics on http://%s/metrics%s, exporter attached via %s",
+            self.tcp_server.bound,
+            f", sessions on {self.config.socket}" if self.config.socket else "",
+            self.attach_kind or "nothing (drops exporter disabled)",
+        )
+
+    # -- stop ------------------------------------------------------------------------------------------
+    def stop(self, timeout: float = 20.0) -> None:
+        """Graceful: sessions end with their summary, responses in flight finish, then detach."""
+        self._ready.clear()
+        if self._sessions is not None and not self._sessions.stop_all(timeout):
+            _LOG.warning("some sessions did not end within %.0f s", timeout)
+        for server in self._servers:
+            server.shutdown()  # stop accepting; returns once serve_forever has
+        for server in self._servers:
+            server.server_close()  # joins the handler threads: responses in flight complete
+        for thread in self._threads:
+            thread.join(timeout)
+        self._servers.clear()
+        self._threads.clear()
+        for collector in self._collectors:
+            with contextlib.suppress(KeyError):
+                self.registry.unregister(collector)
+        self._collectors.clear()
+        if self._drops is not None:
+            if self._drops_handle is not None:
+                self.ledger.detaching(self._drops_handle)
+            self._drops.close()
+            self._drops = None
+        if self._run_time_stats is not None:
+            self._run_time_stats.close()
+            self._run_time_stats = None
