@@ -83,6 +83,13 @@ struct {
 	__type(value, struct tcp_range);
 } reject_ranges SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct tcp_listener_slots);
+} listeners SEC(".maps");
+
 /* kfree_skb reasons that are about a socket's queues (LISTEN_OVERFLOW, SOCKET_RCVBUFF, PROTO_MEM...). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -182,15 +189,15 @@ static __always_inline void unmap_v4(__u8 *addr)
 }
 
 /* A socket's endpoints; works for full, request and TIME_WAIT socks (all start with struct sock_common). */
-static __always_inline void sock_endpoints(struct sock_common *skc, struct tcp_event *e)
+static __always_inline void sock_endpoints(const bool direct, struct sock_common *skc, struct tcp_event *e)
 {
-	__u16 family = BPF_CORE_READ(skc, skc_family);
+	__u16 family = NS_RD(direct, skc, skc_family);
 
-	e->lport = BPF_CORE_READ(skc, skc_num);
-	e->rport = bpf_ntohs(BPF_CORE_READ(skc, skc_dport));
+	e->lport = NS_RD(direct, skc, skc_num);
+	e->rport = bpf_ntohs(NS_RD(direct, skc, skc_dport));
 	if (family == AF_INET) {
-		__be32 local = BPF_CORE_READ(skc, skc_rcv_saddr);
-		__be32 remote = BPF_CORE_READ(skc, skc_daddr);
+		__be32 local = NS_RD(direct, skc, skc_rcv_saddr);
+		__be32 remote = NS_RD(direct, skc, skc_daddr);
 
 		e->family = 4;
 		__builtin_memcpy(e->laddr, &local, 4);
@@ -208,26 +215,35 @@ static __always_inline void sock_endpoints(struct sock_common *skc, struct tcp_e
 	}
 }
 
-static __always_inline __u32 sock_netns(struct sock *sk)
+/* tcp_set_state(CLOSE) releases the port (inet_put_port zeroes skc_num) before the tracepoints of a closing
+ * socket fire; inet_sport still holds it. Only full sockets have it. */
+static __always_inline void keep_local_port(struct sock *sk, struct tcp_event *e)
 {
-	return ns_net_inum(BPF_CORE_READ(sk, __sk_common.skc_net.net));
+	if (!e->lport && ns_sk_fullsock_rd(false, sk))
+		e->lport = bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
 }
 
-static __always_inline __u32 skb_netns(struct sk_buff *skb)
+static __always_inline __u32 sock_netns(const bool direct, struct sock *sk)
 {
-	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	return ns_net_inum_rd(direct, NS_RD(direct, sk, __sk_common.skc_net.net));
+}
 
-	return dev ? ns_net_inum(BPF_CORE_READ(dev, nd_net.net)) : 0;
+static __always_inline __u32 skb_netns(const bool direct, struct sk_buff *skb)
+{
+	struct net_device *dev = NS_RD(direct, skb, dev);
+
+	return dev ? ns_net_inum_rd(direct, NS_RD(direct, dev, nd_net.net)) : 0;
 }
 
 /*
  * Copy the packet's network and transport headers once and describe it. Returns the TCP header's offset in
  * buf->header, or -1 when this is not a TCP segment we can read.
  */
-static __always_inline int read_segment(struct sk_buff *skb, struct tcp_scratch *buf, struct packet_tuple *tuple)
+static __always_inline int read_segment(const bool direct, struct sk_buff *skb, struct tcp_scratch *buf,
+					struct packet_tuple *tuple)
 {
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	__u16 network_header = BPF_CORE_READ(skb, network_header);
+	unsigned char *head = NS_RD(direct, skb, head);
+	__u16 network_header = NS_RD(direct, skb, network_header);
 	__u8 *hdr = buf->header;
 	int transport;
 
@@ -324,7 +340,7 @@ static __always_inline bool owner_matches(const struct tcp_event *e)
 }
 
 /* Time, CPU, the running task, and what the tracker knows about the socket. */
-static __always_inline void fill_context(void *ctx, struct tcp_event *e, struct sock *sk)
+static __always_inline void fill_context(const bool direct, void *ctx, struct tcp_event *e, struct sock *sk)
 {
 	bool kthread = false;
 
@@ -344,56 +360,58 @@ static __always_inline void fill_context(void *ctx, struct tcp_event *e, struct 
 		struct tcp_sock_info *info = bpf_map_lookup_elem(&sock_infos, &key);
 
 		e->sk = key;
-		e->sock_ino = ns_sock_ino(sk);
 		if (info) {
 			e->born_ns = info->born_ns;
 			e->side = info->side;
 			e->owner_pid = info->pid;
+			e->sock_ino = info->sock_ino;
+			__builtin_memcpy(e->owner_comm, info->comm, sizeof(e->owner_comm));
+			if (e->old_state == TCP_NO_STATE)
+				e->old_state = info->last_old_state;
 			if (!e->lport)
 				e->lport = info->lport;
 			else if (!info->lport)
 				info->lport = e->lport; /* bound after its first transition (connect) */
-			__builtin_memcpy(e->owner_comm, info->comm, sizeof(e->owner_comm));
-			if (e->old_state == TCP_NO_STATE)
-				e->old_state = info->last_old_state;
-			if (!e->sock_ino)
-				e->sock_ino = info->sock_ino;
 		}
+		/* Accepted after the tracker last saw it: its file exists now. */
+		if (!e->sock_ino)
+			e->sock_ino = ns_sock_ino_rd(direct, sk);
 	}
 }
 
-static __always_inline __u64 sock_flags_word(struct sock *sk)
+static __always_inline __u64 sock_flags_word(const bool direct, struct sock *sk)
 {
 	if (bpf_core_field_exists(sk->__sk_common.skc_flags))
-		return BPF_CORE_READ(sk, __sk_common.skc_flags);
-	return BPF_CORE_READ(sk, sk_flags);
+		return NS_RD(direct, sk, __sk_common.skc_flags);
+	return NS_RD(direct, sk, sk_flags);
 }
 
-/* Queues and linger settings of a full TCP socket: what explains an abort. */
-static __always_inline void fill_tcp_details(struct tcp_event *e, struct sock *sk)
+/* Queues and linger settings of a full TCP socket: what explains an abort. The tcp_sock and
+ * inet_connection_sock fields lie beyond struct sock, where a BTF-typed pointer cannot reach: copied. */
+static __always_inline void fill_tcp_details(const bool direct, struct tcp_event *e, struct sock *sk)
 {
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
 	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
 	__u64 flags;
 
-	if (!sk || !ns_sk_fullsock_rd(false, sk))
+	if (!sk || !ns_sk_fullsock_rd(direct, sk))
 		return;
 	e->sock_flags |= TCP_SOCK_FULL;
-	if (BPF_CORE_READ(sk, sk_socket))
+	if (NS_RD(direct, sk, sk_socket))
 		e->sock_flags |= TCP_SOCK_HAS_FILE;
-	flags = sock_flags_word(sk);
+	flags = sock_flags_word(direct, sk);
 	if (flags & (1ULL << SOCK_LINGER_BIT)) {
 		e->sock_flags |= TCP_SOCK_LINGER;
-		if (!BPF_CORE_READ(sk, sk_lingertime))
+		if (!NS_RD(direct, sk, sk_lingertime))
 			e->sock_flags |= TCP_SOCK_LINGER_ZERO;
 	}
-	if (BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_LISTEN) {
-		e->backlog = BPF_CORE_READ(sk, sk_ack_backlog);
-		e->max_backlog = BPF_CORE_READ(sk, sk_max_ack_backlog);
+	if (NS_RD(direct, sk, __sk_common.skc_state) == TCP_LISTEN) {
+		e->backlog = NS_RD(direct, sk, sk_ack_backlog);
+		e->max_backlog = NS_RD(direct, sk, sk_max_ack_backlog);
 		e->syn_queue = BPF_CORE_READ(icsk, icsk_accept_queue.qlen.counter);
 		return;
 	}
-	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+	if (NS_RD(direct, sk, sk_protocol) != IPPROTO_TCP)
 		return;
 	e->unread = BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq);
 	e->unsent = BPF_CORE_READ(tp, write_seq) - BPF_CORE_READ(tp, snd_una);
@@ -485,10 +503,14 @@ static __always_inline void group_key_for(const struct tcp_event *e, struct tcp_
 
 static __always_inline void add_to_group(struct tcp_group *group, const struct tcp_event *e)
 {
+	/* Locked adds cost tens of ns each on this hot path: only the ones that change something. */
 	__sync_fetch_and_add(&group->count, 1);
-	__sync_fetch_and_add(&group->sum1, e->value1);
-	__sync_fetch_and_add(&group->sum2, e->value2);
-	__sync_fetch_and_add(&group->sum3, e->value3);
+	if (e->value1)
+		__sync_fetch_and_add(&group->sum1, e->value1);
+	if (e->value2)
+		__sync_fetch_and_add(&group->sum2, e->value2);
+	if (e->value3)
+		__sync_fetch_and_add(&group->sum3, e->value3);
 	if (e->value1 > group->max1) /* a racing update may win: the maximum is a hint, the counts are exact */
 		group->max1 = e->value1;
 }
@@ -567,7 +589,8 @@ static __always_inline int submit(void *ctx, struct tcp_scratch *buf, long stack
 
 /* ---- resets --------------------------------------------------------------------------------------------- */
 
-static __always_inline int on_send_reset(void *ctx, struct sock *sk, struct sk_buff *skb, __u32 reason)
+static __always_inline int on_send_reset(const bool direct, void *ctx, struct sock *sk, struct sk_buff *skb,
+					 __u32 reason)
 {
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
@@ -581,7 +604,7 @@ static __always_inline int on_send_reset(void *ctx, struct sock *sk, struct sk_b
 	if (skb) {
 		/* tcp_v4/v6_send_reset: the segment that made us answer with RST; it goes back to its sender. */
 		struct packet_tuple tuple = {};
-		int transport = read_segment(skb, buf, &tuple);
+		int transport = read_segment(direct, skb, buf, &tuple);
 
 		if (transport >= 0) {
 			e->family = tuple.family;
@@ -591,27 +614,28 @@ static __always_inline int on_send_reset(void *ctx, struct sock *sk, struct sk_b
 			e->rport = tuple.sport;
 			describe_segment(buf, transport, &tuple);
 		}
-		e->netns = skb_netns(skb);
-		e->ifindex = BPF_CORE_READ(skb, skb_iif);
+		e->netns = skb_netns(direct, skb);
+		e->ifindex = NS_RD(direct, skb, skb_iif);
 	} else if (sk) {
 		/* tcp_send_active_reset: the socket aborts on its own (close, disconnect, timer). */
-		sock_endpoints((struct sock_common *)sk, e);
+		sock_endpoints(direct, (struct sock_common *)sk, e);
+		keep_local_port(sk, e);
 	}
 	if (sk) {
-		e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+		e->state = NS_RD(direct, sk, __sk_common.skc_state);
 		if (!e->netns)
-			e->netns = sock_netns(sk);
+			e->netns = sock_netns(direct, sk);
 	}
 	if (!flow_matches(e))
 		return 0;
-	fill_context(ctx, e, sk);
+	fill_context(direct, ctx, e, sk);
 	if (!owner_matches(e))
 		return 0;
-	fill_tcp_details(e, sk);
+	fill_tcp_details(direct, e, sk);
 	return submit(ctx, buf, -1);
 }
 
-static __always_inline int on_receive_reset(void *ctx, struct sock *sk)
+static __always_inline int on_receive_reset(const bool direct, void *ctx, struct sock *sk)
 {
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
@@ -623,15 +647,16 @@ static __always_inline int on_receive_reset(void *ctx, struct sock *sk)
 	if (!buf)
 		return 0;
 	e = &buf->event;
-	sock_endpoints((struct sock_common *)sk, e);
-	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
-	e->netns = sock_netns(sk);
+	sock_endpoints(direct, (struct sock_common *)sk, e);
+	keep_local_port(sk, e);
+	e->state = NS_RD(direct, sk, __sk_common.skc_state);
+	e->netns = sock_netns(direct, sk);
 	if (!flow_matches(e))
 		return 0;
-	fill_context(ctx, e, sk);
+	fill_context(direct, ctx, e, sk);
 	if (!owner_matches(e))
 		return 0;
-	fill_tcp_details(e, sk);
+	fill_tcp_details(direct, e, sk);
 	return submit(ctx, buf, -1);
 }
 
@@ -652,9 +677,9 @@ static __always_inline bool in_reject_code(__u64 address)
  * nf_send_reset()/nf_send_reset6() (net/ipv4/netfilter/nf_reject_ipv4.c, net/ipv6/netfilter/
  * nf_reject_ipv6.c) and send it with ip_local_out()/dev_queue_xmit(): no TCP tracepoint sees it. Every
  * transmitted packet passes net:net_dev_queue synchronously from its sender, so an RST whose stack goes
- * through those functions is a firewall's.
+ * through those functions is a firewall's. Other packets cost a map lookup and a header copy.
  */
-static __always_inline int on_net_dev_queue(void *ctx, struct sk_buff *skb)
+static __always_inline int on_net_dev_queue(const bool direct, void *ctx, struct sk_buff *skb)
 {
 	struct packet_tuple tuple = {};
 	struct tcp_scratch *buf;
@@ -665,12 +690,12 @@ static __always_inline int on_net_dev_queue(void *ctx, struct sk_buff *skb)
 	int transport;
 	bool from_reject = false;
 
-	if (!first || !first->start) /* no reject code in this kernel yet: cost one lookup per packet */
+	if (!first || !first->start) /* no reject code in this kernel yet */
 		return 0;
 	buf = fresh_scratch(TCP_EV_RESET_FIREWALL);
 	if (!buf)
 		return 0;
-	transport = read_segment(skb, buf, &tuple);
+	transport = read_segment(direct, skb, buf, &tuple);
 	if (transport < 0 || !(tuple.tcp_flags & TCP_FLAG_RST))
 		return 0;
 	stack_bytes = take_stack(ctx, buf);
@@ -692,17 +717,17 @@ static __always_inline int on_net_dev_queue(void *ctx, struct sk_buff *skb)
 	e->lport = tuple.sport;
 	e->rport = tuple.dport;
 	describe_segment(buf, transport, &tuple);
-	e->netns = skb_netns(skb);
+	e->netns = skb_netns(direct, skb);
 	if (!flow_matches(e))
 		return 0;
-	fill_context(ctx, e, 0);
+	fill_context(direct, ctx, e, 0);
 	if (!owner_matches(e))
 		return 0;
 	{
-		struct net_device *dev = BPF_CORE_READ(skb, dev);
+		struct net_device *dev = NS_RD(direct, skb, dev);
 
 		if (dev) {
-			e->ifindex = BPF_CORE_READ(dev, ifindex);
+			e->ifindex = NS_RD(direct, dev, ifindex);
 			BPF_CORE_READ_STR_INTO(&e->ifname, dev, name);
 		}
 	}
@@ -711,51 +736,95 @@ static __always_inline int on_net_dev_queue(void *ctx, struct sk_buff *skb)
 
 /* ---- state changes, connection lives, connect latency ------------------------------------------------------ */
 
-/* Remember what this transition tells about the socket; returns ns spent in the previous state (0 unknown). */
-static __always_inline __u64 track_state(void *ctx, struct sock *sk, int old, int new, __u64 now,
-					 struct tcp_sock_info *seen)
+/* Add (or remove) a listener in its port's slots; racing updates can lose one: it is then not found. */
+static __always_inline void remember_listener(__u32 port, __u64 address, bool listening)
+{
+	struct tcp_listener_slots fresh = {}, *slots = bpf_map_lookup_elem(&listeners, &port);
+
+	if (!slots) {
+		if (!listening)
+			return;
+		fresh.sk[0] = address;
+		bpf_map_update_elem(&listeners, &port, &fresh, BPF_NOEXIST);
+		return;
+	}
+	for (int i = 0; i < TCP_LISTENER_SLOTS; i++) {
+		if (listening && !slots->sk[i]) {
+			slots->sk[i] = address;
+			return;
+		}
+		if (!listening && slots->sk[i] == address) {
+			slots->sk[i] = 0;
+			return;
+		}
+	}
+}
+
+/* What one transition tells, computed once for the tracker and every kind derived from it. */
+struct transition {
+	__u64 now;
+	__u64 in_previous;	/* ns spent in the previous state, 0 unknown */
+	__u64 pid_tgid;
+	bool in_task;
+	bool kthread;
+};
+
+/*
+ * The state tracker: remember what this transition tells about the socket (copied to `seen`). It runs on
+ * every state change of every TCP socket, so it touches the map once (in place when the socket is known)
+ * and walks to the socket's inode only in a task's own syscall.
+ */
+static __always_inline void track_state(const bool direct, void *ctx, struct sock *sk, int old, int new,
+					struct transition *t, struct tcp_sock_info *seen)
 {
 	__u64 key = (__u64)sk;
 	struct tcp_sock_info *info = bpf_map_lookup_elem(&sock_infos, &key);
-	struct tcp_sock_info fresh = {};
-	bool kthread = false;
-	bool in_task = ns_in_task(ctx, cfg.thread_size, &kthread);
-	__u64 in_previous = 0;
-	__u64 ino = ns_sock_ino(sk);
 	bool birth = (old == TCP_CLOSE && (new == TCP_SYN_SENT || new == TCP_LISTEN)) ||
 		     (old == TCP_LISTEN && new == TCP_SYN_RECV);
+	__u16 port = NS_RD(direct, sk, __sk_common.skc_num);
 
-	if (info && !birth) {
-		in_previous = info->changed_ns ? now - info->changed_ns : 0;
-		__builtin_memcpy(&fresh, info, sizeof(fresh));
-	} else if (birth) {
-		fresh.born_ns = now;
-		/* connect() runs tcp_set_state(SYN_SENT); a child socket is cloned from its listener in
-		 * SYN_RECV (inet_csk_clone_lock): the two ways a connection starts. */
-		fresh.side = new == TCP_SYN_SENT ? 1 : new == TCP_SYN_RECV ? 2 : 0;
+	t->in_task = ns_in_task(ctx, cfg.thread_size, &t->kthread);
+	if (!info || birth) {
+		__builtin_memset(seen, 0, sizeof(*seen));
+		if (birth) {
+			seen->born_ns = t->now;
+			/* connect() runs tcp_set_state(SYN_SENT); a child socket is cloned from its listener in
+			 * SYN_RECV (inet_csk_clone_lock): the two ways a connection starts. */
+			seen->side = new == TCP_SYN_SENT ? 1 : new == TCP_SYN_RECV ? 2 : 0;
+		}
+	} else {
+		t->in_previous = info->changed_ns ? t->now - info->changed_ns : 0;
+		__builtin_memcpy(seen, info, sizeof(*seen));
 	}
 	/* Only a task's own syscall tells who owns the socket: connect() and listen() make the first two
 	 * transitions, close()/shutdown() the last two (tcp_close_state); softirq work that happens to run on
 	 * a task's stack must not name that task. */
-	if (in_task && !kthread &&
+	if (t->in_task && !t->kthread &&
 	    ((old == TCP_CLOSE && (new == TCP_SYN_SENT || new == TCP_LISTEN)) ||
 	     (old == TCP_ESTABLISHED && new == TCP_FIN_WAIT1) || (old == TCP_CLOSE_WAIT && new == TCP_LAST_ACK))) {
-		fresh.pid = bpf_get_current_pid_tgid() >> 32;
-		bpf_get_current_comm(&fresh.comm, sizeof(fresh.comm));
+		__u64 ino = ns_sock_ino_rd(direct, sk);
+
+		t->pid_tgid = bpf_get_current_pid_tgid();
+		seen->pid = t->pid_tgid >> 32;
+		bpf_get_current_comm(&seen->comm, sizeof(seen->comm));
+		if (ino)
+			seen->sock_ino = ino;
 	}
-	if (ino)
-		fresh.sock_ino = ino;
-	if (BPF_CORE_READ(sk, __sk_common.skc_num))
-		fresh.lport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	fresh.changed_ns = now;
-	fresh.last_old_state = old;
-	bpf_map_update_elem(&sock_infos, &key, &fresh, BPF_ANY);
-	__builtin_memcpy(seen, &fresh, sizeof(fresh));
-	return in_previous;
+	if (port)
+		seen->lport = port;
+	seen->changed_ns = t->now;
+	seen->last_old_state = old;
+	if (info && !birth)
+		__builtin_memcpy(info, seen, sizeof(*seen));
+	else
+		bpf_map_update_elem(&sock_infos, &key, seen, BPF_ANY);
+	if (new == TCP_LISTEN || (old == TCP_LISTEN && new == TCP_CLOSE))
+		remember_listener(port, key, new == TCP_LISTEN);
 }
 
-static __always_inline int emit_state_kind(void *ctx, struct sock *sk, __u8 kind, int old, int new, __u64 now,
-					   const struct tcp_sock_info *info, __u64 value1, __u32 reason)
+static __always_inline int emit_state_kind(const bool direct, void *ctx, struct sock *sk, __u8 kind, int old,
+					   int new, const struct transition *t, const struct tcp_sock_info *info,
+					   __u64 value1, __u32 reason)
 {
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
@@ -765,26 +834,44 @@ static __always_inline int emit_state_kind(void *ctx, struct sock *sk, __u8 kind
 	if (!buf)
 		return 0;
 	e = &buf->event;
-	sock_endpoints((struct sock_common *)sk, e);
-	e->netns = sock_netns(sk);
+	sock_endpoints(direct, (struct sock_common *)sk, e);
+	e->netns = sock_netns(direct, sk);
 	e->state = new;
 	e->old_state = old;
 	e->reason = reason;
 	e->value1 = value1;
 	if (!e->lport)
-		e->lport = info->lport ? info->lport : bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
+		e->lport = info->lport;
+	keep_local_port(sk, e);
 	if (!flow_matches(e))
 		return 0;
-	fill_context(ctx, e, sk);
-	/* The tracker's entry was just rewritten for this transition; report what it was before. */
+	/* Everything else comes from the tracker's fresh entry: no second lookup, no inode walk. */
+	e->time_ns = t->now;
+	e->cpu = bpf_get_smp_processor_id();
+	e->sk = (__u64)sk;
+	e->in_task = t->in_task;
+	e->kthread = t->kthread;
+	/* The task's name is for printed events and --comm; a --summary count does not need it. */
+	if (t->in_task && (kind_in(cfg.emit_mask, kind) || cfg.filter_owner)) {
+		__u64 pid_tgid = t->pid_tgid ? t->pid_tgid : bpf_get_current_pid_tgid();
+
+		e->pid = pid_tgid >> 32;
+		e->tid = (__u32)pid_tgid;
+		bpf_get_current_comm(&e->comm, sizeof(e->comm));
+	}
 	e->born_ns = info->born_ns;
 	e->side = info->side;
-	e->time_ns = now;
+	e->owner_pid = info->pid;
+	e->sock_ino = info->sock_ino;
+	__builtin_memcpy(e->owner_comm, info->comm, sizeof(e->owner_comm));
 	if (!owner_matches(e))
 		return 0;
 	if (new == TCP_CLOSE) {
 		struct tcp_sock *tp = (struct tcp_sock *)sk;
 
+		/* tcp_done_with_error() sets sk_err before tcp_done() moves the socket to CLOSE. */
+		if (kind == TCP_EV_STATE)
+			e->reason = NS_RD(direct, sk, sk_err);
 		e->value2 = BPF_CORE_READ(tp, bytes_acked);
 		e->value3 = BPF_CORE_READ(tp, bytes_received);
 		e->retransmits = BPF_CORE_READ((struct inet_connection_sock *)sk, icsk_retransmits);
@@ -793,34 +880,35 @@ static __always_inline int emit_state_kind(void *ctx, struct sock *sk, __u8 kind
 	return submit(ctx, buf, -1);
 }
 
-static __always_inline int on_state(void *ctx, struct sock *sk, int old, int new)
+static __always_inline int on_state(const bool direct, void *ctx, struct sock *sk, int old, int new)
 {
-	struct tcp_sock_info info = {};
-	__u64 now, in_previous;
+	struct tcp_sock_info info;
+	struct transition t = {};
 
-	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+	if (!sk || NS_RD(direct, sk, sk_protocol) != IPPROTO_TCP)
 		return 0;
-	now = bpf_ktime_get_ns();
-	in_previous = track_state(ctx, sk, old, new, now, &info);
+	t.now = bpf_ktime_get_ns();
+	track_state(direct, ctx, sk, old, new, &t, &info);
 	if (kind_wanted(TCP_EV_STATE))
-		emit_state_kind(ctx, sk, TCP_EV_STATE, old, new, now, &info, in_previous, 0);
+		emit_state_kind(direct, ctx, sk, TCP_EV_STATE, old, new, &t, &info, t.in_previous, 0);
 	if (old == TCP_SYN_SENT && (new == TCP_ESTABLISHED || new == TCP_CLOSE) && info.born_ns &&
 	    kind_wanted(TCP_EV_CONNECT)) {
 		/* tcp_done_with_error() sets sk_err before the socket reaches CLOSE: ECONNREFUSED after an RST,
 		 * ETIMEDOUT after the last SYN retransmit; 0 when the application gave up (close()). */
-		__u32 error = new == TCP_CLOSE ? BPF_CORE_READ(sk, sk_err) : 0;
+		__u32 error = new == TCP_CLOSE ? NS_RD(direct, sk, sk_err) : 0;
 
-		emit_state_kind(ctx, sk, TCP_EV_CONNECT, old, new, now, &info, now - info.born_ns, error);
+		emit_state_kind(direct, ctx, sk, TCP_EV_CONNECT, old, new, &t, &info, t.now - info.born_ns, error);
 	}
 	if (new == TCP_CLOSE && old != TCP_SYN_SENT && old != TCP_LISTEN && info.born_ns &&
 	    kind_wanted(TCP_EV_LIFE))
-		emit_state_kind(ctx, sk, TCP_EV_LIFE, old, new, now, &info, now - info.born_ns, 0);
+		emit_state_kind(direct, ctx, sk, TCP_EV_LIFE, old, new, &t, &info, t.now - info.born_ns, 0);
 	return 0;
 }
 
 /* ---- retransmissions and errors ---------------------------------------------------------------------------- */
 
-static __always_inline int on_retransmit(void *ctx, struct sock *sk, struct sk_buff *skb, int err)
+static __always_inline int on_retransmit(const bool direct, void *ctx, struct sock *sk, struct sk_buff *skb,
+					 int err)
 {
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
@@ -834,16 +922,17 @@ static __always_inline int on_retransmit(void *ctx, struct sock *sk, struct sk_b
 	if (!buf)
 		return 0;
 	e = &buf->event;
-	sock_endpoints((struct sock_common *)sk, e);
-	e->netns = sock_netns(sk);
-	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	sock_endpoints(direct, (struct sock_common *)sk, e);
+	keep_local_port(sk, e);
+	e->netns = sock_netns(direct, sk);
+	e->state = NS_RD(direct, sk, __sk_common.skc_state);
 	e->reason = err;
 	if (!flow_matches(e))
 		return 0;
-	fill_context(ctx, e, sk);
+	fill_context(direct, ctx, e, sk);
 	if (!owner_matches(e))
 		return 0;
-	fill_tcp_details(e, sk);
+	fill_tcp_details(direct, e, sk);
 	e->value1 = BPF_CORE_READ(tp, total_retrans);
 	e->value2 = BPF_CORE_READ(tp, srtt_us) >> 3; /* srtt_us holds 8 x the smoothed RTT (tcp_rtt_estimator) */
 	e->value3 = BPF_CORE_READ(tp, snd_cwnd);
@@ -870,7 +959,8 @@ static __always_inline int on_retransmit(void *ctx, struct sock *sk, struct sk_b
 	return submit(ctx, buf, stack_bytes);
 }
 
-static __always_inline int on_synack_retransmit(void *ctx, struct sock *listener, struct request_sock *req)
+static __always_inline int on_synack_retransmit(const bool direct, void *ctx, struct sock *listener,
+						struct request_sock *req)
 {
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
@@ -882,44 +972,45 @@ static __always_inline int on_synack_retransmit(void *ctx, struct sock *listener
 	if (!buf)
 		return 0;
 	e = &buf->event;
-	sock_endpoints((struct sock_common *)req, e);
-	e->netns = sock_netns(listener);
+	sock_endpoints(direct, (struct sock_common *)req, e);
+	e->netns = sock_netns(direct, listener);
 	e->state = TCP_NEW_SYN_RECV;
 	e->retrans_kind = TCP_RETRANS_SYN;
-	e->value1 = BPF_CORE_READ(req, num_retrans);
+	e->value1 = NS_RD(direct, req, num_retrans) + 1; /* inet_rtx_syn_ack() counts it after sending */
 	if (!flow_matches(e))
 		return 0;
-	fill_context(ctx, e, listener); /* the listener's owner: the service that did not get its ACK */
+	fill_context(direct, ctx, e, listener); /* the listener's owner: the service that did not get its ACK */
 	if (!owner_matches(e))
 		return 0;
-	fill_tcp_details(e, listener);
+	fill_tcp_details(direct, e, listener);
 	return submit(ctx, buf, -1);
 }
 
-static __always_inline int on_error_report(void *ctx, struct sock *sk)
+static __always_inline int on_error_report(const bool direct, void *ctx, struct sock *sk)
 {
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
 
 	count(TCP_EV_ERROR, TCP_STAT_SEEN);
-	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+	if (!sk || NS_RD(direct, sk, sk_protocol) != IPPROTO_TCP)
 		return 0;
 	buf = fresh_scratch(TCP_EV_ERROR);
 	if (!buf)
 		return 0;
 	e = &buf->event;
-	sock_endpoints((struct sock_common *)sk, e);
-	e->netns = sock_netns(sk);
-	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
-	e->reason = BPF_CORE_READ(sk, sk_err);
+	sock_endpoints(direct, (struct sock_common *)sk, e);
+	keep_local_port(sk, e);
+	e->netns = sock_netns(direct, sk);
+	e->state = NS_RD(direct, sk, __sk_common.skc_state);
+	e->reason = NS_RD(direct, sk, sk_err);
 	if (!e->reason) /* sk_error_report() for a queued error already taken (e.g. by connect()) */
 		return 0;
 	if (!flow_matches(e))
 		return 0;
-	fill_context(ctx, e, sk);
+	fill_context(direct, ctx, e, sk);
 	if (!owner_matches(e))
 		return 0;
-	fill_tcp_details(e, sk);
+	fill_tcp_details(direct, e, sk);
 	e->value1 = BPF_CORE_READ((struct tcp_sock *)sk, total_retrans);
 	return submit(ctx, buf, -1);
 }
@@ -927,12 +1018,12 @@ static __always_inline int on_error_report(void *ctx, struct sock *sk)
 /* ---- socket queues ------------------------------------------------------------------------------------------ */
 
 /*
- * A packet dropped on its way into a socket. Listeners are always of interest: on 6.x a full accept queue
- * makes tcp_check_req() fail and tcp_v4_rcv() free the handshake's last ACK with NOT_SPECIFIED and the
- * listener as rx_sk (net/ipv4/tcp_ipv4.c discard_and_relse); other sockets only for the queue reasons
- * userspace lists (SOCKET_RCVBUFF, PROTO_MEM, TCP_LISTEN_OVERFLOW...).
+ * A packet dropped on its way into a socket. Listeners are always of interest (a drop at a listener is
+ * about its queues); other sockets only for the queue reasons userspace lists (SOCKET_RCVBUFF, PROTO_MEM,
+ * TCP_LISTEN_OVERFLOW...).
  */
-static __always_inline int on_kfree_skb(void *ctx, struct sk_buff *skb, __u32 reason, struct sock *rx_sk)
+static __always_inline int on_kfree_skb(const bool direct, void *ctx, struct sk_buff *skb, __u32 reason,
+					struct sock *rx_sk)
 {
 	struct packet_tuple tuple = {};
 	struct tcp_scratch *buf;
@@ -942,10 +1033,10 @@ static __always_inline int on_kfree_skb(void *ctx, struct sk_buff *skb, __u32 re
 
 	if (reason == cfg.consumed_reason || reason == cfg.not_dropped_reason)
 		return 0;
-	sk = rx_sk ? rx_sk : BPF_CORE_READ(skb, sk);
+	sk = rx_sk ? rx_sk : NS_RD(direct, skb, sk);
 	if (!sk)
 		return 0;
-	state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	state = NS_RD(direct, sk, __sk_common.skc_state);
 	if (state != TCP_LISTEN && !bpf_map_lookup_elem(&queue_reasons, &reason))
 		return 0;
 	count(TCP_EV_SOCK_DROP, TCP_STAT_SEEN);
@@ -955,7 +1046,7 @@ static __always_inline int on_kfree_skb(void *ctx, struct sk_buff *skb, __u32 re
 	e = &buf->event;
 	e->reason = reason;
 	e->state = state;
-	if (read_segment(skb, buf, &tuple) >= 0 || tuple.family) {
+	if (read_segment(direct, skb, buf, &tuple) >= 0 || tuple.family) {
 		e->family = tuple.family;
 		__builtin_memcpy(e->laddr, tuple.daddr, 16);
 		__builtin_memcpy(e->raddr, tuple.saddr, 16);
@@ -964,34 +1055,117 @@ static __always_inline int on_kfree_skb(void *ctx, struct sk_buff *skb, __u32 re
 		e->tcp_flags = tuple.tcp_flags;
 		e->has_trigger = tuple.l4proto == IPPROTO_TCP;
 	} else {
-		sock_endpoints((struct sock_common *)sk, e);
+		sock_endpoints(direct, (struct sock_common *)sk, e);
 	}
-	e->netns = skb_netns(skb);
+	e->netns = skb_netns(direct, skb);
 	if (!e->netns)
-		e->netns = sock_netns(sk);
+		e->netns = sock_netns(direct, sk);
 	if (!flow_matches(e))
 		return 0;
-	fill_context(ctx, e, sk);
+	fill_context(direct, ctx, e, sk);
 	if (!owner_matches(e))
 		return 0;
-	fill_tcp_details(e, sk);
-	e->value1 = BPF_CORE_READ(skb, len);
-	if (state != TCP_LISTEN && ns_sk_fullsock_rd(false, sk)) {
-		e->backlog = BPF_CORE_READ(sk, sk_backlog.rmem_alloc.counter);
-		e->max_backlog = BPF_CORE_READ(sk, sk_rcvbuf);
+	fill_tcp_details(direct, e, sk);
+	e->value1 = NS_RD(direct, skb, len);
+	if (state != TCP_LISTEN && ns_sk_fullsock_rd(direct, sk)) {
+		e->backlog = NS_RD(direct, sk, sk_backlog.rmem_alloc.counter);
+		e->max_backlog = NS_RD(direct, sk, sk_rcvbuf);
 	}
 	{
-		struct net_device *dev = BPF_CORE_READ(skb, dev);
+		struct net_device *dev = NS_RD(direct, skb, dev);
 
 		if (dev) {
-			e->ifindex = BPF_CORE_READ(dev, ifindex);
+			e->ifindex = NS_RD(direct, dev, ifindex);
 			BPF_CORE_READ_STR_INTO(&e->ifname, dev, name);
 		}
 	}
 	return submit(ctx, buf, -1);
 }
 
-static __always_inline int on_rcvqueue_full(void *ctx, struct sock *sk, struct sk_buff *skb)
+/* Is `sk` a listener this SYN (to `daddr`) can have reached? Its bound address is the SYN's or a wildcard.
+ * The pointer comes from a map, not from the kernel's arguments: every read is a copy. */
+static __always_inline bool listener_takes(struct sock *sk, const struct packet_tuple *tuple)
+{
+	struct tcp_event bound = {};
+
+	if (BPF_CORE_READ(sk, __sk_common.skc_state) != TCP_LISTEN)
+		return false;
+	sock_endpoints(false, (struct sock_common *)sk, &bound);
+	for (int i = 0; i < 16; i++)
+		if (bound.laddr[i] && bound.laddr[i] != tuple->daddr[i])
+			return false;
+	return true;
+}
+
+/* sk_acceptq_is_full() (include/net/sock.h). The SYN queue is not checked here: by the time the SYN is
+ * consumed a request it created is already counted in it, so a full queue and an accepted SYN look alike;
+ * the TcpExt counters (TCPReqQFullDrop, TCPReqQFullDoCookies) tell those apart instead. */
+static __always_inline bool queue_full(struct sock *sk)
+{
+	return BPF_CORE_READ(sk, sk_ack_backlog) > BPF_CORE_READ(sk, sk_max_ack_backlog);
+}
+
+/*
+ * A SYN a listener could not take is not a drop the kernel names: tcp_conn_request() (net/ipv4/tcp_input.c)
+ * counts LINUX_MIB_LISTENOVERFLOWS and returns, and tcp_rcv_state_process() then consume_skb()s the SYN. So
+ * every skb consumed from inside tcp_rcv_state_process is checked: a SYN whose listener (found through the
+ * `listeners` map: listen() must have happened while we trace) has a full accept queue
+ * (sk_acceptq_is_full: more waiting than the backlog). The checks run only for SYNs, the one compare
+ * before them for every consumed skb.
+ */
+static __always_inline int on_consume_skb(const bool direct, void *ctx, struct sk_buff *skb, __u64 location)
+{
+	struct tcp_listener_slots *slots;
+	struct packet_tuple tuple = {};
+	struct tcp_scratch *buf;
+	struct tcp_event *e;
+	struct sock *sk = 0;
+	__u32 port;
+
+	if (location < cfg.rcv_state_process.start || location >= cfg.rcv_state_process.end)
+		return 0;
+	buf = fresh_scratch(TCP_EV_SOCK_DROP);
+	if (!buf)
+		return 0;
+	if (read_segment(direct, skb, buf, &tuple) < 0 || (tuple.tcp_flags & 0x12) != 0x02) /* SYN, no ACK */
+		return 0;
+	port = tuple.dport;
+	slots = bpf_map_lookup_elem(&listeners, &port);
+	if (!slots)
+		return 0;
+	for (int i = 0; i < TCP_LISTENER_SLOTS; i++) {
+		struct sock *candidate = (struct sock *)slots->sk[i];
+
+		if (candidate && listener_takes(candidate, &tuple) && queue_full(candidate)) {
+			sk = candidate;
+			break;
+		}
+	}
+	if (!sk)
+		return 0;
+	count(TCP_EV_SOCK_DROP, TCP_STAT_SEEN);
+	e = &buf->event;
+	e->reason = TCP_REASON_SYN_ACCEPT_QUEUE_FULL;
+	e->state = TCP_LISTEN;
+	e->family = tuple.family;
+	__builtin_memcpy(e->laddr, tuple.daddr, 16);
+	__builtin_memcpy(e->raddr, tuple.saddr, 16);
+	e->lport = tuple.dport;
+	e->rport = tuple.sport;
+	e->tcp_flags = tuple.tcp_flags;
+	e->has_trigger = 1;
+	e->netns = sock_netns(false, sk);
+	if (!flow_matches(e))
+		return 0;
+	fill_context(false, ctx, e, sk);
+	if (!owner_matches(e))
+		return 0;
+	fill_tcp_details(false, e, sk);
+	e->value1 = NS_RD(direct, skb, len);
+	return submit(ctx, buf, -1);
+}
+
+static __always_inline int on_rcvqueue_full(const bool direct, void *ctx, struct sock *sk, struct sk_buff *skb)
 {
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
@@ -1003,24 +1177,25 @@ static __always_inline int on_rcvqueue_full(void *ctx, struct sock *sk, struct s
 	if (!buf)
 		return 0;
 	e = &buf->event;
-	sock_endpoints((struct sock_common *)sk, e);
-	e->netns = sock_netns(sk);
-	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
-	e->reason = BPF_CORE_READ(sk, sk_protocol);
+	sock_endpoints(direct, (struct sock_common *)sk, e);
+	e->netns = sock_netns(direct, sk);
+	e->state = NS_RD(direct, sk, __sk_common.skc_state);
+	e->reason = NS_RD(direct, sk, sk_protocol);
 	if (!flow_matches(e))
 		return 0;
-	fill_context(ctx, e, sk);
+	fill_context(direct, ctx, e, sk);
 	if (!owner_matches(e))
 		return 0;
-	e->backlog = BPF_CORE_READ(sk, sk_backlog.rmem_alloc.counter);
-	e->max_backlog = BPF_CORE_READ(sk, sk_rcvbuf);
+	e->backlog = NS_RD(direct, sk, sk_backlog.rmem_alloc.counter);
+	e->max_backlog = NS_RD(direct, sk, sk_rcvbuf);
 	e->value1 = e->backlog;
-	e->value2 = skb ? BPF_CORE_READ(skb, truesize) : 0;
+	e->value2 = skb ? NS_RD(direct, skb, truesize) : 0;
 	e->value3 = e->max_backlog;
 	return submit(ctx, buf, -1);
 }
 
-static __always_inline int on_mem_limit(void *ctx, struct sock *sk, long allocated, int mem_kind)
+static __always_inline int on_mem_limit(const bool direct, void *ctx, struct sock *sk, long allocated,
+					int mem_kind)
 {
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
@@ -1032,58 +1207,58 @@ static __always_inline int on_mem_limit(void *ctx, struct sock *sk, long allocat
 	if (!buf)
 		return 0;
 	e = &buf->event;
-	sock_endpoints((struct sock_common *)sk, e);
-	e->netns = sock_netns(sk);
-	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	sock_endpoints(direct, (struct sock_common *)sk, e);
+	e->netns = sock_netns(direct, sk);
+	e->state = NS_RD(direct, sk, __sk_common.skc_state);
 	e->reason = mem_kind; /* SK_MEM_SEND 0, SK_MEM_RECV 1 (include/net/sock.h) */
 	if (!flow_matches(e))
 		return 0;
-	fill_context(ctx, e, sk);
+	fill_context(direct, ctx, e, sk);
 	if (!owner_matches(e))
 		return 0;
 	e->value1 = allocated;
 	if (mem_kind == 0) {
-		e->backlog = BPF_CORE_READ(sk, sk_wmem_queued);
-		e->max_backlog = BPF_CORE_READ(sk, sk_sndbuf);
+		e->backlog = NS_RD(direct, sk, sk_wmem_queued);
+		e->max_backlog = NS_RD(direct, sk, sk_sndbuf);
 	} else {
-		e->backlog = BPF_CORE_READ(sk, sk_backlog.rmem_alloc.counter);
-		e->max_backlog = BPF_CORE_READ(sk, sk_rcvbuf);
+		e->backlog = NS_RD(direct, sk, sk_backlog.rmem_alloc.counter);
+		e->max_backlog = NS_RD(direct, sk, sk_rcvbuf);
 	}
 	return submit(ctx, buf, -1);
 }
 
 /*
- * Two entry points per hook, one body: tp_btf (kernels with BTF-typed tracepoint arguments) and raw_tp
- * (kernels that refuse tp_btf). Arguments beyond a tracepoint's arity on older kernels are read only behind
- * a cfg constant, so the verifier never sees the access where it would be out of bounds.
+ * Two entry points per hook, one body: tp_btf (BTF-typed arguments, read directly) and raw_tp (kernels that
+ * refuse tp_btf; every read a copy). Arguments beyond a tracepoint's arity on older kernels are read only
+ * behind a cfg constant, so the verifier never sees the access where it would be out of bounds.
  */
-#define TCP_ENTRY(name, tracepoint, call)                  \
-	SEC("tp_btf/" tracepoint)                          \
-	int BPF_PROG(name##_b)                             \
-	{                                                  \
-		unsigned long long *args = ctx;            \
-		return call;                               \
-	}                                                  \
-	SEC("raw_tp/" tracepoint)                          \
-	int BPF_PROG(name##_r)                             \
-	{                                                  \
-		unsigned long long *args = ctx;            \
-		return call;                               \
+#define TCP_ENTRY(name, tracepoint, handler, ...)                             \
+	SEC("tp_btf/" tracepoint)                                             \
+	int BPF_PROG(name##_b)                                                \
+	{                                                                     \
+		unsigned long long *args = ctx;                               \
+		return handler(true, ctx, __VA_ARGS__);                       \
+	}                                                                     \
+	SEC("raw_tp/" tracepoint)                                             \
+	int BPF_PROG(name##_r)                                                \
+	{                                                                     \
+		unsigned long long *args = ctx;                               \
+		return handler(false, ctx, __VA_ARGS__);                      \
 	}
 
-TCP_ENTRY(nst_rst_sent, "tcp_send_reset",
-	  on_send_reset(ctx, (struct sock *)args[0], (struct sk_buff *)args[1],
-			cfg.has_reset_reason ? (__u32)args[2] : ~0U))
-TCP_ENTRY(nst_rst_recv, "tcp_receive_reset", on_receive_reset(ctx, (struct sock *)args[0]))
-TCP_ENTRY(nst_rst_fw, "net_dev_queue", on_net_dev_queue(ctx, (struct sk_buff *)args[0]))
-TCP_ENTRY(nst_state, "inet_sock_set_state", on_state(ctx, (struct sock *)args[0], (int)args[1], (int)args[2]))
-TCP_ENTRY(nst_retrans, "tcp_retransmit_skb",
-	  on_retransmit(ctx, (struct sock *)args[0], (struct sk_buff *)args[1], cfg.has_retrans_err ? (int)args[2] : 0))
-TCP_ENTRY(nst_synack, "tcp_retransmit_synack",
-	  on_synack_retransmit(ctx, (struct sock *)args[0], (struct request_sock *)args[1]))
-TCP_ENTRY(nst_error, "inet_sk_error_report", on_error_report(ctx, (struct sock *)args[0]))
-TCP_ENTRY(nst_skdrop, "kfree_skb",
-	  on_kfree_skb(ctx, (struct sk_buff *)args[0], (__u32)args[2], cfg.has_rx_sk ? (struct sock *)args[3] : 0))
-TCP_ENTRY(nst_rcvq, "sock_rcvqueue_full", on_rcvqueue_full(ctx, (struct sock *)args[0], (struct sk_buff *)args[1]))
-TCP_ENTRY(nst_memlim, "sock_exceed_buf_limit",
-	  on_mem_limit(ctx, (struct sock *)args[0], (long)args[2], (int)args[3]))
+TCP_ENTRY(nst_rst_sent, "tcp_send_reset", on_send_reset, (struct sock *)args[0], (struct sk_buff *)args[1],
+	  cfg.has_reset_reason ? (__u32)args[2] : ~0U)
+TCP_ENTRY(nst_rst_recv, "tcp_receive_reset", on_receive_reset, (struct sock *)args[0])
+TCP_ENTRY(nst_rst_fw, "net_dev_queue", on_net_dev_queue, (struct sk_buff *)args[0])
+TCP_ENTRY(nst_state, "inet_sock_set_state", on_state, (struct sock *)args[0], (int)args[1], (int)args[2])
+TCP_ENTRY(nst_retrans, "tcp_retransmit_skb", on_retransmit, (struct sock *)args[0], (struct sk_buff *)args[1],
+	  cfg.has_retrans_err ? (int)args[2] : 0)
+TCP_ENTRY(nst_synack, "tcp_retransmit_synack", on_synack_retransmit, (struct sock *)args[0],
+	  (struct request_sock *)args[1])
+TCP_ENTRY(nst_error, "inet_sk_error_report", on_error_report, (struct sock *)args[0])
+TCP_ENTRY(nst_skdrop, "kfree_skb", on_kfree_skb, (struct sk_buff *)args[0], (__u32)args[2],
+	  cfg.has_rx_sk ? (struct sock *)args[3] : 0)
+TCP_ENTRY(nst_synq, "consume_skb", on_consume_skb, (struct sk_buff *)args[0], (__u64)args[1])
+TCP_ENTRY(nst_rcvq, "sock_rcvqueue_full", on_rcvqueue_full, (struct sock *)args[0], (struct sk_buff *)args[1])
+TCP_ENTRY(nst_memlim, "sock_exceed_buf_limit", on_mem_limit, (struct sock *)args[0], (long)args[2],
+	  (int)args[3])

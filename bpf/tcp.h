@@ -11,6 +11,9 @@
 #define TCP_MAX_GROUPS 8192
 #define TCP_STACK_RANGES 4
 #define TCP_NO_STATE 0xff
+/* A SOCK_DROP reason of our own, for a drop the kernel makes without a drop reason: a SYN that
+ * tcp_conn_request() discarded (consumed) because the listener's accept queue was full. */
+#define TCP_REASON_SYN_ACCEPT_QUEUE_FULL 0xfffffffe
 
 /* What one event is about. Each kind is counted on its own (tcp_stats) and can be emitted, grouped and given
  * a stack independently (the cfg masks have one bit per kind). */
@@ -66,6 +69,7 @@ struct tcp_range {
 struct tcp_config {
 	__u64 thread_size;	   /* THREAD_SIZE of this kernel, for ns_in_task */
 	struct tcp_range tlp;	   /* tcp_send_loss_probe's text */
+	struct tcp_range rcv_state_process; /* tcp_rcv_state_process's text: where a listener consumes SYNs */
 	__u32 netns;		   /* netns inode to keep */
 	__u32 sample_every;	   /* emit one event in N (1 = all); totals stay exact */
 	__u32 emit_mask;	   /* 1 << kind: send events of this kind to userspace */
@@ -107,7 +111,7 @@ struct tcp_event {
 	__u32 pid;		/* current task (tgid); valid when in_task */
 	__u32 tid;
 	__u32 owner_pid;	/* a process seen on this socket in its own context (connect, listen, close) */
-	__u32 reason;		/* reset reason, drop reason, errno (CONNECT, ERROR), MEM_LIMIT kind */
+	__u32 reason;		/* reset reason, drop reason, errno (CONNECT, ERROR, STATE to CLOSE), MEM_LIMIT kind */
 	__u32 seq;		/* trigger packet of a sent RST (or the firewall RST itself) */
 	__u32 ack;
 	__u32 unread;		/* bytes received and not read by the application (rcv_nxt - copied_seq) */
@@ -143,6 +147,15 @@ struct tcp_event {
 };
 
 /* The fields a --summary counts by; which are filled depends on the kind (see tcp.bpf.c group_key_for). */
+/* Listening sockets the state tracker saw start, by port: a SYN's way to its listener. The port is the key
+ * and not (netns, port) because TCP clears skb->dev before the listener sees a SYN, so its namespace is
+ * unknown there; the listener's bound address and queue state decide between namespaces. */
+#define TCP_LISTENER_SLOTS 4
+
+struct tcp_listener_slots {
+	__u64 sk[TCP_LISTENER_SLOTS];
+};
+
 struct tcp_group_key {
 	__u8 laddr[16];
 	__u8 raddr[16];

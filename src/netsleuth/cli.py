@@ -23,6 +23,7 @@ __all__ = ["build_parser", "main"]
 # Subcommand name -> the module exporting its COMMAND. Only the module of the command being run is imported
 # (drops' attach time should not pay for importing doctor); `netsleuth --help` imports them all.
 _COMMAND_MODULES = {
+    "diagnose": "netsleuth.commands.diagnose",
     "drops": "netsleuth.commands.drops",
     "doctor": "netsleuth.commands.doctor",
     "offload": "netsleuth.commands.offload",
@@ -30,6 +31,7 @@ _COMMAND_MODULES = {
     "resets": "netsleuth.commands.resets",
     "tcp": "netsleuth.commands.tcp",
     "conn": "netsleuth.commands.conn",
+    "agent": "netsleuth.commands.agent",
 }
 
 

@@ -11,6 +11,7 @@ the order is:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from netsleuth.diagnostics.drops_enrich import Owner
@@ -30,13 +31,16 @@ class OwnerFacts:
     sock_ino: int
 
 
-def attribute_owner(facts: OwnerFacts, owners: SocketOwners) -> Owner:
+def attribute_owner(
+    facts: OwnerFacts, owners: SocketOwners, container: Callable[[int], str | None] = container_of
+) -> Owner:
+    """`container` maps a pid to its container id; callers on hot paths pass a cached one."""
     if facts.task_pid:
-        return Owner(facts.task_pid, facts.task_comm, "task", container_of(facts.task_pid))
+        return Owner(facts.task_pid, facts.task_comm, "task", container(facts.task_pid))
     if facts.tracked_pid:
-        return Owner(facts.tracked_pid, facts.tracked_comm, "socket", container_of(facts.tracked_pid))
+        return Owner(facts.tracked_pid, facts.tracked_comm, "socket", container(facts.tracked_pid))
     if facts.sock_ino:
         found = owners.owner(facts.sock_ino)
         if found is not None:
-            return Owner(found.pid, found.comm, "socket", container_of(found.pid))
+            return Owner(found.pid, found.comm, "socket", container(found.pid))
     return Owner(None, "kernel", "kernel")

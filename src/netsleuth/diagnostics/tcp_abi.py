@@ -9,6 +9,7 @@ __all__ = [
     "TCP_EXAMPLE_FRAMES",
     "TCP_MAX_FRAMES",
     "TCP_NO_STATE",
+    "TCP_REASON_SYN_ACCEPT_QUEUE_FULL",
     "TCP_STACK_RANGES",
     "EventKind",
     "RetransKind",
@@ -25,6 +26,8 @@ TCP_MAX_FRAMES = 32
 TCP_EXAMPLE_FRAMES = 24
 TCP_STACK_RANGES = 4
 TCP_NO_STATE = 0xFF
+# A SOCK_DROP reason of netsleuth's own (tcp.h): a SYN a listener discarded without a kernel drop reason.
+TCP_REASON_SYN_ACCEPT_QUEUE_FULL = 0xFFFFFFFE
 
 
 class EventKind(enum.IntEnum):
@@ -94,6 +97,7 @@ class TcpConfigC(ctypes.Structure):
     _fields_ = (
         ("thread_size", ctypes.c_uint64),
         ("tlp", TcpRangeC),
+        ("rcv_state_process", TcpRangeC),
         ("netns", ctypes.c_uint32),
         ("sample_every", ctypes.c_uint32),
         ("emit_mask", ctypes.c_uint32),

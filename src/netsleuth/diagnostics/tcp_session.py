@@ -8,12 +8,16 @@ owners) are attached by the diagnostic modules, not here.
 from __future__ import annotations
 
 import ctypes
+import functools
 import ipaddress
+import socket
+import struct
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any, NamedTuple
 
 from netsleuth.bpf.btf import Btf
 from netsleuth.bpf.errors import BpfError
@@ -23,7 +27,6 @@ from netsleuth.bpf.ringbuf import RingBuffer
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.tcp_abi import (
-    KIND_COUNT,
     STAT_COUNT,
     TCP_NO_STATE,
     TCP_STACK_RANGES,
@@ -57,21 +60,21 @@ _EVENT_SIZE = ctypes.sizeof(TcpEventC)
 _MODULE_CHECK_S = 2.0
 
 # Which program serves each kind (tcp.bpf.c TCP_ENTRY names, without the _b/_r variant suffix).
-_PROGRAM_OF = {
-    EventKind.RESET_SENT: "nst_rst_sent",
-    EventKind.RESET_RECEIVED: "nst_rst_recv",
-    EventKind.RESET_FIREWALL: "nst_rst_fw",
-    EventKind.STATE: "nst_state",
-    EventKind.LIFE: "nst_state",
-    EventKind.CONNECT: "nst_state",
-    EventKind.RETRANS: "nst_retrans",
-    EventKind.SYNACK_RETRANS: "nst_synack",
-    EventKind.ERROR: "nst_error",
-    EventKind.SOCK_DROP: "nst_skdrop",
-    EventKind.RCVQ_FULL: "nst_rcvq",
-    EventKind.MEM_LIMIT: "nst_memlim",
+_PROGRAM_OF: dict[EventKind, tuple[str, ...]] = {
+    EventKind.RESET_SENT: ("nst_rst_sent",),
+    EventKind.RESET_RECEIVED: ("nst_rst_recv",),
+    EventKind.RESET_FIREWALL: ("nst_rst_fw",),
+    EventKind.STATE: ("nst_state",),
+    EventKind.LIFE: ("nst_state",),
+    EventKind.CONNECT: ("nst_state",),
+    EventKind.RETRANS: ("nst_retrans",),
+    EventKind.SYNACK_RETRANS: ("nst_synack",),
+    EventKind.ERROR: ("nst_error",),
+    EventKind.SOCK_DROP: ("nst_skdrop", "nst_synq"),
+    EventKind.RCVQ_FULL: ("nst_rcvq",),
+    EventKind.MEM_LIMIT: ("nst_memlim",),
 }
-_ALL_PROGRAMS = tuple(dict.fromkeys(_PROGRAM_OF.values()))
+_ALL_PROGRAMS = tuple(dict.fromkeys(name for names in _PROGRAM_OF.values() for name in names))
 # tp_btf first (typed arguments); raw_tp for kernels that refuse it.
 _VARIANTS = (("_b", "tp_btf"), ("_r", "raw_tp"))
 
@@ -119,8 +122,10 @@ class Trigger:
     length: int
 
 
-@dataclass(frozen=True)
-class RawTcpEvent:
+class RawTcpEvent(NamedTuple):
+    """One kernel event, decoded, before names are attached. A NamedTuple rather than a frozen dataclass:
+    at storm rates its construction cost (a third of a dataclass's) is most of decoding."""
+
     kind: EventKind
     monotonic_ns: int
     sk: int
@@ -206,69 +211,118 @@ class RawTcpGroup:
     example: RawTcpEvent
 
 
+@functools.lru_cache(maxsize=4096)
 def _address(family: int, raw: bytes) -> str | None:
+    """Text of an address; cached, since a storm repeats the same few addresses."""
     if family == 4:
-        return str(ipaddress.IPv4Address(raw[:4]))
+        return socket.inet_ntop(socket.AF_INET, raw[:4])
     if family == 6:
-        return str(ipaddress.IPv6Address(raw[:16]))
+        return str(ipaddress.IPv6Address(raw[:16]))  # the compressed form Python's ipaddress also prints
     return None
 
 
 def _text(raw: bytes) -> str:
-    return raw.decode(errors="replace")
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
 
 
-def decode_event(event: TcpEventC, frames: tuple[int, ...] = ()) -> RawTcpEvent:
-    family = event.family
+def _struct_format(mirror: type[ctypes.Structure]) -> struct.Struct:
+    """A struct.Struct reading the same bytes as a ctypes mirror, derived from its fields (one definition).
+    Unpacking a whole record at once is several times faster than reading ctypes attributes one by one,
+    which matters at the event rates a connect storm produces."""
+    codes = {
+        ctypes.c_uint64: "Q",
+        ctypes.c_uint32: "I",
+        ctypes.c_uint16: "H",
+        ctypes.c_uint8: "B",
+    }
+    parts = []
+    for _name, field_type in mirror._fields_:  # type: ignore[misc]
+        if field_type in codes:
+            parts.append(codes[field_type])
+        else:  # u8 and char arrays: bytes
+            parts.append(f"{ctypes.sizeof(field_type)}s")
+    compiled = struct.Struct("<" + "".join(parts))
+    if compiled.size != ctypes.sizeof(mirror):
+        raise AssertionError(f"{mirror.__name__} has padding the struct format does not model")
+    return compiled
+
+
+_EVENT_FORMAT = _struct_format(TcpEventC)
+_FIELD_INDEX = {name: index for index, (name, _type) in enumerate(TcpEventC._fields_)}
+_KINDS = {kind.value: kind for kind in EventKind}
+_RETRANS_KINDS = {kind.value: kind for kind in RetransKind}
+_SIDES = {1: "client", 2: "server"}
+
+
+@functools.lru_cache(maxsize=256)
+def _sock_flags(value: int) -> SockFlag:
+    return SockFlag(value)
+
+
+def _decode(values: tuple[Any, ...], frames: tuple[int, ...]) -> RawTcpEvent:
+    (
+        time_ns, sk, sock_ino, born_ns, value1, value2, value3,
+        netns, pid, tid, owner_pid, reason, seq, ack, unread, unsent, backlog, max_backlog, syn_queue,
+        ifindex, cpu, lport, rport, payload_len, _nr_frames, laddr, raddr,
+        kind, family, state, old_state, tcp_flags, has_trigger, side, ca_state, retransmits, sock_flags,
+        retrans_kind, in_task, kthread, _pad, comm, owner_comm, ifname,
+    ) = values  # fmt: skip
     return RawTcpEvent(
-        kind=EventKind(event.kind),
-        monotonic_ns=event.time_ns,
-        sk=event.sk,
-        sock_ino=event.sock_ino,
-        born_ns=event.born_ns,
-        value1=event.value1,
-        value2=event.value2,
-        value3=event.value3,
-        netns=event.netns,
-        pid=event.pid,
-        tid=event.tid,
-        in_task=bool(event.in_task),
-        kthread=bool(event.kthread),
-        comm=_text(event.comm) if event.in_task else "",
-        owner_pid=event.owner_pid,
-        owner_comm=_text(event.owner_comm),
-        reason=event.reason,
+        kind=_KINDS[kind],
+        monotonic_ns=time_ns,
+        sk=sk,
+        sock_ino=sock_ino,
+        born_ns=born_ns,
+        value1=value1,
+        value2=value2,
+        value3=value3,
+        netns=netns,
+        pid=pid,
+        tid=tid,
+        in_task=bool(in_task),
+        kthread=bool(kthread),
+        comm=_text(comm) if in_task else "",
+        owner_pid=owner_pid,
+        owner_comm=_text(owner_comm),
+        reason=reason,
         family=family,
-        laddr=_address(family, bytes(event.laddr)),
-        raddr=_address(family, bytes(event.raddr)),
-        lport=event.lport,
-        rport=event.rport,
-        state=None if event.state == TCP_NO_STATE else event.state,
-        old_state=None if event.old_state == TCP_NO_STATE else event.old_state,
-        trigger=Trigger(event.tcp_flags, event.seq, event.ack, event.payload_len) if event.has_trigger else None,
-        side={1: "client", 2: "server"}.get(event.side),
-        ca_state=event.ca_state,
-        retransmits=event.retransmits,
-        sock_flags=SockFlag(event.sock_flags),
-        retrans_kind=RetransKind(event.retrans_kind) if event.retrans_kind in RetransKind._value2member_map_ else RetransKind.OTHER,
-        unread=event.unread,
-        unsent=event.unsent,
-        backlog=event.backlog,
-        max_backlog=event.max_backlog,
-        syn_queue=event.syn_queue,
-        ifindex=event.ifindex,
-        ifname=_text(event.ifname),
-        cpu=event.cpu,
+        laddr=_address(family, laddr),
+        raddr=_address(family, raddr),
+        lport=lport,
+        rport=rport,
+        state=None if state == TCP_NO_STATE else state,
+        old_state=None if old_state == TCP_NO_STATE else old_state,
+        trigger=Trigger(tcp_flags, seq, ack, payload_len) if has_trigger else None,
+        side=_SIDES.get(side),
+        ca_state=ca_state,
+        retransmits=retransmits,
+        sock_flags=_sock_flags(sock_flags),
+        retrans_kind=_RETRANS_KINDS.get(retrans_kind, RetransKind.OTHER),
+        unread=unread,
+        unsent=unsent,
+        backlog=backlog,
+        max_backlog=max_backlog,
+        syn_queue=syn_queue,
+        ifindex=ifindex,
+        ifname=_text(ifname),
+        cpu=cpu,
         frames=frames,
     )
 
 
+def decode_event(event: TcpEventC, frames: tuple[int, ...] = ()) -> RawTcpEvent:
+    return _decode(_EVENT_FORMAT.unpack(bytes(event)), frames)
+
+
 def decode_record(record: bytes) -> RawTcpEvent:
     """A ring-buffer record: struct tcp_event, then nr_frames u64 kernel addresses."""
-    event = TcpEventC.from_buffer_copy(record[:_EVENT_SIZE])
-    end = _EVENT_SIZE + 8 * event.nr_frames
-    frames = tuple(int.from_bytes(record[i : i + 8], "little") for i in range(_EVENT_SIZE, end, 8))
-    return decode_event(event, frames)
+    values = _EVENT_FORMAT.unpack_from(record)
+    count = values[_NR_FRAMES]
+    frames = struct.unpack_from(f"<{count}Q", record, _EVENT_SIZE) if count else ()
+    return _decode(values, frames)
+
+
+_NR_FRAMES = _FIELD_INDEX["nr_frames"]
 
 
 def _symbol_range(kallsyms: Kallsyms, name: str, module: str | None) -> tuple[int, int] | None:
@@ -302,12 +356,20 @@ class TcpSession:
         self.programs: tuple[str, ...] = ()
         self._reject_filled = 0
         self._modules_checked = 0.0
+        self._rcv_state_process = (
+            _symbol_range(self.kallsyms, "tcp_rcv_state_process", None)
+            if EventKind.SOCK_DROP in config.kinds
+            else None
+        )
 
     # -- start -----------------------------------------------------------------------------------------
-    def _wanted_programs(self) -> list[str]:
-        wanted = {_PROGRAM_OF[kind] for kind in self.config.kinds}
+    def _wanted_programs(self, kernel_btf: Btf) -> list[str]:
+        wanted = {name for kind in self.config.kinds for name in _PROGRAM_OF[kind]}
         if self.config.track_states and wanted:
             wanted.add("nst_state")
+        # skb:consume_skb passes the caller's address since 6.3; without it a SYN's listener is unknown.
+        if (kernel_btf.tracepoint_arity("consume_skb") or 0) < 2 or not self._rcv_state_process:
+            wanted.discard("nst_synq")
         return [name for name in _ALL_PROGRAMS if name in wanted]
 
     def _kernel_config(self, kernel_btf: Btf) -> TcpConfigC:
@@ -317,6 +379,8 @@ class TcpSession:
         tlp = _symbol_range(self.kallsyms, "tcp_send_loss_probe", None)
         if tlp is not None:
             cfg.tlp.start, cfg.tlp.end = tlp
+        if self._rcv_state_process is not None:
+            cfg.rcv_state_process.start, cfg.rcv_state_process.end = self._rcv_state_process
         cfg.netns = packet_filter.netns or 0
         cfg.sample_every = self.config.sample_every
         cfg.emit_mask = sum(kind.bit for kind in self.config.emit)
@@ -348,10 +412,10 @@ class TcpSession:
     def start(self) -> None:
         require_tracing()
         started = time.monotonic()
-        programs = self._wanted_programs()
-        if not programs:
-            raise UsageError("nothing to trace: no event kind selected")
         with Btf.vmlinux() as kernel_btf:
+            programs = self._wanted_programs(kernel_btf)
+            if not programs:
+                raise UsageError("nothing to trace: no event kind selected")
             missing = [p for p in programs if kernel_btf.tracepoint_arity(_TRACEPOINT_OF[p]) is None]
             if missing:
                 raise BpfError(
@@ -515,6 +579,7 @@ _TRACEPOINT_OF = {
     "nst_synack": "tcp_retransmit_synack",
     "nst_error": "inet_sk_error_report",
     "nst_skdrop": "kfree_skb",
+    "nst_synq": "consume_skb",
     "nst_rcvq": "sock_rcvqueue_full",
     "nst_memlim": "sock_exceed_buf_limit",
 }

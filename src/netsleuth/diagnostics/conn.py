@@ -1,0 +1,631 @@
+"""`conn`: one timeline per connection, joined from the tcp events (state changes, retransmits, resets,
+errors) and the drops engine, ending in a one-line verdict.
+
+The join key is the connection's pair of endpoints, the same whichever side (or namespace) reports it, so a
+SYN dropped by a firewall in the server's namespace lands on the client's connection. A socket's events are
+first joined by socket address: connect() changes the state before the kernel picks the local port
+(net/ipv4/tcp_ipv4.c tcp_v4_connect: tcp_set_state(SYN_SENT), then inet_hash_connect()), so its first event
+has no port yet. Drops and resets that arrive before their connection is known wait a few seconds for it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from netsleuth.diagnostics.drops_enrich import DropRecord, Owner
+from netsleuth.diagnostics.filters import IpNetwork
+from netsleuth.diagnostics.reset_causes import duration_text
+from netsleuth.diagnostics.resets import AbortRecord, ResetRecord
+from netsleuth.diagnostics.tcp_abi import EventKind, RetransKind
+from netsleuth.diagnostics.tcp_context import TcpContext, endpoint_text, iso_time, owner_json, owner_text
+from netsleuth.diagnostics.tcp_names import errno_name, errno_text
+from netsleuth.diagnostics.tcp_session import RawTcpEvent
+from netsleuth.packet import tcp_flags_text
+
+__all__ = [
+    "ConnReport",
+    "ConnSelector",
+    "ConnTracker",
+    "Connection",
+    "TimelineEntry",
+    "verdict",
+]
+
+Endpoint = tuple[str, int]
+FlowKey = frozenset[Endpoint]
+
+_SYN, _ACK, _RST = 0x02, 0x10, 0x04
+_ECONNREFUSED, _ECONNRESET, _ETIMEDOUT = 111, 104, 110
+# Frees that are part of a normal close (a closed socket's queues purged: net/core/stream.c
+# sk_stream_kill_queues), not a cause of anything.
+_BENIGN_DROPS = frozenset({"QUEUE_PURGE"})
+_GRACE_S = 0.5  # after the last socket closed, for late drops and the peer's events
+_PENDING_S = 10.0  # drops/resets waiting for their connection to be known
+
+
+@dataclass(frozen=True)
+class ConnSelector:
+    """Which connections to report: the server end (--dst ADDR[:PORT], --dport), the client end (--src,
+    --sport), either end (--host, --port). Empty: every connection."""
+
+    servers: tuple[IpNetwork, ...] = ()
+    server_port: int | None = None
+    clients: tuple[IpNetwork, ...] = ()
+    client_port: int | None = None
+    hosts: tuple[IpNetwork, ...] = ()
+    port: int | None = None
+
+    def matches(self, client: Endpoint, server: Endpoint) -> bool:
+        def inside(address: str, networks: tuple[IpNetwork, ...]) -> bool:
+            import ipaddress
+
+            parsed = ipaddress.ip_address(address)
+            return any(parsed.version == network.version and parsed in network for network in networks)
+
+        if self.servers and not inside(server[0], self.servers):
+            return False
+        if self.server_port is not None and server[1] != self.server_port:
+            return False
+        if self.clients and not inside(client[0], self.clients):
+            return False
+        if self.client_port is not None and client[1] != self.client_port:
+            return False
+        if self.hosts and not (inside(client[0], self.hosts) or inside(server[0], self.hosts)):
+            return False
+        return self.port is None or self.port in (client[1], server[1])
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    time: float
+    event: str  # state | retransmit | synack_retransmit | drop | reset | abort | error
+    netns: str
+    text: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time": iso_time(self.time),
+            "event": self.event,
+            "netns": self.netns,
+            "text": self.text,
+            **self.detail,
+        }
+
+
+@dataclass
+class _Socket:
+    netns: int
+    sk: int
+    side: str | None = None
+    local: Endpoint | None = None
+    remote: Endpoint | None = None
+    state: str | None = None
+    closed: bool = False
+
+
+@dataclass
+class Connection:
+    client: Endpoint
+    server: Endpoint
+    family: int
+    first_time: float
+    sockets: dict[tuple[int, int], _Socket] = field(default_factory=dict)
+    entries: list[TimelineEntry] = field(default_factory=list)
+    established_time: float | None = None
+    connect_latency: float | None = None
+    syn_retransmits: int = 0
+    synack_retransmits: int = 0
+    retransmits: Counter[str] = field(default_factory=Counter)
+    drops: list[DropRecord] = field(default_factory=list)
+    resets: list[ResetRecord] = field(default_factory=list)
+    aborts: list[AbortRecord] = field(default_factory=list)
+    errno: int | None = None
+    owner: Owner | None = None
+    client_netns: int | None = None
+    server_netns: int | None = None
+    last_time: float = 0.0
+    finished_at: float | None = None  # monotonic, when every socket we saw had closed
+    bytes_sent: int | None = None  # client's bytes acked by the server
+    bytes_received: int | None = None
+    abandoned: bool = False  # the application closed while connecting
+
+    @property
+    def key(self) -> FlowKey:
+        return frozenset((self.client, self.server))
+
+    @property
+    def established(self) -> bool:
+        return self.established_time is not None
+
+    def add(self, entry: TimelineEntry) -> None:
+        self.entries.append(entry)
+        self.last_time = max(self.last_time, entry.time)
+
+
+@dataclass(frozen=True)
+class ConnReport:
+    connection: Connection
+    outcome: str
+    verdict: str
+
+    def to_json(self, netns_name: Callable[[int], str | None]) -> dict[str, Any]:
+        conn = self.connection
+
+        def netns(inode: int | None) -> str | int | None:
+            return (netns_name(inode) or inode) if inode else None
+
+        data: dict[str, Any] = {
+            "type": "conn",
+            "client": endpoint_text(*conn.client),
+            "server": endpoint_text(*conn.server),
+            "family": conn.family,
+            "saddr": conn.client[0],
+            "sport": conn.client[1],
+            "daddr": conn.server[0],
+            "dport": conn.server[1],
+            "client_netns": netns(conn.client_netns),
+            "server_netns": netns(conn.server_netns),
+            "established": conn.established,
+            "connect_latency_ms": conn.connect_latency * 1e3 if conn.connect_latency is not None else None,
+            "duration_s": conn.last_time - conn.first_time,
+            "syn_retransmits": conn.syn_retransmits,
+            "synack_retransmits": conn.synack_retransmits,
+            "retransmits": dict(conn.retransmits),
+            "drops": len(conn.drops),
+            "resets": len(conn.resets),
+            "errno": errno_name(conn.errno) if conn.errno else None,
+            "bytes_sent": conn.bytes_sent,
+            "bytes_received": conn.bytes_received,
+            "outcome": self.outcome,
+            "verdict": self.verdict,
+            "timeline": [entry.to_json() for entry in sorted(conn.entries, key=lambda e: e.time)],
+        }
+        if conn.owner is not None:
+            data.update(owner_json(conn.owner))
+        return data
+
+
+# -- verdict --------------------------------------------------------------------------------------------
+
+
+def _what(drop: DropRecord, conn: Connection) -> str:
+    packet = drop.packet
+    flags = packet.tcp_flags or 0
+    from_client = (packet.saddr, packet.sport) == conn.client
+    if flags & _SYN and not flags & _ACK:
+        return "SYNs"
+    if flags & _SYN:
+        return "SYN-ACKs"
+    if flags & _RST:
+        return "RSTs"
+    return "segments from the client" if from_client else "segments from the server"
+
+
+def _where(drop: DropRecord) -> str:
+    netfilter = drop.netfilter or {}
+    rule = netfilter.get("rule")
+    netns = f"netns {drop.netns_name or drop.netns}"
+    if rule:
+        return f'"{rule}" ({netns})'
+    return f"{drop.location.split('+', 1)[0]} ({netns})"
+
+
+def drops_text(conn: Connection) -> str | None:
+    """`SYNs dropped by NETFILTER_DROP at "-A INPUT ..." (netns b)`, the most frequent kind first."""
+    drops = [drop for drop in conn.drops if drop.reason not in _BENIGN_DROPS]
+    if not drops:
+        return None
+    kinds = Counter((_what(drop, conn), drop.reason, _where(drop)) for drop in drops)
+    (what, reason, where), _ = kinds.most_common(1)[0]
+    text = f"{what} dropped by {reason} at {where}"
+    others = len(drops) - kinds[(what, reason, where)]
+    if others:
+        text += f" (and {others} other drop{'s' if others > 1 else ''})"
+    return text
+
+
+def _retransmit_text(conn: Connection) -> str:
+    total = sum(conn.retransmits.values())
+    if not total:
+        return ""
+    kinds = ", ".join(f"{count} {kind}" for kind, count in conn.retransmits.most_common())
+    return f"{total} retransmit{'s' if total > 1 else ''} ({kinds})"
+
+
+def _sent_reset(conn: Connection) -> ResetRecord | None:
+    """The reset whose cause we know: the one a traced side sent (stack or firewall)."""
+    return next((reset for reset in conn.resets if reset.direction == "sent"), None)
+
+
+def _refused_text(conn: Connection) -> str:
+    """What follows "refused" in a verdict: who refused and why, as far as a traced side knows."""
+    sent = _sent_reset(conn)
+    if sent is None:
+        return f": {conn.server[0]} answered the SYN with RST"
+    netns = f"netns {sent.netns_name or sent.netns}"
+    if sent.by_firewall and sent.netfilter and sent.netfilter.get("rule"):
+        netfilter = sent.netfilter
+        where = f"{netfilter.get('table')}/{netfilter.get('chain')}"
+        return f' by firewall rule "{netfilter["rule"]}" ({where}, {netns})'
+    if sent.cause.code == "no_listener":
+        return f": nothing listens on {endpoint_text(*conn.server)} ({netns})"
+    return f": {sent.cause.text}"
+
+
+def verdict(conn: Connection, still_running: bool) -> tuple[str, str]:
+    """(outcome, one-line verdict) for a connection as far as it was seen."""
+    client, server = endpoint_text(*conn.client), endpoint_text(*conn.server)
+    dropped = drops_text(conn)
+    duration = duration_text(max(0.0, conn.last_time - conn.first_time))
+    syns = f"{conn.syn_retransmits} SYN retransmit{'s' if conn.syn_retransmits != 1 else ''}"
+    received_rst = any(reset.direction == "received" for reset in conn.resets)
+    if not conn.established:
+        head = f"connect {client} → {server}"
+        if conn.errno == _ECONNREFUSED or (received_rst and conn.errno is None) or _sent_reset(conn):
+            return "refused", f"{head} refused{_refused_text(conn)}"
+        if conn.errno == _ETIMEDOUT or conn.abandoned or (conn.syn_retransmits and not still_running):
+            how = "failed" if conn.errno == _ETIMEDOUT else "abandoned by the application"
+            outcome = "timeout" if conn.errno == _ETIMEDOUT else "abandoned"
+            if conn.abandoned and conn.owner is not None:
+                how = f"abandoned by {owner_text(conn.owner)}"
+            text = f"{head} {how} after {syns}"
+            if dropped:
+                return outcome, f"{text}: {dropped}"
+            return outcome, (
+                f"{text}: no drop of its packets was seen on this host, so they left it; look along the path "
+                f"to {conn.server[0]}"
+            )
+        if conn.errno:
+            return "failed", f"{head} failed: {errno_text(conn.errno)}" + (f"; {dropped}" if dropped else "")
+        pending = f"{head} still pending after {syns}"
+        return "pending", f"{pending}: {dropped}" if dropped else pending
+    head = f"connection {client} → {server}"
+    latency = (
+        f" established in {duration_text(conn.connect_latency)}," if conn.connect_latency is not None else ""
+    )
+    retransmits = _retransmit_text(conn)
+    if conn.resets:
+        sent = _sent_reset(conn)
+        if sent is not None:
+            by = "the client" if (sent.saddr, sent.sport) == conn.client else "the server"
+            return "reset", f"{head}{latency} reset by {by} after {duration}: {sent.cause.text}"
+        received = conn.resets[0]
+        by = "the server" if (received.daddr, received.dport) == conn.client else "the client"
+        text = f"{head}{latency} reset by {by} after {duration} ({received.state})"
+        return "reset", f"{text}: {dropped}" if dropped else text
+    if conn.errno == _ETIMEDOUT:
+        text = f"{head}{latency} timed out after {duration}"
+        text += f" and {retransmits}" if retransmits else ""
+        return "timeout", f"{text}: {dropped}" if dropped else f"{text}: no drop seen on this host"
+    if conn.errno:
+        return "failed", f"{head}{latency} failed after {duration}: {errno_text(conn.errno)}"
+    details = [part for part in (retransmits, dropped) if part]
+    if conn.bytes_sent is not None:
+        # tcpi_bytes_acked/received as `ss -i` shows them: sequence space, so SYN and FIN count one each.
+        details.insert(0, f"bytes_acked {conn.bytes_sent}, bytes_received {conn.bytes_received}")
+    tail = f" ({'; '.join(details)})" if details else ""
+    if conn.finished_at is not None:
+        return "closed", f"{head}{latency} closed normally after {duration}{tail}"
+    return "open", f"{head}{latency} still open after {duration}{tail}"
+
+
+# -- tracker --------------------------------------------------------------------------------------------
+
+
+_RETRANS_NAMES = {
+    RetransKind.SYN: "SYN",
+    RetransKind.TLP: "tail loss probe",
+    RetransKind.TIMEOUT: "timeout",
+    RetransKind.FAST: "fast",
+    RetransKind.OTHER: "other",
+}
+
+
+def _endpoint(address: str | None, port: int) -> Endpoint | None:
+    if address is None or not port or address in ("0.0.0.0", "::"):
+        return None
+    return (address, port)
+
+
+class ConnTracker:
+    """Collects events into connections; `ready()` hands over those that are over (after a grace period)."""
+
+    def __init__(
+        self,
+        selector: ConnSelector,
+        context: TcpContext,
+        clock: Callable[[], float] = time.monotonic,
+        grace: float = _GRACE_S,
+    ) -> None:
+        self.selector = selector
+        self.context = context
+        self._clock = clock
+        self._grace = grace
+        self._connections: dict[FlowKey, Connection] = {}
+        self._ignored: set[FlowKey] = set()
+        self._unbound: dict[tuple[int, int], list[tuple[RawTcpEvent, TimelineEntry]]] = {}
+        self._socket_flow: dict[tuple[int, int], FlowKey] = {}
+        self._pending: dict[FlowKey, list[tuple[float, DropRecord | ResetRecord | AbortRecord]]] = {}
+        self._done: list[ConnReport] = []
+
+    # -- input -----------------------------------------------------------------------------------------
+    def add_tcp(self, raw: RawTcpEvent, record: ResetRecord | AbortRecord | None = None) -> None:
+        """A tcp event; `record` is its reset or abort record when the resets enricher made one."""
+        if record is not None:
+            self._add_flow_record(record, raw)
+            return
+        if raw.kind in (EventKind.RESET_SENT, EventKind.RESET_RECEIVED, EventKind.RESET_FIREWALL):
+            return
+        entry = self._entry(raw)
+        socket_key = (raw.netns, raw.sk)
+        flow = self._socket_flow.get(socket_key)
+        local, remote = _endpoint(raw.laddr, raw.lport), _endpoint(raw.raddr, raw.rport)
+        if flow is None and (local is None or remote is None):
+            names = self.context.names
+            if raw.kind == EventKind.STATE and names.state(raw.old_state) == "CLOSE":
+                if names.state(raw.state) == "SYN_SENT":  # connect(): the port comes with the next event
+                    self._unbound[socket_key] = [(raw, entry)]
+                else:  # a listener, or a socket closing: nothing of a connection to keep
+                    self._unbound.pop(socket_key, None)
+            elif raw.kind == EventKind.STATE and names.state(raw.state) == "CLOSE":
+                self._unbound.pop(socket_key, None)
+            return
+        if flow is None:
+            assert local is not None and remote is not None
+            names = self.context.names
+            birth = socket_key in self._unbound or (
+                raw.kind == EventKind.STATE and names.state(raw.old_state) in ("CLOSE", "LISTEN")
+            )
+            conn = self._connection_for(raw, local, remote, birth)
+            if conn is None:
+                self._unbound.pop(socket_key, None)
+                return
+            flow = conn.key
+            self._socket_flow[socket_key] = flow
+            for earlier, earlier_entry in self._unbound.pop(socket_key, []):
+                self._apply(conn, earlier, earlier_entry)
+        conn = self._connections.get(flow)
+        if conn is None:
+            return
+        self._apply(conn, raw, entry)
+
+    def add_drop(self, drop: DropRecord) -> None:
+        packet = drop.packet
+        if packet.proto != 6 or packet.saddr is None or packet.daddr is None:
+            return
+        source, destination = (packet.saddr, packet.sport or 0), (packet.daddr, packet.dport or 0)
+        key = frozenset((source, destination))
+        conn = self._connections.get(key)
+        if conn is None:
+            if key not in self._ignored:
+                self._pending.setdefault(key, []).append((self._clock(), drop))
+            return
+        self._attach(conn, drop)
+
+    # -- internals -------------------------------------------------------------------------------------
+    def _add_flow_record(self, record: ResetRecord | AbortRecord, raw: RawTcpEvent) -> None:
+        local, remote = _endpoint(raw.laddr, raw.lport), _endpoint(raw.raddr, raw.rport)
+        if local is None or remote is None:
+            return
+        key = frozenset((local, remote))
+        conn = self._connections.get(key)
+        if conn is None:
+            if key not in self._ignored:
+                self._pending.setdefault(key, []).append((self._clock(), record))
+            return
+        self._attach(conn, record)
+
+    def _attach(self, conn: Connection, item: DropRecord | ResetRecord | AbortRecord) -> None:
+        if isinstance(item, DropRecord):
+            conn.drops.append(item)
+            packet = item.packet
+            flags = f" [{tcp_flags_text(packet.tcp_flags)}]" if packet.tcp_flags is not None else ""
+            where = _where(item)
+            text = (
+                f"dropped{flags} {endpoint_text(packet.saddr, packet.sport)} > "
+                f"{endpoint_text(packet.daddr, packet.dport)}: {item.reason} at {where}"
+            )
+            conn.add(
+                TimelineEntry(
+                    item.time,
+                    "drop",
+                    item.netns_name or str(item.netns),
+                    text,
+                    {"reason": item.reason, "location": item.location, "netfilter": item.netfilter},
+                )
+            )
+        elif isinstance(item, ResetRecord):
+            conn.resets.append(item)
+            what = "RST sent by firewall" if item.by_firewall else f"RST {item.direction}"
+            conn.add(
+                TimelineEntry(
+                    item.time,
+                    "reset",
+                    item.netns_name or str(item.netns),
+                    f"{what} ({item.state or 'no socket'}): {item.cause.text}",
+                    {"direction": item.direction, "cause_code": item.cause.code, "reason": item.reason},
+                )
+            )
+        else:
+            conn.aborts.append(item)
+            conn.errno = conn.errno or item.errno
+            conn.add(
+                TimelineEntry(
+                    item.time,
+                    "abort",
+                    item.netns_name or str(item.netns),
+                    item.cause.text,
+                    {"errno": errno_name(item.errno), "cause_code": item.cause.code},
+                )
+            )
+
+    def _connection_for(
+        self, raw: RawTcpEvent, local: Endpoint, remote: Endpoint, birth: bool
+    ) -> Connection | None:
+        """The connection a socket belongs to; `birth` says the socket was just born (connect(), or cloned
+        from its listener), which is the only way a connection on already-known ports starts anew."""
+        key = frozenset((local, remote))
+        conn = self._connections.get(key)
+        if conn is not None and birth:
+            known = conn.sockets.get((raw.netns, raw.sk))
+            # Ports and even the socket's memory are reused at once on loopback (TIME_WAIT reuse): a birth on
+            # a finished connection, on a closed socket, or on an end that already has a socket (its close
+            # was sampled away under overload) starts a new connection; the old one is reported now.
+            same_end = known is None and any(other.local == local for other in conn.sockets.values())
+            if conn.finished_at is not None or (known is not None and known.closed) or same_end:
+                self._done.append(self._report(self._connections.pop(key), still_running=True))
+                conn = None
+        if conn is not None:
+            return conn
+        if key in self._ignored:  # the selector decides on the endpoints alone: the same answer again
+            return None
+        client, server = self._roles(raw, local, remote)
+        if not self.selector.matches(client, server):
+            self._ignored.add(key)
+            self._pending.pop(key, None)
+            return None
+        self._ignored.discard(key)
+        conn = Connection(client, server, raw.family, self.context.wall_time(raw.monotonic_ns))
+        self._connections[key] = conn
+        for _, item in self._pending.pop(key, []):
+            self._attach(conn, item)
+        return conn
+
+    def _roles(self, raw: RawTcpEvent, local: Endpoint, remote: Endpoint) -> tuple[Endpoint, Endpoint]:
+        """(client, server): the socket's side when the tracker saw it start, else the state, else ports."""
+        side = raw.side
+        state = self.context.names.state(raw.state)
+        if side is None and state == "SYN_SENT":
+            side = "client"
+        if side is None and state in ("SYN_RECV", "NEW_SYN_RECV"):
+            side = "server"
+        if side == "client":
+            return local, remote
+        if side == "server":
+            return remote, local
+        return (local, remote) if local[1] > remote[1] else (remote, local)
+
+    def _entry(self, raw: RawTcpEvent) -> TimelineEntry:
+        context = self.context
+        names = context.names
+        netns = context.netns_name(raw.netns) or str(raw.netns)
+        when = context.wall_time(raw.monotonic_ns)
+        if raw.kind == EventKind.STATE:
+            old, new = names.state(raw.old_state), names.state(raw.state)
+            spent = f" after {duration_text(raw.value1 / 1e9)}" if raw.value1 else ""
+            text = f"{old} → {new}{spent}"
+            if new == "CLOSE" and raw.reason:
+                text += f" with {errno_name(raw.reason)}"
+            if old == "CLOSE" and new == "SYN_SENT" and raw.in_task:
+                text += f" (connect() by {raw.comm}[{raw.pid}])"
+            return TimelineEntry(when, "state", netns, text, {"old_state": old, "new_state": new})
+        if raw.kind == EventKind.RETRANS:
+            kind = _RETRANS_NAMES[raw.retrans_kind]
+            state = names.state(raw.state)
+            srtt = f", srtt {raw.value2} us" if raw.value2 else ""
+            return TimelineEntry(
+                when,
+                "retransmit",
+                netns,
+                f"{kind} retransmit in {state} (retransmits so far {raw.value1}{srtt})",
+                {"kind": kind, "state": state},
+            )
+        if raw.kind == EventKind.SYNACK_RETRANS:
+            return TimelineEntry(when, "synack_retransmit", netns, f"SYN-ACK retransmit #{raw.value1}", {})
+        if raw.kind == EventKind.ERROR:
+            return TimelineEntry(
+                when,
+                "error",
+                netns,
+                f"socket error {errno_text(raw.reason)}",
+                {"errno": errno_name(raw.reason)},
+            )
+        return TimelineEntry(when, raw.kind.name.lower(), netns, raw.kind.name.lower(), {})
+
+    def _apply(self, conn: Connection, raw: RawTcpEvent, entry: TimelineEntry) -> None:
+        names = self.context.names
+        socket = conn.sockets.setdefault((raw.netns, raw.sk), _Socket(raw.netns, raw.sk))
+        socket.side = raw.side or socket.side
+        local = _endpoint(raw.laddr, raw.lport)
+        if local is not None:
+            socket.local = local
+            if local == conn.client:
+                conn.client_netns = raw.netns
+            elif local == conn.server:
+                conn.server_netns = raw.netns
+        state = names.state(raw.state)
+        if raw.kind == EventKind.STATE:
+            old = names.state(raw.old_state)
+            socket.state = state
+            if raw.in_task and old == "CLOSE" and state == "SYN_SENT" and conn.owner is None:
+                conn.owner = self.context.owner(raw, task_acts_on_socket=True)
+            if state == "ESTABLISHED" and conn.established_time is None:
+                conn.established_time = entry.time
+                if old == "SYN_SENT" and raw.value1:
+                    conn.connect_latency = raw.value1 / 1e9
+            if state == "CLOSE":
+                socket.closed = True
+                # The socket's memory may come back at once as a new socket: find its connection afresh.
+                self._socket_flow.pop((raw.netns, raw.sk), None)
+                if raw.reason:
+                    conn.errno = conn.errno or raw.reason
+                elif old == "SYN_SENT" and not conn.established and not conn.errno:
+                    # CLOSE straight from SYN_SENT with no error: the application gave up (close()).
+                    conn.abandoned = not any(r.direction == "received" for r in conn.resets)
+                if socket.local == conn.client and raw.value2:
+                    conn.bytes_sent, conn.bytes_received = raw.value2, raw.value3
+            if all(known.closed for known in conn.sockets.values()):
+                conn.finished_at = self._clock()
+            else:
+                conn.finished_at = None
+        elif raw.kind == EventKind.RETRANS:
+            if raw.retrans_kind == RetransKind.SYN:
+                conn.syn_retransmits += 1
+            else:
+                conn.retransmits[_RETRANS_NAMES[raw.retrans_kind]] += 1
+        elif raw.kind == EventKind.SYNACK_RETRANS:
+            conn.synack_retransmits += 1
+        elif raw.kind == EventKind.ERROR:
+            conn.errno = raw.reason
+        if conn.owner is None and socket.local == conn.client:
+            owner = self.context.owner(raw)
+            if owner.pid is not None:
+                conn.owner = owner
+        conn.add(entry)
+
+    # -- output ----------------------------------------------------------------------------------------
+    def ready(self) -> list[ConnReport]:
+        """Connections over for at least the grace period (and pending items too old to wait for)."""
+        now = self._clock()
+        done = [
+            key
+            for key, conn in self._connections.items()
+            if conn.finished_at is not None and now - conn.finished_at >= self._grace
+        ]
+        for key, items in list(self._pending.items()):
+            fresh = [(seen, item) for seen, item in items if now - seen < _PENDING_S]
+            if fresh:
+                self._pending[key] = fresh
+            else:
+                del self._pending[key]
+        reports, self._done = self._done, []
+        return reports + [self._report(self._connections.pop(key), still_running=True) for key in done]
+
+    def flush(self) -> list[ConnReport]:
+        """Every connection seen, at the end of the run."""
+        reports, self._done = self._done, []
+        reports += [self._report(conn, still_running=False) for conn in self._connections.values()]
+        self._connections.clear()
+        return reports
+
+    def _report(self, conn: Connection, still_running: bool) -> ConnReport:
+        for socket_key, flow in list(self._socket_flow.items()):
+            if flow == conn.key:
+                del self._socket_flow[socket_key]
+        outcome, text = verdict(conn, still_running=still_running and conn.finished_at is None)
+        return ConnReport(conn, outcome, text)

@@ -1,0 +1,562 @@
+"""`tcp life | states | retrans | connlat | queues`: records for the tcp object's non-reset kinds.
+
+- life (like tcplife): a connection's whole life, emitted when it reaches CLOSE: owner, endpoints, duration,
+  bytes (tcpi_bytes_acked / tcpi_bytes_received, sequence space as `ss -i` shows them);
+- states (like tcpstates): every transition with the time spent in the previous state;
+- retrans (like tcpretrans): SYN, SYN-ACK, tail-loss-probe, timeout and fast retransmits with per-flow counts;
+- connlat (like tcpconnlat): connect() to ESTABLISHED per process and destination, and failed connects with
+  their errno (SYN_SENT -> CLOSE; sk_err is set by tcp_done_with_error before the state changes);
+- queues: accept-queue overflows (the listener, its backlog and somaxconn), receive-buffer and memory drops
+  with the owning process, and the TcpExt counters that show SYN-queue pressure and cookies.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from netsleuth.diagnostics.drops_enrich import Owner
+from netsleuth.diagnostics.reset_causes import duration_text, netns_prefix
+from netsleuth.diagnostics.tcp_abi import (
+    TCP_REASON_SYN_ACCEPT_QUEUE_FULL,
+    EventKind,
+    RetransKind,
+)
+from netsleuth.diagnostics.tcp_context import TcpContext, endpoint_text, iso_time, owner_json, owner_text
+from netsleuth.diagnostics.tcp_names import errno_name, errno_text
+from netsleuth.diagnostics.tcp_session import RawTcpEvent, RawTcpGroup
+from netsleuth.errors import EnvironmentProblem
+from netsleuth.kernel.reasons import DropReasons
+from netsleuth.packet import tcp_flags_text
+
+__all__ = [
+    "NETSTAT_COUNTERS",
+    "SUBCOMMAND_KINDS",
+    "ConnectRecord",
+    "LifeRecord",
+    "NetstatReader",
+    "QueueRecord",
+    "RetransRecord",
+    "StateRecord",
+    "TcpEventEnricher",
+    "TcpGroupRecord",
+]
+
+SUBCOMMAND_KINDS: dict[str, frozenset[EventKind]] = {
+    "life": frozenset({EventKind.LIFE}),
+    "states": frozenset({EventKind.STATE}),
+    "retrans": frozenset({EventKind.RETRANS, EventKind.SYNACK_RETRANS}),
+    "connlat": frozenset({EventKind.CONNECT}),
+    "queues": frozenset({EventKind.SOCK_DROP, EventKind.RCVQ_FULL, EventKind.MEM_LIMIT}),
+}
+RETRANS_KIND_NAMES = {
+    RetransKind.SYN: "syn",
+    RetransKind.TLP: "tlp",
+    RetransKind.TIMEOUT: "timeout",
+    RetransKind.FAST: "fast",
+    RetransKind.OTHER: "other",
+}
+# TcpExt counters (include/uapi/linux/snmp.h, /proc/net/netstat) that tell about listen and buffer pressure
+# where no tracepoint does: SYNs dropped for a full accept queue are consumed, not freed as drops
+# (net/ipv4/tcp_input.c tcp_conn_request), and SYN cookies have no tracepoint.
+NETSTAT_COUNTERS = (
+    "ListenOverflows",
+    "ListenDrops",
+    "SyncookiesSent",
+    "SyncookiesRecv",
+    "SyncookiesFailed",
+    "TCPReqQFullDoCookies",
+    "TCPReqQFullDrop",
+    "TCPBacklogDrop",
+    "TCPRcvQDrop",
+    "PruneCalled",
+    "RcvPruned",
+    "OfoPruned",
+    "TCPOFODrop",
+    "TCPZeroWindowDrop",
+    "TCPMemoryPressures",
+)
+_OWN_REASONS = {
+    TCP_REASON_SYN_ACCEPT_QUEUE_FULL: "SYN_ACCEPT_QUEUE_FULL",
+}
+_SOCKET_PROTOCOLS = {6: "TCP", 17: "UDP", 136: "UDP-Lite", 1: "ICMP", 58: "ICMPv6", 255: "raw"}
+
+
+def _base_json(
+    kind: str, when: float, raw: RawTcpEvent, owner: Owner, netns_name: str | None
+) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "time": iso_time(when),
+        "family": raw.family,
+        "proto": "tcp",
+        "saddr": raw.laddr,
+        "sport": raw.lport,
+        "daddr": raw.raddr,
+        "dport": raw.rport,
+        **owner_json(owner),
+        "netns": raw.netns,
+        "netns_name": netns_name,
+    }
+
+
+@dataclass(frozen=True)
+class LifeRecord:
+    time: float
+    raw: RawTcpEvent
+    owner: Owner
+    netns_name: str | None
+    duration_s: float
+    bytes_acked: int
+    bytes_received: int
+    last_state: str | None
+
+    @property
+    def local(self) -> str:
+        return endpoint_text(self.raw.laddr, self.raw.lport)
+
+    @property
+    def remote(self) -> str:
+        return endpoint_text(self.raw.raddr, self.raw.rport)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **_base_json("life", self.time, self.raw, self.owner, self.netns_name),
+            "side": self.raw.side,
+            "duration_s": self.duration_s,
+            "bytes_acked": self.bytes_acked,
+            "bytes_received": self.bytes_received,
+            "last_state": self.last_state,
+        }
+
+
+@dataclass(frozen=True)
+class StateRecord:
+    time: float
+    raw: RawTcpEvent
+    owner: Owner
+    netns_name: str | None
+    old_state: str | None
+    new_state: str | None
+    previous_s: float | None  # time spent in old_state; None when its start was not seen
+    error: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **_base_json("state", self.time, self.raw, self.owner, self.netns_name),
+            "old_state": self.old_state,
+            "new_state": self.new_state,
+            "previous_state_s": self.previous_s,
+            "errno": errno_name(self.error) if self.error else None,
+            "side": self.raw.side,
+        }
+
+
+@dataclass(frozen=True)
+class RetransRecord:
+    time: float
+    raw: RawTcpEvent
+    owner: Owner
+    netns_name: str | None
+    kind: str  # syn | synack | tlp | timeout | fast | other
+    state: str | None
+    flow_count: int  # retransmits of this flow seen so far in this run
+    congestion: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        raw = self.raw
+        data = {
+            **_base_json("retrans", self.time, raw, self.owner, self.netns_name),
+            "kind": self.kind,
+            "state": self.state,
+            "flow_count": self.flow_count,
+            "congestion_state": self.congestion,
+        }
+        if self.kind == "synack":
+            data["synack_retransmits"] = raw.value1
+        else:
+            data.update(
+                {
+                    "total_retrans": raw.value1,
+                    "srtt_us": raw.value2,
+                    "cwnd": raw.value3,
+                    "unanswered": raw.retransmits,
+                    "error": raw.reason or None,
+                }
+            )
+        return data
+
+
+@dataclass(frozen=True)
+class ConnectRecord:
+    time: float
+    raw: RawTcpEvent
+    owner: Owner
+    netns_name: str | None
+    latency_s: float
+    error: int  # 0: connected
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **_base_json("connect", self.time, self.raw, self.owner, self.netns_name),
+            "latency_ms": self.latency_s * 1e3,
+            "ok": self.error == 0,
+            "errno": errno_name(self.error) if self.error else None,
+        }
+
+
+@dataclass(frozen=True)
+class QueueRecord:
+    time: float
+    raw: RawTcpEvent
+    owner: Owner
+    netns_name: str | None
+    what: str  # accept_queue_overflow | listen_drop | receive_buffer | socket_backlog | memory | ...
+    reason: str | None  # the drop reason, when a drop
+    text: str
+    check: str
+    somaxconn: int | None = None
+    state: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        raw = self.raw
+        data = {
+            **_base_json("queue", self.time, raw, self.owner, self.netns_name),
+            "what": self.what,
+            "reason": self.reason,
+            "state": self.state,
+            "text": self.text,
+            "check": self.check,
+            "queued": raw.backlog,
+            "limit": raw.max_backlog,
+        }
+        if self.what in ("accept_queue_overflow", "listen_drop"):
+            data.update({"backlog": raw.max_backlog, "somaxconn": self.somaxconn, "syn_queue": raw.syn_queue})
+        if raw.trigger is not None:
+            data["tcp_flags"] = tcp_flags_text(raw.trigger.flags)
+        return data
+
+
+TcpRecord = LifeRecord | StateRecord | RetransRecord | ConnectRecord | QueueRecord
+
+
+@dataclass(frozen=True)
+class TcpGroupRecord:
+    """An exact in-kernel count of one kind of event, with its totals and an example."""
+
+    kind: EventKind
+    count: int
+    sum1: int
+    sum2: int
+    sum3: int
+    max1: int
+    example: TcpRecord
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"count": self.count, "example": self.example.to_json()}
+        if self.kind == EventKind.LIFE:
+            data.update(
+                {
+                    "mean_duration_s": self.sum1 / self.count / 1e9,
+                    "max_duration_s": self.max1 / 1e9,
+                    "bytes_acked": self.sum2,
+                    "bytes_received": self.sum3,
+                }
+            )
+        elif self.kind == EventKind.CONNECT:
+            data.update({"mean_latency_ms": self.sum1 / self.count / 1e6, "max_latency_ms": self.max1 / 1e6})
+        elif self.kind == EventKind.STATE:
+            data["mean_previous_state_s"] = self.sum1 / self.count / 1e9
+        return data
+
+
+def _parse_netstat(text: str) -> dict[str, int]:
+    """/proc/net/netstat: pairs of lines, `TcpExt: Name Name...` then `TcpExt: 1 2...`."""
+    values: dict[str, int] = {}
+    lines = text.splitlines()
+    for header, numbers in zip(lines[::2], lines[1::2], strict=False):
+        names, counts = header.split()[1:], numbers.split()[1:]
+        if header.split(":", 1)[0] != "TcpExt":
+            continue
+        for name, count in zip(names, counts, strict=False):
+            if count.lstrip("-").isdigit():
+                values[name] = int(count)
+    return values
+
+
+@dataclass
+class NetstatReader:
+    """TcpExt counters of a namespace (read from inside it) and their growth since `start`."""
+
+    netns_path: str | None
+    _start: dict[str, int] = field(default_factory=dict)
+
+    def read(self) -> dict[str, int]:
+        from netsleuth.firewall import read_file_in_netns
+
+        try:
+            text = read_file_in_netns("/proc/self/net/netstat", self.netns_path)
+        except EnvironmentProblem:
+            return {}
+        return _parse_netstat(text or "")
+
+    def start(self) -> None:
+        self._start = self.read()
+
+    def growth(self) -> dict[str, int]:
+        now = self.read()
+        return {name: now[name] - self._start.get(name, 0) for name in NETSTAT_COUNTERS if name in now}
+
+
+def _sysctl_in(netns_path: str | None, path: str) -> int | None:
+    from netsleuth.firewall import read_file_in_netns
+
+    try:
+        text = read_file_in_netns(path, netns_path)
+    except EnvironmentProblem:
+        return None
+    return int(text.strip()) if text and text.strip().lstrip("-").isdigit() else None
+
+
+class TcpEventEnricher:
+    """RawTcpEvents of the tcp subcommands' kinds -> records. One per run (holds per-flow counts, caches)."""
+
+    def __init__(self, context: TcpContext, drop_reasons: DropReasons | None = None) -> None:
+        self.context = context
+        self.drop_reasons = drop_reasons
+        self._flow_counts: collections.Counter[tuple[object, ...]] = collections.Counter()
+        self._somaxconn: dict[int, int | None] = {}
+
+    def somaxconn(self, netns: int) -> int | None:
+        if netns not in self._somaxconn:
+            path = self.context.netns_names.path_of(netns) if netns else None
+            self._somaxconn[netns] = _sysctl_in(path, "/proc/sys/net/core/somaxconn")
+        return self._somaxconn[netns]
+
+    def enrich(self, raw: RawTcpEvent, count_flows: bool = True) -> TcpRecord | None:
+        context = self.context
+        names = context.names
+        when = context.wall_time(raw.monotonic_ns)
+        netns_name = context.netns_name(raw.netns)
+        if raw.kind == EventKind.LIFE:
+            return LifeRecord(
+                when,
+                raw,
+                context.owner(raw),
+                netns_name,
+                raw.value1 / 1e9,
+                raw.value2,
+                raw.value3,
+                names.state(raw.old_state),
+            )
+        if raw.kind == EventKind.STATE:
+            owner = context.owner(raw, task_acts_on_socket=names.state(raw.old_state) == "CLOSE")
+            return StateRecord(
+                when,
+                raw,
+                owner,
+                netns_name,
+                names.state(raw.old_state),
+                names.state(raw.state),
+                raw.value1 / 1e9 if raw.value1 else None,
+                raw.reason or None,
+            )
+        if raw.kind == EventKind.CONNECT:
+            return ConnectRecord(when, raw, context.owner(raw), netns_name, raw.value1 / 1e9, raw.reason)
+        if raw.kind in (EventKind.RETRANS, EventKind.SYNACK_RETRANS):
+            flow = (raw.netns, raw.laddr, raw.lport, raw.raddr, raw.rport)
+            if count_flows:
+                self._flow_counts[flow] += 1
+            synack = raw.kind == EventKind.SYNACK_RETRANS
+            return RetransRecord(
+                when,
+                raw,
+                context.owner(raw),
+                netns_name,
+                "synack" if synack else RETRANS_KIND_NAMES[raw.retrans_kind],
+                names.state(raw.state),
+                self._flow_counts[flow],
+                None if synack else names.ca_state(raw.ca_state),
+            )
+        if raw.kind in (EventKind.SOCK_DROP, EventKind.RCVQ_FULL, EventKind.MEM_LIMIT):
+            return self._queue(raw, when, netns_name)
+        return None
+
+    def _queue(self, raw: RawTcpEvent, when: float, netns_name: str | None) -> QueueRecord:
+        record = self._queue_record(raw, when, netns_name)
+        return dataclasses.replace(record, state=self.context.names.state(raw.state))
+
+    def _queue_record(self, raw: RawTcpEvent, when: float, netns_name: str | None) -> QueueRecord:
+        context = self.context
+        owner = context.owner(raw)
+        who = owner_text(owner)
+        local = endpoint_text(raw.laddr, raw.lport)
+        remote = endpoint_text(raw.raddr, raw.rport)
+        prefix = netns_prefix(netns_name)
+        where = context.netns_label(raw.netns)
+        if raw.kind == EventKind.MEM_LIMIT:
+            direction = "send" if raw.reason == 0 else "receive"
+            return QueueRecord(
+                when,
+                raw,
+                owner,
+                netns_name,
+                "memory",
+                None,
+                f"{direction} memory of {local} (owned by {who}) hit the protocol's global limit "
+                f"({raw.value1} pages allocated; queued {raw.backlog} of {raw.max_backlog} bytes)",
+                f"{prefix}cat /proc/net/sockstat; compare with net.ipv4.tcp_mem / udp_mem",
+            )
+        if raw.kind == EventKind.RCVQ_FULL:
+            protocol = _SOCKET_PROTOCOLS.get(raw.reason, str(raw.reason))
+            return QueueRecord(
+                when,
+                raw,
+                owner,
+                netns_name,
+                "receive_buffer",
+                None,
+                f"the receive queue of the {protocol} socket {local} ({where}) is full "
+                f"({raw.backlog} of {raw.max_backlog} bytes): {who} reads too slowly, the packet was dropped",
+                f"{prefix}ss -nmp 'sport = :{raw.lport}' (rb = receive buffer); read faster or raise "
+                "SO_RCVBUF "
+                "/ net.core.rmem_max",
+            )
+        reason = _OWN_REASONS.get(raw.reason) or (
+            self.drop_reasons.name(raw.reason) if self.drop_reasons is not None else str(raw.reason)
+        )
+        state = context.names.state(raw.state)
+        if state == "LISTEN":
+            somaxconn = self.somaxconn(raw.netns)
+            full = raw.backlog > raw.max_backlog or reason in ("TCP_LISTEN_OVERFLOW", "SYN_ACCEPT_QUEUE_FULL")
+            segment = tcp_flags_text(raw.trigger.flags) if raw.trigger else "segment"
+            if reason == "SYN_ACCEPT_QUEUE_FULL":
+                limit = f"listen() backlog {raw.max_backlog}"
+                if somaxconn is not None:
+                    limit += f", net.core.somaxconn {somaxconn}"
+                return QueueRecord(
+                    when,
+                    raw,
+                    owner,
+                    netns_name,
+                    "accept_queue_overflow",
+                    reason,
+                    f"the accept queue of {local} ({where}) is full: {raw.backlog} connections wait for "
+                    f"{who} to accept() ({limit}); the SYN from {remote} was discarded, the client will "
+                    "retransmit it",
+                    f"{prefix}ss -ltn 'sport = :{raw.lport}' (Recv-Q waiting, Send-Q backlog); accept "
+                    "faster, "
+                    "or raise the listen() backlog and net.core.somaxconn",
+                    somaxconn,
+                )
+            if full:
+                limit = f"listen() backlog {raw.max_backlog}"
+                if somaxconn is not None:
+                    limit += f", net.core.somaxconn {somaxconn}"
+                return QueueRecord(
+                    when,
+                    raw,
+                    owner,
+                    netns_name,
+                    "accept_queue_overflow",
+                    reason,
+                    f"the accept queue of {local} ({where}) is full: {raw.backlog} connections wait for "
+                    f"{who} to accept() ({limit}); the handshake's last {segment} from {remote} was dropped "
+                    "and new SYNs are ignored, so clients retransmit",
+                    f"{prefix}ss -ltn 'sport = :{raw.lport}' (Recv-Q waiting, Send-Q backlog); accept "
+                    "faster, "
+                    "or raise the listen() backlog and net.core.somaxconn",
+                    somaxconn,
+                )
+            return QueueRecord(
+                when,
+                raw,
+                owner,
+                netns_name,
+                "listen_drop",
+                reason,
+                f"a {segment} from {remote} to the listener {local} ({where}, {who}) was dropped: {reason} "
+                f"(accept queue {raw.backlog}/{raw.max_backlog}, SYN queue {raw.syn_queue})",
+                f"{prefix}nstat -az TcpExtListenDrops TcpExtListenOverflows TcpExtTCPReqQFullDrop",
+                somaxconn,
+            )
+        texts = {
+            "SOCKET_RCVBUFF": (
+                "receive_buffer",
+                f"the receive buffer of {local} is full ({raw.backlog} of {raw.max_backlog} bytes): {who} "
+                "reads "
+                "too slowly",
+            ),
+            "SOCKET_BACKLOG": (
+                "socket_backlog",
+                f"the backlog of {local} overflowed while {who} held the socket locked (busy in a syscall)",
+            ),
+            "PROTO_MEM": (
+                "memory",
+                f"TCP memory for {local} ran out (net.ipv4.tcp_mem or the socket's tcp_rmem share): the "
+                "segment "
+                f"from {remote} was dropped",
+            ),
+            "TCP_ZEROWINDOW": (
+                "zero_window",
+                f"data from {remote} arrived while {local} advertised a zero window: {who} is not reading",
+            ),
+        }
+        what, text = texts.get(
+            reason,
+            (
+                "out_of_order" if "OFO" in reason else "socket_drop",
+                f"{reason} dropped a segment from {remote} for {local} ({who})",
+            ),
+        )
+        return QueueRecord(
+            when,
+            raw,
+            owner,
+            netns_name,
+            what,
+            reason,
+            f"{text} ({where})",
+            f"{prefix}ss -tnmi 'sport = :{raw.lport}' (rb/rmem, rcv_space); {prefix}nstat -az "
+            "TcpExtTCPRcvQDrop",
+        )
+
+    def enrich_group(self, group: RawTcpGroup) -> TcpGroupRecord | None:
+        example = self.enrich(group.example, count_flows=False)
+        if example is None:
+            return None
+        return TcpGroupRecord(
+            group.kind, group.count, group.sum1, group.sum2, group.sum3, group.max1, example
+        )
+
+
+def describe(record: TcpRecord) -> str:
+    """One line in words, for text output."""
+    raw = record.raw
+    local, remote = endpoint_text(raw.laddr, raw.lport), endpoint_text(raw.raddr, raw.rport)
+    who = owner_text(record.owner)
+    if isinstance(record, LifeRecord):
+        return (
+            f"{who} {local} -> {remote} lived {duration_text(record.duration_s)}, bytes_acked "
+            f"{record.bytes_acked}, bytes_received {record.bytes_received}"
+        )
+    if isinstance(record, StateRecord):
+        spent = f" after {duration_text(record.previous_s)}" if record.previous_s is not None else ""
+        error = f" with {errno_name(record.error)}" if record.error else ""
+        return f"{local} -> {remote} {record.old_state} -> {record.new_state}{spent}{error}  {who}"
+    if isinstance(record, RetransRecord):
+        extra = f", congestion {record.congestion}" if record.congestion else ""
+        return (
+            f"{record.kind} retransmit {local} -> {remote} in {record.state} (#{record.flow_count} of "
+            "this flow"
+            f"{extra})  {who}"
+        )
+    if isinstance(record, ConnectRecord):
+        if record.error:
+            return f"{who} connect {local} -> {remote} failed after {duration_text(record.latency_s)}: " + (
+                errno_text(record.error)
+            )
+        return f"{who} connect {local} -> {remote} in {duration_text(record.latency_s)}"
+    return f"{record.what}: {record.text}\n    check: {record.check}"

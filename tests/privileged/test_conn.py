@@ -1,0 +1,151 @@
+"""`netsleuth conn` end to end: connections between namespaces, killed in known ways, and their verdicts."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.netlab import Host
+from tests.privileged.conftest import Pair
+from tests.privileged.tcp_helpers import Server, connect
+from tests.tracerun import TraceRun, netsleuth_argv
+
+
+def _fast_syn_timeout(host: Host) -> None:
+    """Give up a connect after one SYN retransmission (per-namespace sysctls, gone with the namespace)."""
+    host.run("sysctl", "-qw", "net.ipv4.tcp_syn_retries=1")
+    if Path("/proc/sys/net/ipv4/tcp_syn_linear_timeouts").exists():  # 6.5+: extra linear retries first
+        host.run("sysctl", "-qw", "net.ipv4.tcp_syn_linear_timeouts=0")
+
+
+def _conns(trace: TraceRun) -> list[dict[str, Any]]:
+    return [record for record in trace.records() if record.get("type") == "conn"]
+
+
+def test_verdict_for_a_connection_killed_by_a_firewall_drop(pair: Pair) -> None:
+    _fast_syn_timeout(pair.a)
+    pair.b.run("iptables", "-A", "INPUT", "-p", "tcp", "--dport", "7090", "-j", "DROP")
+    # The tcp side is scoped to the client's namespace; the drop happens in the server's.
+    with TraceRun("conn", "--dst", f"{pair.b4}:7090", "--netns", pair.a.name) as trace:
+        trace.wait_ready()
+        assert connect(pair.a, pair.b4, 7090, timeout=30) == "ERROR 110"
+        trace.wait_records(lambda r: r.get("type") == "conn")
+        assert trace.stop() == 0
+        [conn] = _conns(trace)
+        summary = trace.summary()
+    rule = "-A INPUT -p tcp -m tcp --dport 7090 -j DROP"
+    client = f"{pair.a4}:{conn['sport']}"
+    assert conn["outcome"] == "timeout" and conn["established"] is False
+    assert conn["errno"] == "ETIMEDOUT"
+    assert conn["syn_retransmits"] >= 1 and conn["drops"] == conn["syn_retransmits"] + 1
+    assert conn["verdict"] == (
+        f"connect {client} → {pair.b4}:7090 failed after {conn['syn_retransmits']} SYN retransmit"
+        f'{"s" if conn["syn_retransmits"] > 1 else ""}: SYNs dropped by NETFILTER_DROP at "{rule}" '
+        f"(netns {pair.b.name})"
+    )
+    assert conn["client_netns"] == pair.a.name and conn["server_netns"] is None
+    assert conn["comm"].startswith("python") and conn["owner"] == "task"
+    events = [(entry["event"], entry["netns"]) for entry in conn["timeline"]]
+    assert ("drop", pair.b.name) in events and ("retransmit", pair.a.name) in events
+    assert events[0] == ("state", pair.a.name)  # connect() comes first
+    drop = next(entry for entry in conn["timeline"] if entry["event"] == "drop")
+    assert drop["reason"] == "NETFILTER_DROP" and drop["netfilter"]["rule"] == rule
+    assert summary["connections"] == 1 and summary["outcomes"] == {"timeout": 1}
+
+
+def test_verdict_for_a_connection_killed_by_a_reset(pair: Pair) -> None:
+    with (
+        Server(pair.b, pair.b4, 7091, "linger0") as server,
+        TraceRun("conn", "--dst", f"{pair.b4}:7091") as trace,
+    ):
+        trace.wait_ready()
+        assert connect(pair.a, pair.b4, 7091) == "ERROR 104"
+        trace.wait_records(lambda r: r.get("type") == "conn")
+        assert trace.stop() == 0
+        [conn] = _conns(trace)
+    assert conn["outcome"] == "reset" and conn["established"] is True
+    assert conn["verdict"].startswith(
+        f"connection {pair.a4}:{conn['sport']} → {pair.b4}:7091 established in "
+    )
+    closer = f"python3[{server.pid}] closed {pair.b4}:7091 -> {pair.a4}:{conn['sport']}"
+    assert "reset by the server after" in conn["verdict"]
+    assert f"{closer} with SO_LINGER {{on, 0}}" in conn["verdict"]
+    assert conn["client_netns"] == pair.a.name and conn["server_netns"] == pair.b.name
+    states = [entry["text"] for entry in conn["timeline"] if entry["event"] == "state"]
+    assert any(text.startswith("SYN_SENT → ESTABLISHED") for text in states)
+    assert any(text.startswith("LISTEN → SYN_RECV") for text in states)
+    resets = [entry for entry in conn["timeline"] if entry["event"] == "reset"]
+    assert {entry["direction"] for entry in resets} == {"sent", "received"}
+
+
+def test_verdict_for_a_reject_rule(pair: Pair) -> None:
+    pair.b.run(
+        "iptables",
+        "-A",
+        "INPUT",
+        "-p",
+        "tcp",
+        "--dport",
+        "7092",
+        "-j",
+        "REJECT",
+        "--reject-with",
+        "tcp-reset",
+    )
+    with TraceRun("conn", "--dst", f"{pair.b4}:7092") as trace:
+        trace.wait_ready()
+        assert connect(pair.a, pair.b4, 7092) == "ERROR 111"
+        trace.wait_records(lambda r: r.get("type") == "conn")
+        assert trace.stop() == 0
+        [conn] = _conns(trace)
+    rule = "-A INPUT -p tcp -m tcp --dport 7092 -j REJECT --reject-with tcp-reset"
+    assert conn["outcome"] == "refused" and conn["errno"] == "ECONNREFUSED"
+    assert conn["verdict"] == (
+        f'connect {pair.a4}:{conn["sport"]} → {pair.b4}:7092 refused by firewall rule "{rule}" '
+        f"(filter/INPUT, netns {pair.b.name})"
+    )
+
+
+def test_ipv6_endpoint_and_closed_port(pair: Pair) -> None:
+    with TraceRun("conn", "--dst", f"[{pair.b6}]:7093") as trace:
+        trace.wait_ready()
+        assert connect(pair.a, pair.b6, 7093) == "ERROR 111"
+        # Another port on the same host is not selected.
+        assert connect(pair.a, pair.b6, 7094) == "ERROR 111"
+        trace.wait_records(lambda r: r.get("type") == "conn")
+        assert trace.stop() == 0
+        conns = _conns(trace)
+    assert [conn["dport"] for conn in conns] == [7093]
+    [conn] = conns
+    assert conn["family"] == 6 and conn["server"] == f"[{pair.b6}]:7093"
+    assert conn["verdict"].endswith(f"refused: nothing listens on [{pair.b6}]:7093 (netns {pair.b.name})")
+
+
+def test_text_output_has_timeline_and_verdict(pair: Pair) -> None:
+    with TraceRun("conn", "--dst", f"{pair.b4}:7095", json_output=False) as trace:
+        trace.wait_ready()
+        assert connect(pair.a, pair.b4, 7095) == "ERROR 111"
+        assert trace.stop() == 0
+        text = trace.stdout()
+    assert f"connection {pair.a4}:" in text and f"→ {pair.b4}:7095" in text
+    assert "  verdict: connect " in text and "refused: nothing listens on" in text
+    assert text.rstrip().endswith("1 connection: 1 refused")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--dst", "198.18.0.2:99999"], "is not a port"),
+        (["--dst", "[2001:db8::1"], "write an IPv6 endpoint as [ADDR]:PORT"),
+        (["--dst", "198.18.0.2:80", "--dst", "198.18.0.3:81"], "give one server port"),
+        (["--dst", "198.18.0.2:80", "--dport", "81"], "disagree"),
+        (["--proto", "udp"], "--proto can only be tcp"),
+    ],
+)
+def test_bad_input_exits_2(argv: list[str], message: str) -> None:
+    result = subprocess.run(netsleuth_argv("conn", *argv), capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
