@@ -47,27 +47,7 @@ struct {
 	__type(value, __u8);
 } reason_filter SEC(".maps");
 
-#define LPM_MAP(name)                                        \
-	struct {                                             \
-		__uint(type, BPF_MAP_TYPE_LPM_TRIE);         \
-		__uint(max_entries, 256);                    \
-		__uint(map_flags, BPF_F_NO_PREALLOC);        \
-		__type(key, struct lpm_addr_key);            \
-		__type(value, __u8);                         \
-	} name SEC(".maps")
-
-LPM_MAP(host_filter);
-LPM_MAP(src_filter);
-LPM_MAP(dst_filter);
-
-/* --pid / --comm for drops in softirq: the inodes of the sockets the selected processes hold, which
- * userspace keeps in step with /proc. Drops in a task's own context are matched on the task directly. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u64);
-	__type(value, __u8);
-} owner_inodes SEC(".maps");
+#include "filter_maps.bpf.h"
 
 struct drop_scratch {
 	struct drop_event event;

@@ -98,26 +98,7 @@ struct {
 	__type(value, __u8);
 } queue_reasons SEC(".maps");
 
-#define LPM_MAP(name)                                        \
-	struct {                                             \
-		__uint(type, BPF_MAP_TYPE_LPM_TRIE);         \
-		__uint(max_entries, 256);                    \
-		__uint(map_flags, BPF_F_NO_PREALLOC);        \
-		__type(key, struct lpm_addr_key);            \
-		__type(value, __u8);                         \
-	} name SEC(".maps")
-
-LPM_MAP(host_filter);
-LPM_MAP(src_filter);
-LPM_MAP(dst_filter);
-
-/* --pid / --comm: inodes of the sockets the selected processes hold, kept in step with /proc. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u64);
-	__type(value, __u8);
-} owner_inodes SEC(".maps");
+#include "filter_maps.bpf.h"
 
 struct tcp_scratch {
 	struct tcp_event event;

@@ -30,6 +30,7 @@ from netsleuth.diagnostics.drops_abi import (
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.packet_abi import decode_tuple
+from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
 from netsleuth.kernel.kconfig import thread_size
 from netsleuth.kernel.reasons import DropReasons
@@ -93,26 +94,8 @@ class RawDropGroup:
     example: RawDrop
 
 
-@dataclass(frozen=True)
-class DropTotals:
-    """Exact kernel-side counts; every matched drop is emitted, sampled or lost (or still in flight)."""
-
-    seen: int = 0
-    matched: int = 0
-    emitted: int = 0
-    sampled: int = 0
-    lost: int = 0
-    ungrouped: int = 0
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "seen": self.seen,
-            "total": self.matched,
-            "emitted": self.emitted,
-            "sampled": self.sampled,
-            "lost": self.lost,
-            "ungrouped": self.ungrouped,
-        }
+# The drops program's counters (bpf/drops.h enum drop_stat).
+DropTotals = EventTotals
 
 
 def decode_event(event: DropEvent, frames: tuple[int, ...] = (), packet_bytes: bytes = b"") -> RawDrop:

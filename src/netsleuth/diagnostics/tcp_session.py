@@ -40,6 +40,7 @@ from netsleuth.diagnostics.tcp_abi import (
     TcpRangeC,
     TcpStat,
 )
+from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
 from netsleuth.kernel.kallsyms import Kallsyms, default_kallsyms
 from netsleuth.kernel.kconfig import thread_size
@@ -167,37 +168,8 @@ class RawTcpEvent(NamedTuple):
     frames: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
-class KindTotals:
-    """Exact kernel counts for one kind; every matched event is emitted, sampled or lost (or only counted
-    when the kind is not emitted)."""
-
-    seen: int = 0
-    matched: int = 0
-    emitted: int = 0
-    sampled: int = 0
-    lost: int = 0
-    ungrouped: int = 0
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "seen": self.seen,
-            "total": self.matched,
-            "emitted": self.emitted,
-            "sampled": self.sampled,
-            "lost": self.lost,
-            "ungrouped": self.ungrouped,
-        }
-
-    def __add__(self, other: KindTotals) -> KindTotals:
-        return KindTotals(
-            self.seen + other.seen,
-            self.matched + other.matched,
-            self.emitted + other.emitted,
-            self.sampled + other.sampled,
-            self.lost + other.lost,
-            self.ungrouped + other.ungrouped,
-        )
+# One kind's counters (bpf/tcp.h), the same six as every program's.
+KindTotals = EventTotals
 
 
 @dataclass(frozen=True)
