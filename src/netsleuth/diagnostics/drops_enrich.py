@@ -20,7 +20,7 @@ from netsleuth.diagnostics.tcp_names import load_tcp_names
 from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.kallsyms import Kallsyms, default_kallsyms
 from netsleuth.kernel.netns import NetnsNames, current_netns_inode
-from netsleuth.kernel.process import SocketOwners, container_of
+from netsleuth.kernel.process import ContainerCache, SocketOwners
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.kernel.symbolizer import SourceFrame, SourceSymbolizer
 from netsleuth.packet import PacketTuple, tcp_flags_text
@@ -147,6 +147,7 @@ class DropEnricher:
         self.netns_names = NetnsNames()
         self.tcp_names = load_tcp_names()
         self.owners = SocketOwners()
+        self.container_of = ContainerCache()
         self.symbolizer = SourceSymbolizer(vmlinux) if vmlinux else None
         self.explain_firewall = explain_firewall
         self._netfilter_reason = reasons.value("NETFILTER_DROP")
@@ -190,11 +191,11 @@ class DropEnricher:
 
     def owner(self, raw: RawDrop) -> Owner:
         if raw.in_task and not raw.kthread and raw.pid:
-            return Owner(raw.pid, raw.comm, "task", container_of(raw.pid))
+            return Owner(raw.pid, raw.comm, "task", self.container_of(raw.pid))
         if raw.sock_ino:
             found = self.owners.owner(raw.sock_ino)
             if found is not None:
-                return Owner(found.pid, found.comm, "socket", container_of(found.pid))
+                return Owner(found.pid, found.comm, "socket", self.container_of(found.pid))
         return Owner(None, "kernel", "kernel")
 
     def _source(self, address: int) -> tuple[SourceFrame, ...] | None:

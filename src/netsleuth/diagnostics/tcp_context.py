@@ -13,7 +13,7 @@ from netsleuth.diagnostics.tcp_names import TcpNames, load_tcp_names
 from netsleuth.diagnostics.tcp_session import RawTcpEvent
 from netsleuth.kernel.kallsyms import Kallsyms, default_kallsyms
 from netsleuth.kernel.netns import NetnsNames
-from netsleuth.kernel.process import SocketOwners, container_of
+from netsleuth.kernel.process import ContainerCache, SocketOwners
 
 __all__ = ["TcpContext", "endpoint_text", "iso_time", "owner_json", "owner_text"]
 
@@ -63,7 +63,7 @@ class TcpContext:
         # bpf_ktime_get_ns() is CLOCK_MONOTONIC; one offset turns it into wall-clock time.
         self._wall_offset = time.time() - time.monotonic()
         self._symbols: dict[int, str] = {}
-        self._containers: dict[int, str | None] = {}
+        self._containers = ContainerCache(self.owners.proc_root)
 
     def prepare(self) -> None:
         """Read kallsyms, netns names and socket owners now, so the first events are not delayed by it."""
@@ -92,14 +92,8 @@ class TcpContext:
                 sock_ino=raw.sock_ino,
             ),
             self.owners,
-            self._container,
+            self._containers,
         )
-
-    def _container(self, pid: int) -> str | None:
-        """A process's container, read once per pid and run (/proc/PID/cgroup is an open and a parse)."""
-        if pid not in self._containers:
-            self._containers[pid] = container_of(pid, self.owners.proc_root)
-        return self._containers[pid]
 
     def symbol(self, address: int) -> str:
         text = self._symbols.get(address)
