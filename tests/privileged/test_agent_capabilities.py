@@ -103,9 +103,10 @@ def test_agent_works_with_only_the_units_capabilities(
         assert len(drops) == 2 and records[-1]["reason"] == "max_events"
         assert drops[0]["location"].split("+")[0] in locations and drops[0]["netns_name"] == pair.a.name
         assert drops[0]["owner"] == "task" and drops[0]["comm"] == "udpflood"
-        # No CAP_SYS_ADMIN: the firewall of another namespace is out of reach; the session goes on without
-        # rule names and says why (docs/agent.md).
-        assert "netfilter" not in drops[0]
+        # No CAP_SYS_ADMIN: the firewall of another namespace is out of reach; the drop keeps its hook, has no
+        # rule, and the record and the session say why (docs/agent.md).
+        assert drops[0]["netfilter"]["hook"] == "output" and drops[0]["netfilter"]["rule"] is None
+        assert "needs CAP_SYS_ADMIN" in drops[0]["netfilter"]["problem"]
         assert any("needs CAP_SYS_ADMIN" in note for note in records[-1]["notes"])
         assert "Traceback" not in agent.stderr()
 

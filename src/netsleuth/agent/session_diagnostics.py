@@ -5,17 +5,15 @@ very JSON records `netsleuth <diagnostic> --json` prints (same enricher, same `t
 from __future__ import annotations
 
 import argparse
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from netsleuth.agent.function_names import SharedKallsyms
 from netsleuth.agent.session_request import argv_from_json, parse_with
 from netsleuth.diagnostics.drops import DropsConfig, DropsSession, RawDrop
-from netsleuth.diagnostics.drops_enrich import DropEnricher, DropGroup, DropRecord
+from netsleuth.diagnostics.drops_enrich import DropEnricher, DropRecord
 from netsleuth.diagnostics.filters import add_filter_arguments, packet_filter_from_args
-from netsleuth.errors import NetsleuthError
 from netsleuth.kernel.reasons import DropReasons
 
 __all__ = [
@@ -66,8 +64,6 @@ def _drops_option_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample", type=int, default=1)
 
 
-Named = TypeVar("Named", DropRecord, DropGroup)
-
 _REPEATABLE = ("host", "src", "dst", "reason", "exclude_reason")
 
 
@@ -107,21 +103,8 @@ class DropsDiagnostic:
         self.attach_kind = self._session.attach_kind
         self.enricher.prepare()
 
-    def _named(self, enrich: Callable[[], Named]) -> Named:
-        try:
-            return enrich()
-        except NetsleuthError as error:
-            if not self.enricher.explain_firewall:
-                raise
-            # Naming the rule means reading the firewall of the drop's namespace, which can be out of reach
-            # (entering another namespace needs CAP_SYS_ADMIN, which the systemd unit does not grant). The
-            # drop itself is still worth reporting: go on without rule names, and say so at the end.
-            self.enricher.explain_firewall = False
-            self._notes.append(f"firewall rules are not named in this session: {error}")
-            return enrich()
-
     def _enrich(self, raw: RawDrop) -> DropRecord:
-        return self._named(lambda: self.enricher.enrich(raw))
+        return self.enricher.enrich(raw)
 
     def poll(self, timeout_ms: int) -> list[dict[str, Any]]:
         return [self._enrich(raw).to_json() for raw in self._session.poll(timeout_ms)]
@@ -132,7 +115,7 @@ class DropsDiagnostic:
     def summary(self, interrupted: bool) -> dict[str, Any]:
         """The same object `netsleuth drops --json` ends with."""
         enrich_group = self.enricher.enrich_group
-        groups = [self._named(functools.partial(enrich_group, group)) for group in self._session.groups()]
+        groups = [enrich_group(group) for group in self._session.groups()]
         return {
             "type": "summary",
             **self._session.totals().to_json(),
@@ -149,7 +132,11 @@ class DropsDiagnostic:
         return totals.lost, totals.sampled
 
     def notes(self) -> list[str]:
-        return list(self._notes)
+        # Naming a rule means reading the firewall of the drop's namespace, which can be out of reach
+        # (entering another namespace needs CAP_SYS_ADMIN, which the systemd unit does not grant): the drops
+        # are still reported, with their hook, and the session says why rules are missing.
+        problems = self._enricher.firewall_problems.values() if self._enricher is not None else ()
+        return [*self._notes, *(f"firewall rules are not named in this session: {text}" for text in problems)]
 
     def close(self) -> None:
         self._session.close()
