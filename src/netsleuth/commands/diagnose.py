@@ -79,12 +79,15 @@ def run(args: argparse.Namespace) -> int:
                 "verdicts": len(diagnosis.verdicts),
                 "drops": diagnosis.drop_totals.to_json(),
                 "all_good": list(diagnosis.report.all_good),
+                "problems": list(diagnosis.problems),
             }
         )
         writer.flush()
     else:
         console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
         print_verdicts(console, diagnosis.verdicts, diagnosis.seconds, watched)
+        for problem in diagnosis.problems:
+            sys.stderr.write(f"netsleuth: {problem}\n")
     return 0
 
 

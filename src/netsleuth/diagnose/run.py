@@ -57,6 +57,7 @@ class Diagnosis:
     drop_totals: DropTotals
     report: Report
     attach: str
+    problems: tuple[str, ...] = ()
 
     def counts(self) -> dict[str, int]:
         return {"drops": self.drop_totals.matched, "drops_lost": self.drop_totals.lost}
@@ -114,4 +115,5 @@ def run_diagnosis(
         somaxconn = after.sysctls.get("net.core.somaxconn")
         verdicts += listener_verdicts(list(listeners.values()), overflows, somaxconn, config.netns_name)
     verdicts = merge_findings(verdicts, report.findings) + tcp_verdicts
-    return Diagnosis(rank(verdicts), seconds, totals, report, drops.attach_kind)
+    problems = (tcp.problem,) if tcp.problem else ()
+    return Diagnosis(rank(verdicts), seconds, totals, report, drops.attach_kind, problems)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from types import TracebackType
 
+from netsleuth.bpf.errors import BpfError
 from netsleuth.diagnose.drop_rules import in_netns
 from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.diagnostics.filters import PacketFilter
@@ -30,18 +31,28 @@ class TcpWatch:
         self._context: TcpContext | None = None
         self._enricher: ResetEnricher | None = None
         self._reset_groups: list[ResetGroup] | None = None
+        self.problem: str | None = None
 
     def start(self) -> None:
-        self._session.start()
+        """Attach; a kernel that refuses the tcp programs leaves diagnose with drops and path health, and
+        `problem` says why, rather than no diagnosis at all."""
+        try:
+            self._session.start()
+        except BpfError as error:
+            self.problem = f"TCP resets and retransmits not watched: {error}"
+            return
         self._context = TcpContext()
         self._context.prepare()
         self._enricher = ResetEnricher(self._context)
 
     def poll(self) -> None:
         # Nothing is emitted (counts only); polling keeps the session's filters and module watch current.
-        self._session.poll(0)
+        if self._enricher is not None:
+            self._session.poll(0)
 
     def _total(self, kinds: frozenset[EventKind]) -> int:
+        if self._enricher is None:
+            return 0
         totals = self._session.totals()
         return sum(totals[kind].matched for kind in kinds if kind in totals)
 
@@ -52,8 +63,9 @@ class TcpWatch:
         return self._total(_RETRANS_KINDS)
 
     def _resets(self) -> list[ResetGroup]:
+        if self._enricher is None:
+            return []
         if self._reset_groups is None:
-            assert self._enricher is not None
             groups = (self._enricher.enrich_group(raw) for raw in self._session.groups(RESET_KINDS))
             self._reset_groups = [group for group in groups if group is not None]
         return self._reset_groups
