@@ -110,22 +110,11 @@ static __always_inline bool addresses_match(const struct packet_tuple *tuple)
 	return true;
 }
 
-static __always_inline bool name_matches(const char *name, const volatile char *wanted)
-{
-	for (int i = 0; i < 16; i++) {
-		if (name[i] != wanted[i])
-			return false;
-		if (!name[i])
-			return true;
-	}
-	return true;
-}
-
 static __always_inline bool task_matches(const struct drop_event *event)
 {
 	if (cfg.pid && event->pid != cfg.pid)
 		return false;
-	return !cfg.comm[0] || name_matches(event->comm, cfg.comm);
+	return !cfg.comm[0] || ns_name_matches(event->comm, cfg.comm);
 }
 
 static __always_inline bool should_emit(void)
@@ -248,7 +237,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	if (cfg.filter_dev) {
 		fill_device(direct, event, dev);
 		have_device = true;
-		if (!name_matches(event->ifname, cfg.dev))
+		if (!ns_name_matches(event->ifname, cfg.dev))
 			return 0;
 	}
 	if (needs_packet()) {

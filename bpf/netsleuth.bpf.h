@@ -171,6 +171,18 @@ static __always_inline void ns_parse_packet(struct sk_buff *skb, struct packet_t
 	ns_parse_packet_rd(false, skb, tuple, l3);
 }
 
+/* A 16-byte kernel name (comm, ifname) against a configured one; both NUL-terminated within 16 bytes. */
+static __always_inline bool ns_name_matches(const char *name, const volatile char *wanted)
+{
+	for (int i = 0; i < 16; i++) {
+		if (name[i] != wanted[i])
+			return false;
+		if (!name[i])
+			return true;
+	}
+	return true;
+}
+
 /* LPM lookup of one address; family is part of the key so IPv4 prefixes never match IPv6 addresses. */
 static __always_inline bool ns_addr_in(void *lpm, __u8 family, const __u8 *addr)
 {

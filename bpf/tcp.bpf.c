@@ -271,17 +271,6 @@ static __always_inline void describe_segment(struct tcp_scratch *buf, int transp
 	e->payload_len = total > headers ? total - headers : 0;
 }
 
-static __always_inline bool name_matches(const char *name, const volatile char *wanted)
-{
-	for (int i = 0; i < 16; i++) {
-		if (name[i] != wanted[i])
-			return false;
-		if (!name[i])
-			return true;
-	}
-	return true;
-}
-
 static __always_inline bool flow_matches(const struct tcp_event *e)
 {
 	if (cfg.netns && e->netns != cfg.netns)
@@ -312,10 +301,10 @@ static __always_inline bool owner_matches(const struct tcp_event *e)
 {
 	if (!cfg.filter_owner)
 		return true;
-	if (e->in_task && (!cfg.pid || e->pid == cfg.pid) && (!cfg.comm[0] || name_matches(e->comm, cfg.comm)))
+	if (e->in_task && (!cfg.pid || e->pid == cfg.pid) && (!cfg.comm[0] || ns_name_matches(e->comm, cfg.comm)))
 		return true;
 	if (e->owner_pid && (!cfg.pid || e->owner_pid == cfg.pid) &&
-	    (!cfg.comm[0] || name_matches(e->owner_comm, cfg.comm)))
+	    (!cfg.comm[0] || ns_name_matches(e->owner_comm, cfg.comm)))
 		return true;
 	return e->sock_ino && bpf_map_lookup_elem(&owner_inodes, &e->sock_ino);
 }
