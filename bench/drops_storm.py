@@ -14,12 +14,10 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.netlab import Lab, wait_for  # noqa: E402
+from tests.netlab import Lab  # noqa: E402
 
+from bench.harness import Tracer, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 BPFTRACE_COUNT = "tracepoint:skb:kfree_skb /args->reason != 1/ { @drops[args->reason] = count(); }"
@@ -59,15 +58,8 @@ def build_sender(directory: Path) -> str:
 
 def bpf_program_stats(name_prefix: str) -> tuple[int, int]:
     """(run_cnt, run_time_ns) summed over loaded programs whose name starts with the prefix."""
-    output = subprocess.run(
-        ["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True
-    ).stdout
-    runs = time_ns = 0
-    for prog in json.loads(output or "[]"):
-        if str(prog.get("name", "")).startswith(name_prefix):
-            runs += int(prog.get("run_cnt", 0))
-            time_ns += int(prog.get("run_time_ns", 0))
-    return runs, time_ns
+    stats = program_stats((name_prefix,)).values()
+    return sum(runs for runs, _ in stats), sum(spent for _, spent in stats)
 
 
 def storm(host_argv: Callable[..., list[str]], sender: str, dst: str, count: int) -> float:
@@ -75,26 +67,6 @@ def storm(host_argv: Callable[..., list[str]], sender: str, dst: str, count: int
     result = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
     assert result["refused"] == count, result
     return float(result["refused"] / result["seconds"])
-
-
-class Tracer:
-    """A tracer process started, waited for until attached (timed), then stopped with SIGINT."""
-
-    def __init__(self, argv: list[str], ready: Callable[[], bool], stdout_path: Path) -> None:
-        self._stdout = stdout_path.open("w")
-        started = time.monotonic()
-        argv = ["taskset", "-c", TRACER_CPU, *argv]
-        self.process = subprocess.Popen(argv, stdout=self._stdout, stderr=subprocess.PIPE, text=True)
-        wait_for(lambda: ready() or self.process.poll() is not None, 60, f"{argv[0]} to attach")
-        if self.process.poll() is not None:
-            raise RuntimeError(f"{argv} exited: {self.process.stderr.read() if self.process.stderr else ''}")
-        self.attach_s = time.monotonic() - started
-
-    def stop(self) -> str:
-        self.process.send_signal(signal.SIGINT)
-        _, stderr = self.process.communicate(timeout=120)
-        self._stdout.close()
-        return stderr
 
 
 def main() -> int:
@@ -143,7 +115,7 @@ def main() -> int:
                 ready = work / "ready"
                 ready.unlink(missing_ok=True)
                 argv = [*netsleuth, "drops", "--netns", a.name, "--ready-file", str(ready), *extra]
-                return Tracer(argv, ready.exists, work / stdout)
+                return Tracer(argv, ready.exists, work / stdout, TRACER_CPU)
 
             return start
 
@@ -152,7 +124,7 @@ def main() -> int:
                 out = work / stdout
                 out.write_text("")
                 argv = ["bpftrace", "-B", "line", "-e", BPFTRACE_READY + program]
-                return Tracer(argv, lambda: "ready" in out.read_text().splitlines(), out)
+                return Tracer(argv, lambda: "ready" in out.read_text().splitlines(), out, TRACER_CPU)
 
             return start
 

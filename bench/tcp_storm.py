@@ -16,12 +16,10 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.netlab import Lab, wait_for  # noqa: E402
+from tests.netlab import Lab  # noqa: E402
 
+from bench.harness import Tracer, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 STORM_C = r"""
@@ -102,20 +101,6 @@ def build_storm(directory: Path) -> str:
     return str(binary)
 
 
-def program_stats(prefixes: tuple[str, ...]) -> dict[str, tuple[int, int]]:
-    """name -> (run_cnt, run_time_ns) of loaded programs whose name starts with one of the prefixes."""
-    output = subprocess.run(
-        ["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True
-    ).stdout
-    found: dict[str, tuple[int, int]] = {}
-    for prog in json.loads(output or "[]"):
-        name = str(prog.get("name", ""))
-        if name.startswith(prefixes):
-            runs, spent = found.get(name, (0, 0))
-            found[name] = (runs + int(prog.get("run_cnt", 0)), spent + int(prog.get("run_time_ns", 0)))
-    return found
-
-
 def storm(argv: Callable[..., list[str]], binary: str, count: int) -> float:
     result = json.loads(
         subprocess.run(
@@ -127,26 +112,6 @@ def storm(argv: Callable[..., list[str]], binary: str, count: int) -> float:
     )
     assert result["connections"] == count, result
     return float(result["connections"] / result["seconds"])
-
-
-class Tracer:
-    """A tracer process started, waited for until attached (timed), then stopped with SIGINT."""
-
-    def __init__(self, argv: list[str], ready: Callable[[], bool], stdout_path: Path) -> None:
-        self._stdout = stdout_path.open("w")
-        started = time.monotonic()
-        argv = ["taskset", "-c", TRACER_CPU, *argv]
-        self.process = subprocess.Popen(argv, stdout=self._stdout, stderr=subprocess.PIPE, text=True)
-        wait_for(lambda: ready() or self.process.poll() is not None, 60, f"{argv[3]} to attach")
-        if self.process.poll() is not None:
-            raise RuntimeError(f"{argv} exited: {self.process.stderr.read() if self.process.stderr else ''}")
-        self.attach_s = time.monotonic() - started
-
-    def stop(self) -> str:
-        self.process.send_signal(signal.SIGINT)
-        _, stderr = self.process.communicate(timeout=300)
-        self._stdout.close()
-        return stderr
 
 
 def main() -> int:
@@ -191,7 +156,7 @@ def main() -> int:
                 ready = work / "ready"
                 ready.unlink(missing_ok=True)
                 argv = [*netsleuth, *command, "--netns", host.name, "--ready-file", str(ready)]
-                return Tracer(argv, ready.exists, work / stdout)
+                return Tracer(argv, ready.exists, work / stdout, TRACER_CPU)
 
             return start
 
@@ -200,7 +165,7 @@ def main() -> int:
                 out = work / stdout
                 out.write_text("")
                 argv = ["bpftrace", "-B", "line", "-e", BPFTRACE_READY + program]
-                return Tracer(argv, lambda: "ready" in out.read_text().splitlines(), out)
+                return Tracer(argv, lambda: "ready" in out.read_text().splitlines(), out, TRACER_CPU)
 
             return start
 
