@@ -24,10 +24,29 @@ from collections.abc import Callable, Iterable
 
 from netsleuth.kernel.kallsyms import Kallsyms
 
-__all__ = ["FunctionNames", "SharedKallsyms", "release_freed_memory", "resolve_in_child"]
+__all__ = [
+    "FunctionNames",
+    "SharedKallsyms",
+    "limit_malloc_arenas",
+    "release_freed_memory",
+    "resolve_in_child",
+]
 
 _LOG = logging.getLogger("netsleuth.agent")
 _CHILD_TIMEOUT_S = 60.0
+
+
+_M_ARENA_MAX = -8  # mallopt(3)
+
+
+def limit_malloc_arenas(arenas: int = 2) -> None:
+    """glibc gives each thread that allocates its own heap arena (up to 8 per core) and keeps them mapped:
+    a threaded HTTP server's RSS then creeps up with every burst of requests. Two arenas are plenty for
+    this service (mallopt(3) M_ARENA_MAX; a no-op off glibc)."""
+    name = ctypes.util.find_library("c")
+    mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
+    if mallopt is not None:
+        mallopt(_M_ARENA_MAX, arenas)
 
 
 def release_freed_memory() -> None:

@@ -14,12 +14,11 @@ import bisect
 import functools
 import re
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from netsleuth.errors import EnvironmentProblem
 
-__all__ = ["DEFAULT_KALLSYMS_PATH", "Kallsyms", "KernelSymbol", "core_text_ranges", "default_kallsyms"]
+__all__ = ["DEFAULT_KALLSYMS_PATH", "Kallsyms", "KernelSymbol", "default_kallsyms"]
 
 DEFAULT_KALLSYMS_PATH = "/proc/kallsyms"
 
@@ -187,31 +186,3 @@ class Kallsyms:
 def default_kallsyms() -> Kallsyms:
     """The process-wide /proc/kallsyms view (loaded on first lookup, then shared)."""
     return Kallsyms(DEFAULT_KALLSYMS_PATH)
-
-
-def core_text_ranges(names: Iterable[str], path: str = DEFAULT_KALLSYMS_PATH) -> dict[str, tuple[int, int]]:
-    """[start, end) of a few core-kernel functions, without parsing the whole table (a load costs ~0.2 s).
-
-    The core kernel's lines come in address order (kernel/kallsyms.c walks its sorted table), so a function
-    ends where the next line begins. Names that are missing, or shown at address 0, are left out.
-    """
-    try:
-        with open(path, "rb") as kallsyms_file:
-            data = kallsyms_file.read()
-    except OSError:
-        return {}
-    ranges: dict[str, tuple[int, int]] = {}
-    for name in names:
-        for kind in (b" T ", b" t "):
-            # bytes.find is ~100x faster than a multiline regex over the 5 MB table.
-            position = data.find(kind + name.encode() + b"\n")
-            if position < 0:
-                continue
-            line_start = data.rfind(b"\n", 0, position) + 1
-            next_line = data.find(b"\n", position + 1) + 1
-            start = int(data[line_start:position], 16)
-            end = int(data[next_line : data.find(b" ", next_line)], 16) if next_line else 0
-            if start and end > start:
-                ranges[name] = (start, end)
-            break
-    return ranges
