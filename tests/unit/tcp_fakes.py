@@ -6,11 +6,12 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
-from netsleuth.diagnostics.drops_enrich import DropRecord, Owner
+from netsleuth.diagnostics.attribution import Owner
+from netsleuth.diagnostics.drops_enrich import DropRecord
 from netsleuth.diagnostics.tcp_abi import EventKind, TcpEventC
-from netsleuth.diagnostics.tcp_context import TcpContext
 from netsleuth.diagnostics.tcp_names import TcpNames
 from netsleuth.diagnostics.tcp_session import RawTcpEvent, decode_event
+from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.netns import NetnsNames
 from netsleuth.kernel.process import SocketOwners
@@ -69,14 +70,14 @@ class FakeClock:
         return self.now
 
 
-def fake_context(tmp_path: Path) -> TcpContext:
+def fake_context(tmp_path: Path) -> KernelContext:
     kallsyms_file = tmp_path / "kallsyms"
     kallsyms_file.write_text(KALLSYMS)
     (tmp_path / "proc").mkdir(exist_ok=True)
     (tmp_path / "netns").mkdir(exist_ok=True)
     (tmp_path / "netns" / "srv").touch()
     netns = NetnsNames(proc_root=str(tmp_path / "proc"), netns_dirs=[str(tmp_path / "netns")])
-    return TcpContext(
+    return KernelContext(
         NAMES, Kallsyms(str(kallsyms_file)), netns, SocketOwners(proc_root=str(tmp_path / "proc"))
     )
 

@@ -12,7 +12,7 @@ from netsleuth.diagnostics.tcp_events import (
     RetransRecord,
     StateRecord,
     TcpEventEnricher,
-    _parse_netstat,
+    NetstatReader,
     describe,
 )
 from netsleuth.diagnostics.tcp_session import RawTcpGroup
@@ -194,6 +194,13 @@ def test_group_means(tmp_path: Path) -> None:
     assert record.to_json()["mean_latency_ms"] == 2.0 and record.to_json()["max_latency_ms"] == 5.0
 
 
-def test_netstat_parser() -> None:
-    text = "TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 5 7\nIpExt: InNoRoutes\nIpExt: 1\n"
-    assert _parse_netstat(text) == {"SyncookiesSent": 0, "ListenOverflows": 5, "ListenDrops": 7}
+def test_netstat_reader(tmp_path: Path) -> None:
+    netstat = tmp_path / "netstat"
+    netstat.write_text(
+        "TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 5 7\nIpExt: InNoRoutes\nIpExt: 1\n"
+    )
+    reader = NetstatReader(None, str(netstat))
+    assert reader.read() == {"SyncookiesSent": 0, "ListenOverflows": 5, "ListenDrops": 7}
+    reader.start()
+    netstat.write_text("TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 9 12\n")
+    assert reader.growth() == {"ListenOverflows": 4, "ListenDrops": 5, "SyncookiesSent": 0}

@@ -12,8 +12,8 @@ from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.resets import RESET_KINDS, ResetEnricher, ResetGroup, ResetRecord
 from netsleuth.diagnostics.tcp_abi import EventKind
-from netsleuth.diagnostics.tcp_context import TcpContext
 from netsleuth.diagnostics.tcp_session import TcpSession, TcpSessionConfig
+from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.reasons import DropReasons
 
 __all__ = ["TcpWatch"]
@@ -28,7 +28,7 @@ class TcpWatch:
     def __init__(self, packet_filter: PacketFilter, reasons: DropReasons) -> None:
         config = TcpSessionConfig(packet_filter=packet_filter, group=RESET_KINDS | _RETRANS_KINDS)
         self._session = TcpSession(config, drop_reasons=reasons)
-        self._context: TcpContext | None = None
+        self._context: KernelContext | None = None
         self._enricher: ResetEnricher | None = None
         self._reset_groups: list[ResetGroup] | None = None
         self.problem: str | None = None
@@ -41,7 +41,7 @@ class TcpWatch:
         except BpfError as error:
             self.problem = f"TCP resets and retransmits not watched: {error}"
             return
-        self._context = TcpContext()
+        self._context = KernelContext()
         self._context.prepare()
         self._enricher = ResetEnricher(self._context)
 

@@ -16,14 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from netsleuth.diagnostics.drops_enrich import DropRecord, Owner
+from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
+from netsleuth.diagnostics.drops_enrich import DropRecord
 from netsleuth.diagnostics.filters import IpNetwork
 from netsleuth.diagnostics.reset_causes import duration_text
 from netsleuth.diagnostics.resets import AbortRecord, ResetRecord
 from netsleuth.diagnostics.tcp_abi import EventKind, RetransKind
-from netsleuth.diagnostics.tcp_context import TcpContext, endpoint_text, iso_time, owner_json, owner_text
+from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
 from netsleuth.diagnostics.tcp_names import errno_name, errno_text
 from netsleuth.diagnostics.tcp_session import RawTcpEvent
+from netsleuth.kernel.context import KernelContext
 from netsleuth.packet import tcp_flags_text
 
 __all__ = [
@@ -338,12 +340,12 @@ class ConnTracker:
     def __init__(
         self,
         selector: ConnSelector,
-        context: TcpContext,
+        context: KernelContext | None = None,
         clock: Callable[[], float] = time.monotonic,
         grace: float = _GRACE_S,
     ) -> None:
         self.selector = selector
-        self.context = context
+        self.context = context or KernelContext()
         self._clock = clock
         self._grace = grace
         self._connections: dict[FlowKey, Connection] = {}
@@ -563,7 +565,7 @@ class ConnTracker:
             old = names.state(raw.old_state)
             socket.state = state
             if raw.in_task and old == "CLOSE" and state == "SYN_SENT" and conn.owner is None:
-                conn.owner = self.context.owner(raw, task_acts_on_socket=True)
+                conn.owner = self.context.owner(tcp_owner_facts(raw, task_acts_on_socket=True))
             if state == "ESTABLISHED" and conn.established_time is None:
                 conn.established_time = entry.time
                 if old == "SYN_SENT" and raw.value1:
@@ -593,7 +595,7 @@ class ConnTracker:
         elif raw.kind == EventKind.ERROR:
             conn.errno = raw.reason
         if conn.owner is None and socket.local == conn.client:
-            owner = self.context.owner(raw)
+            owner = self.context.owner(tcp_owner_facts(raw))
             if owner.pid is not None:
                 conn.owner = owner
         conn.add(entry)

@@ -1,39 +1,28 @@
 """Names for raw drops: reason, code location, stack, netns, the process that really owns the packet,
-its container, the firewall rule, and source lines. Everything here is cached: drops come in storms.
+its container, the firewall rule, and source lines. The caches (kallsyms, netns names, socket owners, the
+clock, firewall matchers) are the run's netsleuth.kernel.context.KernelContext: drops come in storms.
 
-Process attribution never reports the task a softirq happened to interrupt. In order:
-1. the drop ran in a user task's own context (the BPF program checks it runs on that task's stack, not
-   an IRQ stack): that task;
-2. the packet belongs to a socket: the process holding that socket (by its inode in /proc/PID/fd);
-3. neither: "kernel" (softirq, a kernel thread, or a packet no process owns).
+Process attribution follows netsleuth.diagnostics.attribution: the task only when the drop ran in that user
+task's own context (the BPF program checks it runs on the task's stack, not an IRQ stack), else the process
+holding the packet's socket (by its inode in /proc/PID/fd), else "kernel".
 """
 
 from __future__ import annotations
 
-import datetime
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from netsleuth.diagnostics.attribution import Owner, drop_owner_facts
 from netsleuth.diagnostics.drops import RawDrop, RawDropGroup
-from netsleuth.diagnostics.tcp_names import load_tcp_names
-from netsleuth.errors import EnvironmentProblem
-from netsleuth.kernel.kallsyms import Kallsyms, default_kallsyms
-from netsleuth.kernel.netns import NetnsNames, current_netns_inode
-from netsleuth.kernel.process import ContainerCache, SocketOwners
+from netsleuth.diagnostics.tcp_context import iso_time
+from netsleuth.kernel.context import KernelContext
+from netsleuth.kernel.kallsyms import Kallsyms
+from netsleuth.kernel.netns import current_netns_inode
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.kernel.symbolizer import SourceFrame, SourceSymbolizer
 from netsleuth.packet import PacketTuple, tcp_flags_text
 
 __all__ = ["DropEnricher", "DropGroup", "DropRecord", "Owner"]
-
-
-@dataclass(frozen=True)
-class Owner:
-    pid: int | None
-    comm: str
-    source: str  # "task" | "socket" | "kernel"
-    container: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,9 +49,7 @@ class DropRecord:
         packet = self.packet
         data: dict[str, Any] = {
             "type": "drop",
-            "time": datetime.datetime.fromtimestamp(self.time, datetime.UTC).isoformat(
-                timespec="microseconds"
-            ),
+            "time": iso_time(self.time),
             "reason": self.reason,
             "reason_code": self.reason_code,
             "location": self.location,
@@ -130,7 +117,8 @@ def _from_drop_site(frames: tuple[int, ...], location: int) -> tuple[int, ...]:
 
 
 class DropEnricher:
-    """Turns RawDrops into DropRecords. Holds the caches; create one per run."""
+    """Turns RawDrops into DropRecords. One per run; pass the run's shared `context` (without one it makes
+    its own from `kallsyms` and `explain_firewall`, and closes it)."""
 
     def __init__(
         self,
@@ -140,130 +128,84 @@ class DropEnricher:
         vmlinux: str | None = None,
         explain_firewall: bool = True,
         kallsyms: Kallsyms | None = None,
+        context: KernelContext | None = None,
     ) -> None:
         self.reasons = reasons
         self.want_stack = want_stack
-        self.kallsyms = kallsyms or default_kallsyms()
-        self.netns_names = NetnsNames()
-        self.tcp_names = load_tcp_names()
-        self.owners = SocketOwners()
-        self.container_of = ContainerCache()
+        self.context = context or KernelContext(kallsyms=kallsyms, firewall=explain_firewall)
+        self._own_context = context is None
         self.symbolizer = SourceSymbolizer(vmlinux) if vmlinux else None
         self.explain_firewall = explain_firewall
         self._netfilter_reason = reasons.value("NETFILTER_DROP")
-        self._matchers: dict[int, Any] = {}
-        self.firewall_problems: dict[int, str] = {}
-        self._location_cache: dict[int, str] = {}
         self._source_cache: dict[int, tuple[SourceFrame, ...]] = {}
-        # bpf_ktime_get_ns() is CLOCK_MONOTONIC; one offset turns it into wall-clock time.
-        self._wall_offset = time.time() - time.monotonic()
+
+    @property
+    def firewall_problems(self) -> dict[int, str]:
+        return self.context.firewall_problems
 
     def prepare(self, netns: int | None = None) -> None:
         """Read kallsyms and the netns names now, so the first drops are not delayed by it, and take the
-        firewall's counter baseline of the traced namespace (this one unless --netns) before any drop: rules
-        that can only be told apart by counter growth then count from the start of the trace."""
-        self.kallsyms.load()
-        self.netns_names.refresh()
+        firewall's counter baseline of the traced namespace (this one unless --netns) before any drop."""
+        self.context.prepare(netns)
         if self.explain_firewall:
-            self._matcher(netns if netns is not None else current_netns_inode())
+            self.context.matcher(netns if netns is not None else current_netns_inode())
 
     def close(self) -> None:
         if self.symbolizer is not None:
             self.symbolizer.close()
-        for matcher in self._matchers.values():
-            close = getattr(matcher, "close", None)
-            if close is not None:
-                close()
-
-    def _symbol(self, address: int) -> str:
-        text = self._location_cache.get(address)
-        if text is None:
-            text = self.kallsyms.format(address)
-            self._location_cache[address] = text
-        return text
-
-    def _function_names(self, frames: tuple[int, ...]) -> list[str]:
-        names = []
-        for address in frames:
-            symbol = self.kallsyms.resolve(address)
-            names.append(symbol.name if symbol else hex(address))
-        return names
+        if self._own_context:
+            self.context.close()
 
     def owner(self, raw: RawDrop) -> Owner:
-        if raw.in_task and not raw.kthread and raw.pid:
-            return Owner(raw.pid, raw.comm, "task", self.container_of(raw.pid))
-        if raw.sock_ino:
-            found = self.owners.owner(raw.sock_ino)
-            if found is not None:
-                return Owner(found.pid, found.comm, "socket", self.container_of(found.pid))
-        return Owner(None, "kernel", "kernel")
+        return self.context.owner(drop_owner_facts(raw))
 
     def _source(self, address: int) -> tuple[SourceFrame, ...] | None:
         if self.symbolizer is None:
             return None
         cached = self._source_cache.get(address)
         if cached is None:
-            cached = tuple(self.symbolizer.symbolize_address(address, self.kallsyms))
+            cached = tuple(self.symbolizer.symbolize_address(address, self.context.kallsyms))
             self._source_cache[address] = cached
         return cached
 
-    def _matcher(self, netns: int) -> Any:
-        if netns not in self._matchers:
-            from netsleuth.firewall import FirewallMatcher
-
-            # Without CAP_SYS_ADMIN (e.g. the agent's unit) another namespace cannot be entered: drops there
-            # are still reported, with the hook and the reason the rule is missing.
-            try:
-                self._matchers[netns] = FirewallMatcher(self.netns_names.path_of(netns))
-            except EnvironmentProblem as error:
-                self._matchers[netns] = None
-                self.firewall_problems[netns] = str(error)
-        return self._matchers[netns]
-
-    def _netfilter(self, raw: RawDrop, frame_names: list[str]) -> dict[str, Any] | None:
+    def _netfilter(self, raw: RawDrop, frames: tuple[int, ...]) -> dict[str, Any] | None:
         if raw.reason != self._netfilter_reason or not self.explain_firewall:
             return None
         from netsleuth.firewall import hook_from_stack
 
-        hook = hook_from_stack(frame_names, raw.packet.family)
+        context = self.context
+        hook = hook_from_stack([context.function_name(address) for address in frames], raw.packet.family)
         result: dict[str, Any] = {"hook": hook, "table": None, "chain": None, "rule": None}
         if hook is None:
             return result
-        matcher = self._matcher(raw.netns)
-        if matcher is None:
-            result["problem"] = self.firewall_problems.get(raw.netns)
+        if context.matcher(raw.netns) is None:
+            result["problem"] = context.firewall_problems.get(raw.netns)
             return result
-        incoming = hook in ("prerouting", "input", "forward")
-        verdict = matcher.explain(
-            raw.packet,
-            hook,
-            raw.ifname or None if incoming else None,
-            raw.ifname or None if not incoming else None,
-        )
+        verdict = context.firewall_verdict(raw.netns, raw.packet, hook, raw.ifname)
         if verdict is not None:
             result.update(verdict.to_json())
         return result
 
     def enrich(self, raw: RawDrop) -> DropRecord:
+        context = self.context
         frames = _from_drop_site(raw.frames, raw.location)
-        frame_names = self._function_names(frames) if frames else []
         return DropRecord(
-            time=raw.monotonic_ns / 1e9 + self._wall_offset,
+            time=context.wall_time(raw.monotonic_ns),
             reason=self.reasons.name(raw.reason),
             reason_code=raw.reason,
-            location=self._symbol(raw.location),
+            location=context.symbol(raw.location),
             location_address=raw.location,
             packet=raw.packet,
             owner=self.owner(raw),
             netns=raw.netns,
-            netns_name=self.netns_names.name_of(raw.netns),
+            netns_name=context.netns_names.name_of(raw.netns),
             ifname=raw.ifname or None,
             ifindex=raw.ifindex,
             cpu=raw.cpu,
-            sk_state=self.tcp_names.state(raw.sk_state) if raw.packet.proto == 6 else None,
-            stack=tuple(self._symbol(address) for address in frames) if self.want_stack else None,
+            sk_state=context.names.state(raw.sk_state) if raw.packet.proto == 6 else None,
+            stack=tuple(context.symbol(address) for address in frames) if self.want_stack else None,
             source=self._source(raw.location),
-            netfilter=self._netfilter(raw, frame_names),
+            netfilter=self._netfilter(raw, frames),
             packet_bytes=raw.packet_bytes,
         )
 

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from netsleuth.diagnostics.drops_enrich import Owner
+from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.reset_causes import (
     Cause,
@@ -24,10 +24,11 @@ from netsleuth.diagnostics.reset_causes import (
     classify_reset,
 )
 from netsleuth.diagnostics.tcp_abi import EventKind, SockFlag
-from netsleuth.diagnostics.tcp_context import TcpContext, endpoint_text, iso_time, owner_json, owner_text
+from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
 from netsleuth.diagnostics.tcp_names import errno_name
 from netsleuth.diagnostics.tcp_session import RawTcpEvent, RawTcpGroup, TcpSessionConfig, Trigger
 from netsleuth.errors import EnvironmentProblem
+from netsleuth.kernel.context import KernelContext
 from netsleuth.packet import tcp_flags_text
 
 __all__ = [
@@ -211,15 +212,6 @@ class ResetGroup:
         return {"count": self.count, "example": self.example.to_json()}
 
 
-def _hex_columns(text: str, column: str) -> int | None:
-    """Sum one column of a /proc/net/stat/* table: a header line, then one line of hex numbers per CPU."""
-    lines = [line.split() for line in text.splitlines() if line.strip()]
-    if not lines or column not in lines[0]:
-        return None
-    index = lines[0].index(column)
-    return sum(int(row[index], 16) for row in lines[1:] if len(row) > index)
-
-
 @dataclass
 class ConntrackReader:
     """conntrack counters of a namespace, read from inside it; the first reading is the baseline."""
@@ -229,6 +221,7 @@ class ConntrackReader:
     _baseline: dict[str | None, int] = field(default_factory=dict)
 
     def _read(self, netns_path: str | None) -> ConntrackView:
+        from netsleuth.doctor.procfs import parse_conntrack_stat
         from netsleuth.firewall import read_file_in_netns
 
         try:
@@ -238,7 +231,7 @@ class ConntrackReader:
             return ConntrackView(loaded=False)
         if stat is None:
             return ConntrackView(loaded=False)
-        invalid = _hex_columns(stat, "invalid")
+        invalid = parse_conntrack_stat(stat).get("invalid")
         delta = None
         if invalid is not None:
             baseline = self._baseline.setdefault(netns_path, invalid)
@@ -260,44 +253,35 @@ def _flow_key(saddr: str | None, sport: int, daddr: str | None, dport: int) -> t
 
 
 class ResetEnricher:
-    """Turns raw reset/abort events into records. Holds caches; create one per run."""
+    """Turns raw reset/abort events into records. One per run; pass the run's shared `context` (without
+    one it makes its own and closes it)."""
 
     def __init__(
         self,
-        context: TcpContext,
+        context: KernelContext | None = None,
         *,
         want_stack: bool = False,
         explain_firewall: bool = True,
         conntrack: ConntrackReader | None = None,
     ) -> None:
-        self.context = context
+        self.context = context or KernelContext()
+        self._own_context = context is None
         self.want_stack = want_stack
         self.explain_firewall = explain_firewall
         self.conntrack = conntrack or ConntrackReader()
-        self._matchers: dict[int, Any] = {}
-        self.firewall_problems: list[str] = []
         # Causes of RSTs sent in this trace, by the RST's packet, for the receiving side's record.
         self._sent: OrderedDict[tuple[object, ...], str] = OrderedDict()
 
+    @property
+    def firewall_problems(self) -> list[str]:
+        return list(self.context.firewall_problems.values())
+
     def prepare(self, netns: int | None) -> None:
         """Baselines now: conntrack's invalid counter and the firewall counters of the traced namespace."""
-        path = self.context.netns_names.path_of(netns) if netns else None
-        self.conntrack.view(path)
+        self.context.prepare(netns)
+        self.conntrack.view(self.context.netns_path(netns))
         if self.explain_firewall and netns:
-            self._matcher(netns)
-
-    def _matcher(self, netns: int) -> Any:
-        matcher = self._matchers.get(netns)
-        if matcher is None and netns not in self._matchers:
-            from netsleuth.firewall import FirewallMatcher
-
-            try:
-                matcher = FirewallMatcher(self.context.netns_names.path_of(netns))
-            except EnvironmentProblem as error:
-                self.firewall_problems.append(str(error))
-                matcher = None
-            self._matchers[netns] = matcher
-        return matcher
+            self.context.matcher(netns)
 
     # -- records ---------------------------------------------------------------------------------------
     def enrich(self, raw: RawTcpEvent) -> ResetRecord | AbortRecord | None:
@@ -345,7 +329,7 @@ class ResetEnricher:
             raddr=raw.raddr,
             rport=raw.rport,
             retransmits=raw.retransmits,
-            owner=context.owner(raw),
+            owner=context.owner(tcp_owner_facts(raw)),
             netns=raw.netns,
             netns_name=context.netns_name(raw.netns),
             side=raw.side,
@@ -362,17 +346,11 @@ class ResetEnricher:
         netfilter: dict[str, Any] = {"hook": hook, "table": None, "chain": None, "rule": None}
         if hook is None or not self.explain_firewall:
             return netfilter, None, None
-        matcher = self._matcher(raw.netns)
-        if matcher is None:
-            return netfilter, None, None
         # The rejected segment went the other way: from the RST's destination to its source.
         rejected = PacketTuple(
             raw.family, 6, raw.raddr, raw.laddr, raw.rport, raw.lport, trigger_flags, length=0
         )
-        incoming = hook in ("prerouting", "input", "forward")
-        verdict = matcher.explain(
-            rejected, hook, raw.ifname or None if incoming else None, None if incoming else raw.ifname or None
-        )
+        verdict = self.context.firewall_verdict(raw.netns, rejected, hook, raw.ifname)
         if verdict is None:
             return netfilter, None, None
         netfilter.update(verdict.to_json())
@@ -402,9 +380,11 @@ class ResetEnricher:
             netfilter, rule, rule_where = self._firewall_rule(raw, trigger.flags)
         conntrack = None
         if raw.kind == EventKind.RESET_SENT and state == "LISTEN" and not (trigger and trigger.flags & _SYN):
-            conntrack = self.conntrack.view(context.netns_names.path_of(raw.netns))
+            conntrack = self.conntrack.view(context.netns_path(raw.netns))
         # Aborts from close()/disconnect run in the closing task's syscall: that task owns the socket.
-        owner = context.owner(raw, task_acts_on_socket=raw.kind == EventKind.RESET_SENT and trigger is None)
+        owner = context.owner(
+            tcp_owner_facts(raw, task_acts_on_socket=raw.kind == EventKind.RESET_SENT and trigger is None)
+        )
         netns_name = context.netns_name(raw.netns)
         age = (raw.monotonic_ns - raw.born_ns) / 1e9 if raw.born_ns else None
         facts = ResetFacts(
@@ -482,7 +462,5 @@ class ResetEnricher:
         return ResetGroup(group.count, example) if example is not None else None
 
     def close(self) -> None:
-        for matcher in self._matchers.values():
-            close = getattr(matcher, "close", None)
-            if close is not None:
-                close()
+        if self._own_context:
+            self.context.close()

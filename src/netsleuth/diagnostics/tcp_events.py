@@ -17,17 +17,18 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from netsleuth.diagnostics.drops_enrich import Owner
+from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
 from netsleuth.diagnostics.reset_causes import duration_text, netns_prefix
 from netsleuth.diagnostics.tcp_abi import (
     TCP_REASON_SYN_ACCEPT_QUEUE_FULL,
     EventKind,
     RetransKind,
 )
-from netsleuth.diagnostics.tcp_context import TcpContext, endpoint_text, iso_time, owner_json, owner_text
+from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
 from netsleuth.diagnostics.tcp_names import errno_name, errno_text
 from netsleuth.diagnostics.tcp_session import RawTcpEvent, RawTcpGroup
 from netsleuth.errors import EnvironmentProblem
+from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.packet import tcp_flags_text
 
@@ -272,35 +273,28 @@ class TcpGroupRecord:
         return data
 
 
-def _parse_netstat(text: str) -> dict[str, int]:
-    """/proc/net/netstat: pairs of lines, `TcpExt: Name Name...` then `TcpExt: 1 2...`."""
-    values: dict[str, int] = {}
-    lines = text.splitlines()
-    for header, numbers in zip(lines[::2], lines[1::2], strict=False):
-        names, counts = header.split()[1:], numbers.split()[1:]
-        if header.split(":", 1)[0] != "TcpExt":
-            continue
-        for name, count in zip(names, counts, strict=False):
-            if count.lstrip("-").isdigit():
-                values[name] = int(count)
-    return values
-
-
 @dataclass
 class NetstatReader:
     """TcpExt counters of a namespace (read from inside it) and their growth since `start`."""
 
     netns_path: str | None
+    path: str = "/proc/self/net/netstat"
     _start: dict[str, int] = field(default_factory=dict)
 
     def read(self) -> dict[str, int]:
+        from netsleuth.doctor.procfs import parse_mib
         from netsleuth.firewall import read_file_in_netns
 
         try:
-            text = read_file_in_netns("/proc/self/net/netstat", self.netns_path)
+            text = read_file_in_netns(self.path, self.netns_path)
         except EnvironmentProblem:
             return {}
-        return _parse_netstat(text or "")
+        counters = parse_mib(text or "")
+        return {
+            name.removeprefix("TcpExt."): value
+            for name, value in counters.items()
+            if name.startswith("TcpExt.")
+        }
 
     def start(self) -> None:
         self._start = self.read()
@@ -323,15 +317,15 @@ def _sysctl_in(netns_path: str | None, path: str) -> int | None:
 class TcpEventEnricher:
     """RawTcpEvents of the tcp subcommands' kinds -> records. One per run (holds per-flow counts, caches)."""
 
-    def __init__(self, context: TcpContext, drop_reasons: DropReasons | None = None) -> None:
-        self.context = context
+    def __init__(self, context: KernelContext | None = None, drop_reasons: DropReasons | None = None) -> None:
+        self.context = context or KernelContext()
         self.drop_reasons = drop_reasons
         self._flow_counts: collections.Counter[tuple[object, ...]] = collections.Counter()
         self._somaxconn: dict[int, int | None] = {}
 
     def somaxconn(self, netns: int) -> int | None:
         if netns not in self._somaxconn:
-            path = self.context.netns_names.path_of(netns) if netns else None
+            path = self.context.netns_path(netns)
             self._somaxconn[netns] = _sysctl_in(path, "/proc/sys/net/core/somaxconn")
         return self._somaxconn[netns]
 
@@ -344,7 +338,7 @@ class TcpEventEnricher:
             return LifeRecord(
                 when,
                 raw,
-                context.owner(raw),
+                context.owner(tcp_owner_facts(raw)),
                 netns_name,
                 raw.value1 / 1e9,
                 raw.value2,
@@ -352,7 +346,9 @@ class TcpEventEnricher:
                 names.state(raw.old_state),
             )
         if raw.kind == EventKind.STATE:
-            owner = context.owner(raw, task_acts_on_socket=names.state(raw.old_state) == "CLOSE")
+            owner = context.owner(
+                tcp_owner_facts(raw, task_acts_on_socket=names.state(raw.old_state) == "CLOSE")
+            )
             return StateRecord(
                 when,
                 raw,
@@ -364,7 +360,9 @@ class TcpEventEnricher:
                 raw.reason or None,
             )
         if raw.kind == EventKind.CONNECT:
-            return ConnectRecord(when, raw, context.owner(raw), netns_name, raw.value1 / 1e9, raw.reason)
+            return ConnectRecord(
+                when, raw, context.owner(tcp_owner_facts(raw)), netns_name, raw.value1 / 1e9, raw.reason
+            )
         if raw.kind in (EventKind.RETRANS, EventKind.SYNACK_RETRANS):
             flow = (raw.netns, raw.laddr, raw.lport, raw.raddr, raw.rport)
             if count_flows:
@@ -373,7 +371,7 @@ class TcpEventEnricher:
             return RetransRecord(
                 when,
                 raw,
-                context.owner(raw),
+                context.owner(tcp_owner_facts(raw)),
                 netns_name,
                 "synack" if synack else RETRANS_KIND_NAMES[raw.retrans_kind],
                 names.state(raw.state),
@@ -390,7 +388,7 @@ class TcpEventEnricher:
 
     def _queue_record(self, raw: RawTcpEvent, when: float, netns_name: str | None) -> QueueRecord:
         context = self.context
-        owner = context.owner(raw)
+        owner = context.owner(tcp_owner_facts(raw))
         who = owner_text(owner)
         local = endpoint_text(raw.laddr, raw.lport)
         remote = endpoint_text(raw.raddr, raw.rport)

@@ -15,6 +15,8 @@ from netsleuth.doctor.model import ConntrackRecord, InterruptLine, IrqAffinity, 
 
 __all__ = [
     "SYSCTLS",
+    "parse_conntrack_stat",
+    "parse_mib",
     "read_conntrack",
     "read_interrupts",
     "read_irq_affinity",
@@ -143,23 +145,28 @@ def read_softirqs(root: Path) -> dict[str, tuple[int, ...]]:
     return softirqs
 
 
+def parse_mib(text: str) -> dict[str, int]:
+    """/proc/net/snmp or /proc/net/netstat: pairs of lines, `TcpExt: Name Name...` then `TcpExt: 1 2...`,
+    keyed like "TcpExt.ListenOverflows"."""
+    counters: dict[str, int] = {}
+    lines = text.splitlines()
+    for header, values in zip(lines[::2], lines[1::2], strict=False):
+        prefix, _, names = header.partition(":")
+        _, _, numbers = values.partition(":")
+        for field_name, number in zip(names.split(), numbers.split(), strict=False):
+            try:
+                counters[f"{prefix}.{field_name}"] = int(number)
+            except ValueError:
+                continue
+    return counters
+
+
 def read_netstat(root: Path) -> dict[str, int]:
     """/proc/net/snmp and /proc/net/netstat (header/value line pairs) and /proc/net/snmp6, keyed like
     "TcpExt.ListenOverflows" and "Udp6.RcvbufErrors"."""
     counters: dict[str, int] = {}
     for name in ("proc/net/snmp", "proc/net/netstat"):
-        text = _read(root / name)
-        if text is None:
-            continue
-        lines = text.splitlines()
-        for header, values in zip(lines[::2], lines[1::2], strict=False):
-            prefix, _, names = header.partition(":")
-            _, _, numbers = values.partition(":")
-            for field_name, number in zip(names.split(), numbers.split(), strict=False):
-                try:
-                    counters[f"{prefix}.{field_name}"] = int(number)
-                except ValueError:
-                    continue
+        counters.update(parse_mib(_read(root / name) or ""))
     # IPv6 counters live in /proc/net/snmp6 as "Udp6RcvbufErrors  3" lines; key them like the others.
     text = _read(root / "proc/net/snmp6")
     for line in (text or "").splitlines():
@@ -205,15 +212,21 @@ def read_conntrack(root: Path) -> ConntrackRecord | None:
     max_text = _read(root / "proc/sys/net/netfilter/nf_conntrack_max")
     if count_text is None or max_text is None:
         return None
-    stats: dict[str, int] = {}
-    stat_text = _read(root / "proc/net/stat/nf_conntrack")
-    if stat_text:
-        lines = stat_text.splitlines()
-        names = lines[0].split()
-        for line in lines[1:]:
-            for name, value in zip(names, line.split(), strict=False):
-                if name == "entries":  # a gauge repeated on every row, not a per-CPU counter
-                    stats[name] = int(value, 16)
-                    continue
-                stats[name] = stats.get(name, 0) + int(value, 16)
+    stats = parse_conntrack_stat(_read(root / "proc/net/stat/nf_conntrack") or "")
     return ConntrackRecord(count=int(count_text.strip()), max=int(max_text.strip()), stats=stats)
+
+
+def parse_conntrack_stat(text: str) -> dict[str, int]:
+    """/proc/net/stat/nf_conntrack: a header line, then one line of hex counters per CPU, summed."""
+    lines = text.splitlines()
+    if not lines:
+        return {}
+    names = lines[0].split()
+    stats: dict[str, int] = {}
+    for line in lines[1:]:
+        for name, value in zip(names, line.split(), strict=False):
+            if name == "entries":  # a gauge repeated on every row, not a per-CPU counter
+                stats[name] = int(value, 16)
+                continue
+            stats[name] = stats.get(name, 0) + int(value, 16)
+    return stats
