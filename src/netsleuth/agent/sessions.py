@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from netsleuth.agent.config import SessionLimits
 from netsleuth.agent.cpu_budget import CpuBudget
 from netsleuth.agent.programs import ProgramLedger
+from netsleuth.agent.record_caps import take_within_caps
 from netsleuth.agent.session_diagnostics import (
     SESSION_DIAGNOSTICS,
     DiagnosticContext,
@@ -141,23 +142,15 @@ class LiveSession:
 
     def _take(self, records: list[dict[str, Any]]) -> tuple[list[bytes], tuple[str, str] | None]:
         """Encode records while the caps allow; returns the lines and why it stopped, if it did."""
-        lines: list[bytes] = []
-        pending = 0
-        for record in records:
-            if self.events >= self.request.max_events:
-                return lines, ("max_events", f"reached the cap of {self.request.max_events} events")
-            line = _encode(record)
-            if self.bytes + pending + len(line) > self.request.max_bytes:
-                return lines, (
-                    "max_bytes",
-                    f"the next event would pass the cap of {self.request.max_bytes} bytes",
-                )
-            lines.append(line)
-            pending += len(line)
-            self.events += 1
-        if self.events >= self.request.max_events:
-            return lines, ("max_events", f"reached the cap of {self.request.max_events} events")
-        return lines, None
+        lines, ended = take_within_caps(
+            (_encode(record) for record in records),
+            self.events,
+            self.bytes,
+            self.request.max_events,
+            self.request.max_bytes,
+        )
+        self.events += len(lines)
+        return lines, ended
 
     def _run(self, sink: SessionSink) -> tuple[str, str]:
         stopping = self._manager.stopping
