@@ -18,8 +18,8 @@ from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.firewall import matcher as matcher_module
 from netsleuth.firewall.iptables import BACKEND_LEGACY, BACKEND_NFT, IptablesRuleset, parse_iptables_save
 from netsleuth.firewall.matcher import FirewallMatcher, FirewallSnapshot, FirewallVerdict
-from netsleuth.firewall.netns_exec import CommandFailed
 from netsleuth.firewall.nftables import NftChain, NftRuleset, parse_nft_json
+from netsleuth.kernel.netns_exec import CommandFailed
 from netsleuth.packet import PacketTuple
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "firewall"

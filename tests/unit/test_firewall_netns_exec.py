@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from netsleuth.errors import EnvironmentProblem, UsageError
-from netsleuth.firewall.netns_exec import CommandFailed, read_file_in_netns, run_in_netns
+from netsleuth.kernel.netns_exec import CommandFailed, read_file_in_netns, run_in_netns
 
 
 def test_runs_and_returns_stdout() -> None:

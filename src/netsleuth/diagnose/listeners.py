@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from netsleuth.diagnose.drop_rules import in_netns
 from netsleuth.diagnose.verdicts import Severity, Verdict
-from netsleuth.doctor.netns import run_in_netns
+from netsleuth.kernel.netns_exec import call_in_netns
 from netsleuth.kernel.process import SocketOwners
 
 __all__ = ["FullListener", "full_listeners", "listener_verdicts"]
@@ -56,7 +56,7 @@ def _read() -> list[FullListener]:
 
 def full_listeners(netns: str | None) -> list[FullListener]:
     """Listeners with a full accept queue now, in `netns` (a name or path) or this process's namespace."""
-    return run_in_netns(netns, _read)
+    return call_in_netns(netns, _read)
 
 
 def listener_verdicts(

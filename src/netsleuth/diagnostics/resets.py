@@ -222,7 +222,7 @@ class ConntrackReader:
 
     def _read(self, netns_path: str | None) -> ConntrackView:
         from netsleuth.doctor.procfs import parse_conntrack_stat
-        from netsleuth.firewall import read_file_in_netns
+        from netsleuth.kernel.netns_exec import read_file_in_netns
 
         try:
             stat = read_file_in_netns("/proc/self/net/stat/nf_conntrack", netns_path)

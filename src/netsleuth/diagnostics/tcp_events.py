@@ -283,7 +283,7 @@ class NetstatReader:
 
     def read(self) -> dict[str, int]:
         from netsleuth.doctor.procfs import parse_mib
-        from netsleuth.firewall import read_file_in_netns
+        from netsleuth.kernel.netns_exec import read_file_in_netns
 
         try:
             text = read_file_in_netns(self.path, self.netns_path)
@@ -305,7 +305,7 @@ class NetstatReader:
 
 
 def _sysctl_in(netns_path: str | None, path: str) -> int | None:
-    from netsleuth.firewall import read_file_in_netns
+    from netsleuth.kernel.netns_exec import read_file_in_netns
 
     try:
         text = read_file_in_netns(path, netns_path)

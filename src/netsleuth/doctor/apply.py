@@ -18,9 +18,9 @@ from typing import Any
 
 from netsleuth.doctor import ethtool
 from netsleuth.doctor.findings import Finding, FixAction, FixKind
-from netsleuth.doctor.netns import run_in_netns
 from netsleuth.doctor.procfs import sysctl_path
 from netsleuth.errors import EnvironmentProblem, UsageError
+from netsleuth.kernel.netns_exec import call_in_netns
 
 __all__ = [
     "DEFAULT_ROLLBACK_DIR",
@@ -184,7 +184,7 @@ def apply_fix(
     _check_named(finding)
     if root == Path("/"):
         _require_root()
-    previous = run_in_netns(netns, lambda: _read_all(finding.actions, root))
+    previous = call_in_netns(netns, lambda: _read_all(finding.actions, root))
     changes = [AppliedChange(action, old) for action, old in zip(finding.actions, previous, strict=True)]
     rollback_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -199,7 +199,7 @@ def apply_fix(
         "changes": [change.to_json() for change in changes],
     }
     path.write_text(json.dumps(document, indent=2) + "\n")
-    run_in_netns(netns, lambda: apply_actions(changes, root, use_previous=False))
+    call_in_netns(netns, lambda: apply_actions(changes, root, use_previous=False))
     return path
 
 
@@ -226,5 +226,5 @@ def rollback(path: Path) -> list[AppliedChange]:
     if root == Path("/"):
         _require_root()
     restore_order = list(reversed(changes))
-    run_in_netns(document.get("netns"), lambda: apply_actions(restore_order, root, use_previous=True))
+    call_in_netns(document.get("netns"), lambda: apply_actions(restore_order, root, use_previous=True))
     return restore_order

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from netsleuth.doctor import ethtool, sysfs
 from netsleuth.doctor.model import FeatureState
-from netsleuth.doctor.netns import run_in_netns
 from netsleuth.errors import EnvironmentProblem, UsageError
+from netsleuth.kernel.netns_exec import call_in_netns
 
 __all__ = ["ALIASES", "DESCRIPTIONS", "FeatureRow", "SetResult", "set_offload", "show_offloads"]
 
@@ -155,7 +155,7 @@ def _show(devices: list[str] | None) -> dict[str, list[FeatureRow]]:
 
 
 def show_offloads(devices: list[str] | None = None, netns: str | None = None) -> dict[str, list[FeatureRow]]:
-    return run_in_netns(netns, lambda: _show(devices))
+    return call_in_netns(netns, lambda: _show(devices))
 
 
 def _resolve(feature: str, features: dict[str, FeatureState], device: str) -> list[str]:
@@ -196,4 +196,4 @@ def _set(device: str, feature: str, enable: bool) -> list[SetResult]:
 
 def set_offload(device: str, feature: str, enable: bool, netns: str | None = None) -> list[SetResult]:
     """Set `feature` on `device` (and on its slaves when it is a bond); refuse fixed features."""
-    return run_in_netns(netns, lambda: _set(device, feature, enable))
+    return call_in_netns(netns, lambda: _set(device, feature, enable))

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from netsleuth.doctor import ethtool, links, procfs, sysfs
 from netsleuth.doctor.cpuset import format_cpu_list
-from netsleuth.doctor.netns import run_in_netns
 from netsleuth.doctor.topology import device_irqs
+from netsleuth.kernel.netns_exec import call_in_netns
 
 __all__ = ["record_root"]
 
@@ -104,7 +104,7 @@ def record_root(dest: Path, netns: str | None = None) -> None:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    run_in_netns(netns, lambda: _record(dest))
+    call_in_netns(netns, lambda: _record(dest))
 
 
 if __name__ == "__main__":

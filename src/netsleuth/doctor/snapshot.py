@@ -10,8 +10,8 @@ from pathlib import Path
 
 from netsleuth.doctor import ethtool, links, procfs, sysfs
 from netsleuth.doctor.model import Snapshot
-from netsleuth.doctor.netns import run_in_netns
 from netsleuth.doctor.topology import device_irqs
+from netsleuth.kernel.netns_exec import call_in_netns
 
 __all__ = ["Clock", "collect_snapshot", "take_snapshot"]
 
@@ -54,5 +54,5 @@ def collect_snapshot(
     clock: Clock = time.monotonic,
     settings_from: Snapshot | None = None,
 ) -> Snapshot:
-    """`take_snapshot`, inside `netns` when given (a forked child enters it; see netns.py)."""
-    return run_in_netns(netns, lambda: take_snapshot(root, clock, settings_from))
+    """`take_snapshot`, inside `netns` when given (a forked child enters it; see kernel/netns_exec.py)."""
+    return call_in_netns(netns, lambda: take_snapshot(root, clock, settings_from))

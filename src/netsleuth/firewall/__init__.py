@@ -19,7 +19,7 @@ from netsleuth.firewall.matcher import (
     FirewallVerdict,
     read_snapshot,
 )
-from netsleuth.firewall.netns_exec import CommandFailed, read_file_in_netns, run_in_netns
+from netsleuth.kernel.netns_exec import CommandFailed, read_file_in_netns, run_in_netns
 
 __all__ = [
     "HOOKS",

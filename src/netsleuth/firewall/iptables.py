@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from netsleuth.firewall.hooks import PacketAtHook, Truth, VerdictKind, all_of
-from netsleuth.firewall.netns_exec import read_file_in_netns, run_in_netns
+from netsleuth.kernel.netns_exec import read_file_in_netns, run_in_netns
 from netsleuth.packet import proto_number
 
 __all__ = [

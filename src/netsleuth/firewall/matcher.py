@@ -29,7 +29,6 @@ from netsleuth.firewall.iptables import (
     hook_chain_name,
     read_iptables,
 )
-from netsleuth.firewall.netns_exec import CommandFailed
 from netsleuth.firewall.nftables import (
     NftChain,
     NftRule,
@@ -43,6 +42,7 @@ from netsleuth.firewall.nftables import (
     rule_line,
     rule_outcomes,
 )
+from netsleuth.kernel.netns_exec import CommandFailed
 from netsleuth.packet import PacketTuple
 
 __all__ = ["Confidence", "FirewallMatcher", "FirewallSnapshot", "FirewallVerdict", "read_snapshot"]

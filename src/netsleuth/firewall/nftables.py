@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from netsleuth.errors import EnvironmentProblem
 from netsleuth.firewall.hooks import PacketAtHook, Truth, VerdictKind, all_of
-from netsleuth.firewall.netns_exec import run_in_netns
+from netsleuth.kernel.netns_exec import run_in_netns
 from netsleuth.packet import proto_number
 
 __all__ = [

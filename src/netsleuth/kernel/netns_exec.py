@@ -1,25 +1,41 @@
-"""Run a read-only command inside another network namespace and return what it printed.
+"""Doing something inside another network namespace: the one place netsleuth enters one.
 
-The firewall tools (iptables-save, nft) list the rules of the namespace they run in, so the child enters
-the target namespace with setns(2) between fork and exec. Python 3.11 has no os.setns, hence ctypes. Only
-the child moves; this process never changes namespace, so nothing else in netsleuth is affected.
+Only a child ever moves (setns(2) between fork and exec, or in a forked child); this process never changes
+namespace, so nothing else in netsleuth is affected. Python 3.11 has no os.setns, hence ctypes.
+
+- `run_in_netns(argv, path)`: run a read-only tool there (iptables-save, nft, cat) and return its stdout.
+  The child makes one libc call before exec, so it is safe in the threaded agent.
+- `read_file_in_netns(path, netns)`: a per-namespace file (/proc/self/net/...) as seen from inside.
+- `call_in_netns(netns, function)`: run Python there in a forked child and bring the (pickled) result back.
+  /proc/net follows the calling process's namespace, but /sys/class/net follows the namespace of whoever
+  mounted sysfs, and ethtool ioctls and netlink sockets bind to the namespace they were created in. So the
+  child does what `ip netns exec` does (iproute2 lib/namespace.c netns_switch): setns(CLONE_NEWNET),
+  unshare(CLONE_NEWNS), make mounts private, remount /sys.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import pickle
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from netsleuth.errors import EnvironmentProblem, UsageError
 
-__all__ = ["CommandFailed", "read_file_in_netns", "run_in_netns"]
+__all__ = ["CommandFailed", "call_in_netns", "netns_file", "read_file_in_netns", "run_in_netns"]
 
-# include/uapi/linux/sched.h
+# include/uapi/linux/sched.h, include/uapi/linux/mount.h
+_CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
+_MS_REC = 0x4000
+_MS_SLAVE = 1 << 19
+_MNT_DETACH = 2
 _DEFAULT_TIMEOUT = 10.0
+
+T = TypeVar("T")
 
 
 class CommandFailed(EnvironmentProblem):
@@ -29,6 +45,21 @@ class CommandFailed(EnvironmentProblem):
         super().__init__(message)
         self.returncode = returncode
         self.stderr = stderr
+
+
+def netns_file(netns: str) -> str:
+    """An `ip netns` name or a namespace file (/proc/PID/ns/net, /run/netns/NAME) -> the file."""
+    path = netns if netns.startswith("/") else f"/run/netns/{netns}"
+    if not os.path.exists(path):
+        raise UsageError(f"no network namespace named {netns!r} (expected {path})")
+    return path
+
+
+def _libc() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
+    libc.setns.restype = ctypes.c_int
+    return libc
 
 
 def _open_netns(netns_path: str) -> int:
@@ -50,13 +81,11 @@ def _is_current_netns(fd: int) -> bool:
     return (own.st_dev, own.st_ino) == (target.st_dev, target.st_ino)
 
 
-def _enter_netns(fd: int) -> Callable[[], None]:
+def _enter_before_exec(fd: int) -> Callable[[], None]:
     """The preexec_fn. subprocess documents preexec_fn as unsafe when other threads run (the child may
     inherit a lock some thread held at fork), so everything is looked up here, in the parent, and the
     child only makes one libc call: no imports, no logging, nothing that takes a Python-level lock."""
-    setns = ctypes.CDLL(None, use_errno=True).setns
-    setns.argtypes = (ctypes.c_int, ctypes.c_int)
-    setns.restype = ctypes.c_int
+    setns = _libc().setns
 
     def enter() -> None:
         if setns(fd, _CLONE_NEWNET) != 0:
@@ -77,7 +106,7 @@ def run_in_netns(argv: Sequence[str], netns_path: str | None, *, timeout: float 
         raise EnvironmentProblem(f"{argv[0]} is not installed (or not on PATH)")
     fd = _open_netns(netns_path) if netns_path is not None else None
     try:
-        preexec = _enter_netns(fd) if fd is not None and not _is_current_netns(fd) else None
+        preexec = _enter_before_exec(fd) if fd is not None and not _is_current_netns(fd) else None
         result = subprocess.run(
             [binary, *argv[1:]],
             capture_output=True,
@@ -125,3 +154,56 @@ def read_file_in_netns(path: str, netns_path: str | None) -> str | None:
         if "No such file" in error.stderr:
             return None
         raise
+
+
+def _enter_with_sysfs(path: str) -> None:
+    """In the forked child: the namespace, a private mount namespace, and that namespace's /sys."""
+    libc = _libc()
+    fd = _open_netns(path)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            raise EnvironmentProblem(
+                f"cannot enter network namespace {path}: {os.strerror(ctypes.get_errno())}"
+            )
+    finally:
+        os.close(fd)
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        raise EnvironmentProblem(f"cannot unshare the mount namespace: {os.strerror(ctypes.get_errno())}")
+    # Keep our /sys remount out of the parent's mount namespace.
+    libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None)
+    libc.umount2(b"/sys", _MNT_DETACH)
+    if libc.mount(b"sysfs", b"/sys", b"sysfs", 0, None) != 0:
+        raise EnvironmentProblem(f"cannot mount sysfs for {path}: {os.strerror(ctypes.get_errno())}")
+
+
+def call_in_netns(netns: str | None, function: Callable[[], T]) -> T:
+    """`function()` in `netns` (a name under /run/netns or a path); in this process when netns is None."""
+    if netns is None:
+        return function()
+    path = netns_file(netns)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into the caller's stack
+        os.close(read_fd)
+        try:
+            _enter_with_sysfs(path)
+            payload = pickle.dumps((True, function()))
+        except BaseException as error:  # the parent re-raises it
+            try:
+                payload = pickle.dumps((False, error))
+            except Exception:
+                payload = pickle.dumps((False, RuntimeError(str(error))))
+        with os.fdopen(write_fd, "wb") as pipe:
+            pipe.write(payload)
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    if not data:
+        raise EnvironmentProblem(f"the helper process in namespace {netns} died without an answer")
+    ok, value = pickle.loads(data)
+    if not ok:
+        raise value
+    result: T = value
+    return result
