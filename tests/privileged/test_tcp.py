@@ -181,17 +181,18 @@ def test_bad_input_exits_2(argv: list[str], message: str) -> None:
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_raw_tp_variants_load_too(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_raw_tp_variants_load_too() -> None:
     """Kernels that refuse tp_btf get the raw_tp programs: every one of them must pass the verifier here "
     "too."""
+    from netsleuth.bpf.program_session import Variant
     from netsleuth.diagnostics import tcp_session
     from netsleuth.diagnostics.tcp_abi import EventKind
     from netsleuth.kernel.reasons import load_drop_reasons
 
-    monkeypatch.setattr(tcp_session, "_VARIANTS", (("_r", "raw_tp"),))
     kinds = frozenset(EventKind)
     config = tcp_session.TcpSessionConfig(emit=kinds, group=kinds, stack=kinds)
-    with tcp_session.TcpSession(config, load_drop_reasons()) as session:
+    raw_tp_only = (Variant("_r", "raw_tp"),)
+    with tcp_session.TcpSession(config, load_drop_reasons(), variants=raw_tp_only) as session:
         session.start()
         assert session.attach_kind == "raw_tp"
         assert {name.removesuffix("_r") for name in session.programs} >= {

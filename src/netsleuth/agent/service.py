@@ -128,9 +128,8 @@ class Agent:
             drops.close()
             raise
         self._drops = drops
-        self._drops_handle = self.ledger.attached(
-            "exporter", f"drops_{drops.attach_kind}", drops.program_fd()
-        )
+        ((program, fd),) = drops.program_fds().items()
+        self._drops_handle = self.ledger.attached("exporter", program, fd)
 
     def _serve(self, server: TcpServer | UnixServer, name: str) -> None:
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name=name)

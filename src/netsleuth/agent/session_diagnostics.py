@@ -125,7 +125,7 @@ class DropsDiagnostic:
         }
 
     def program_fds(self) -> dict[str, int]:
-        return {f"drops_{self._session.attach_kind}": self._session.program_fd()}
+        return self._session.program_fds()
 
     def lost_and_sampled(self) -> tuple[int, int]:
         totals = self._session.totals()

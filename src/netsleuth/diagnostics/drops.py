@@ -9,7 +9,6 @@ whatever was sampled or lost on the way to userspace.
 from __future__ import annotations
 
 import ctypes
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -18,7 +17,7 @@ from netsleuth.bpf.btf import vmlinux_btf
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
-from netsleuth.bpf.ringbuf import RingBuffer
+from netsleuth.bpf.program_session import ProgramSession, Variant
 from netsleuth.diagnostics.drops_abi import (
     DROPS_MAX_SNAPLEN,
     DropEvent,
@@ -131,23 +130,35 @@ def decode_record(record: bytes) -> RawDrop:
 
 
 # tp_btf reads arguments with no copy; raw_tp is the fallback for kernels that refuse tp_btf.
-PROGRAMS = ("drops_tp_btf", "drops_raw_tp")
+_VARIANTS = (Variant("_tp_btf", "tp_btf"), Variant("_raw_tp", "raw_tp"))
+PROGRAMS = tuple("drops" + variant.suffix for variant in _VARIANTS)
 
 
 class DropsSession:
-    """A live drops trace. Use as a context manager; `start()` attaches, `close()` detaches everything."""
+    """A live drops trace. Use as a context manager; `start()` attaches, `close()` detaches everything.
+
+    `programs` narrows the variants tried (e.g. `("drops_raw_tp",)` to test the fallback)."""
 
     def __init__(
         self, config: DropsConfig, reasons: DropReasons, programs: tuple[str, ...] = PROGRAMS
     ) -> None:
         self.config = config
-        self.programs = programs
         self.reasons = reasons
-        self._object: BpfObject | None = None
-        self._ring: RingBuffer | None = None
-        self.attach_kind = ""
-        self.attach_seconds = 0.0
+        self._programs = ProgramSession(
+            "drops",
+            ("drops",),
+            variants=[variant for variant in _VARIANTS if "drops" + variant.suffix in programs],
+            mirrors=(("drop_event", DropEvent), ("drop_group", DropGroupValue)),
+        )
         self._owners = OwnerInodeSync(config.packet_filter)
+
+    @property
+    def attach_kind(self) -> str:
+        return self._programs.attach_kind
+
+    @property
+    def attach_seconds(self) -> float:
+        return self._programs.attach_seconds
 
     # -- start -----------------------------------------------------------------------------------------
     def _kernel_config(self, has_rx_sk: bool) -> DropsConfigC:
@@ -186,38 +197,17 @@ class DropsSession:
 
     def start(self) -> None:
         require_tracing()
-        started = time.monotonic()
         arity = vmlinux_btf().tracepoint_arity("kfree_skb")
         if arity is None or arity < 3:
             raise BpfError(
                 "this kernel's skb:kfree_skb tracepoint has no drop reason (needs Linux 5.17 or newer)"
             )
-        cfg = self._kernel_config(has_rx_sk=arity >= 4)
-        failure: BpfError | None = None
-        for program in self.programs:
-            bpf_object = BpfObject.open_generated("drops")
-            try:
-                bpf_object.check_struct_size("drop_event", DropEvent)
-                bpf_object.check_struct_size("drop_group", DropGroupValue)
-                bpf_object.set_rodata("cfg", cfg)
-                for other in PROGRAMS:
-                    bpf_object.set_autoload(other, other == program)
-                bpf_object.load([program])
-                self._fill_filter_maps(bpf_object)
-                bpf_object.attach(program)
-            except BpfError as error:
-                bpf_object.close()
-                failure = failure or error
-                continue
-            self._object = bpf_object
-            self.attach_kind = program.removeprefix("drops_")
-            break
-        if self._object is None:
-            assert failure is not None
-            raise failure
-        if not self.config.summary_only:
-            self._ring = RingBuffer(self._object.map("events").fd)
-        self.attach_seconds = time.monotonic() - started
+        self._programs.start(
+            ["drops"],
+            ("cfg", self._kernel_config(has_rx_sk=arity >= 4)),
+            fill_maps=self._fill_filter_maps,
+            ring=None if self.config.summary_only else "events",
+        )
 
     def _fill_filter_maps(self, bpf_object: BpfObject) -> None:
         reason_set = self.config.reasons or self.config.exclude_reasons
@@ -229,38 +219,19 @@ class DropsSession:
 
     # -- run -------------------------------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list[RawDrop]:
-        if self._object is not None:
-            self._owners.refresh(self._object)
-        if self._ring is None:
-            time.sleep(timeout_ms / 1000)
-            return []
-        return [decode_record(record) for record in self._ring.poll(timeout_ms)]
+        if self._programs.started:
+            self._owners.refresh(self._programs.bpf_object)
+        return [decode_record(record) for record in self._programs.poll(timeout_ms)]
 
     def drain(self) -> list[RawDrop]:
-        return [decode_record(record) for record in self._ring.drain()] if self._ring else []
+        return [decode_record(record) for record in self._programs.drain()]
 
     def totals(self) -> DropTotals:
-        if self._object is None:
-            return DropTotals()
-        stats = self._object.map("drop_stats")
-        sums = []
-        for index in range(DropStat.COUNT):
-            per_cpu = stats.lookup_per_cpu(index.to_bytes(4, "little"))
-            sums.append(sum(int.from_bytes(value[:8], "little") for value in per_cpu))
-        return DropTotals(
-            seen=sums[DropStat.SEEN],
-            matched=sums[DropStat.MATCHED],
-            emitted=sums[DropStat.EMITTED],
-            sampled=sums[DropStat.SAMPLED],
-            lost=sums[DropStat.LOST],
-            ungrouped=sums[DropStat.UNGROUPED],
-        )
+        return DropTotals(*self._programs.counter_sums("drop_stats", DropStat.COUNT))
 
     def groups(self) -> Iterator[RawDropGroup]:
         """Counts by reason x location x netns, each with the first drop of its kind as the example."""
-        if self._object is None:
-            return
-        for key_bytes, value_bytes in self._object.map("drop_groups").items():
+        for key_bytes, value_bytes in self._programs.entries("drop_groups"):
             key = DropGroupKey.from_buffer_copy(key_bytes)
             value = DropGroupValue.from_buffer_copy(value_bytes)
             frames = tuple(value.example_frames[: value.example.nr_frames])
@@ -278,9 +249,9 @@ class DropsSession:
 
         A drop counted between the read and the delete would be lost, so this is only for namespaces that
         no longer exist (no device or socket left in them to drop anything)."""
-        if self._object is None:
+        if not self._programs.started:
             return None
-        groups = self._object.map("drop_groups")
+        groups = self._programs.map("drop_groups")
         key = bytes(DropGroupKey(location=location, reason=reason, netns=netns))
         value = groups.lookup(key)
         if value is None or not groups.delete(key):
@@ -288,17 +259,11 @@ class DropsSession:
         # struct drop_group starts with __u64 count, __u64 bytes (bpf/drops.h).
         return int.from_bytes(value[0:8], "little"), int.from_bytes(value[8:16], "little")
 
-    def program_fd(self) -> int:
-        assert self._object is not None
-        return self._object.program_fd(self._object.attached_programs()[0])
+    def program_fds(self) -> dict[str, int]:
+        return self._programs.program_fds()
 
     def close(self) -> None:
-        if self._ring is not None:
-            self._ring.close()
-            self._ring = None
-        if self._object is not None:
-            self._object.close()
-            self._object = None
+        self._programs.close()
 
     def __enter__(self) -> DropsSession:
         return self

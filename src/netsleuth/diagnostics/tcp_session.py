@@ -13,7 +13,7 @@ import ipaddress
 import socket
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -23,7 +23,7 @@ from netsleuth.bpf.btf import Btf
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
-from netsleuth.bpf.ringbuf import RingBuffer
+from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, ProgramSession, Variant
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.tcp_abi import (
@@ -38,7 +38,6 @@ from netsleuth.diagnostics.tcp_abi import (
     TcpGroupC,
     TcpGroupKeyC,
     TcpRangeC,
-    TcpStat,
 )
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
@@ -76,8 +75,6 @@ _PROGRAM_OF: dict[EventKind, tuple[str, ...]] = {
     EventKind.MEM_LIMIT: ("nst_memlim",),
 }
 _ALL_PROGRAMS = tuple(dict.fromkeys(name for names in _PROGRAM_OF.values() for name in names))
-# tp_btf first (typed arguments); raw_tp for kernels that refuse it.
-_VARIANTS = (("_b", "tp_btf"), ("_r", "raw_tp"))
 
 # The code that builds a firewall's TCP reset (net/ipv4/netfilter/nf_reject_ipv4.c, net/ipv6/netfilter/
 # nf_reject_ipv6.c) and the modules it lives in when not built in.
@@ -314,18 +311,20 @@ class TcpSession:
         drop_reasons: DropReasons | None = None,
         kallsyms: Kallsyms | None = None,
         modules_path: Path = Path("/proc/modules"),
+        variants: Sequence[Variant] = TP_BTF_THEN_RAW_TP,
     ) -> None:
         self.config = config
         self.drop_reasons = drop_reasons
         self.kallsyms = kallsyms or default_kallsyms()
         self._modules_path = modules_path
-        self._object: BpfObject | None = None
-        self._ring: RingBuffer | None = None
+        self._programs = ProgramSession(
+            "tcp",
+            _ALL_PROGRAMS,
+            variants=variants,
+            mirrors=(("tcp_event", TcpEventC), ("tcp_group", TcpGroupC), ("tcp_group_key", TcpGroupKeyC)),
+        )
         self._owners = OwnerInodeSync(config.packet_filter)
-        self.attach_kind = ""
-        self.attach_seconds = 0.0
         self.has_reset_reason = False
-        self.programs: tuple[str, ...] = ()
         self._reject_filled = 0
         self._modules_checked = 0.0
         self._rcv_state_process = (
@@ -381,9 +380,21 @@ class TcpSession:
         cfg.has_retrans_err = int((kernel_btf.tracepoint_arity("tcp_retransmit_skb") or 0) >= 3)
         return cfg
 
+    @property
+    def attach_kind(self) -> str:
+        return self._programs.attach_kind
+
+    @property
+    def attach_seconds(self) -> float:
+        return self._programs.attach_seconds
+
+    @property
+    def programs(self) -> tuple[str, ...]:
+        """The attached programs' full names (with their variant suffix)."""
+        return self._programs.attached
+
     def start(self) -> None:
         require_tracing()
-        started = time.monotonic()
         with Btf.vmlinux() as kernel_btf:
             programs = self._wanted_programs(kernel_btf)
             if not programs:
@@ -396,40 +407,9 @@ class TcpSession:
                     + " (TCP tracepoints need Linux 4.16 or newer, reset reasons 6.10)"
                 )
             cfg = self._kernel_config(kernel_btf)
-        failure: BpfError | None = None
-        for suffix, kind in _VARIANTS:
-            bpf_object = BpfObject.open_generated("tcp")
-            try:
-                for c_name, mirror in (
-                    ("tcp_event", TcpEventC),
-                    ("tcp_group", TcpGroupC),
-                    ("tcp_group_key", TcpGroupKeyC),
-                ):
-                    bpf_object.check_struct_size(c_name, mirror)
-                bpf_object.set_rodata("cfg", cfg)
-                chosen = [name + suffix for name in programs]
-                for name in _ALL_PROGRAMS:
-                    for other_suffix, _ in _VARIANTS:
-                        full = name + other_suffix
-                        bpf_object.set_autoload(full, full in chosen)
-                bpf_object.load(chosen)
-                self._fill_maps(bpf_object)
-                for name in chosen:
-                    bpf_object.attach(name)
-            except BpfError as error:
-                bpf_object.close()
-                failure = failure or error
-                continue
-            self._object = bpf_object
-            self.attach_kind = kind
-            self.programs = tuple(chosen)
-            break
-        if self._object is None:
-            assert failure is not None
-            raise failure
-        if self.config.emit:
-            self._ring = RingBuffer(self._object.map("events").fd)
-        self.attach_seconds = time.monotonic() - started
+        self._programs.start(
+            programs, ("cfg", cfg), fill_maps=self._fill_maps, ring="events" if self.config.emit else None
+        )
 
     def _fill_maps(self, bpf_object: BpfObject) -> None:
         fill_address_maps(bpf_object, self.config.packet_filter)
@@ -457,7 +437,7 @@ class TcpSession:
     def _watch_reject_modules(self) -> None:
         """nf_reject_ipv4/6 may be modules loaded only when the first REJECT rule is added: pick them up."""
         if (
-            self._object is None
+            not self._programs.started
             or EventKind.RESET_FIREWALL not in self.config.kinds
             or self._reject_filled >= len(_REJECT_FUNCTIONS)
         ):
@@ -472,40 +452,30 @@ class TcpSession:
             return
         if any(module in loaded for _, module in _REJECT_FUNCTIONS):
             fresh = Kallsyms(self.kallsyms.path)
-            self._fill_reject_ranges(self._object, fresh)
+            self._fill_reject_ranges(self._programs.bpf_object, fresh)
 
     # -- run -------------------------------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list[RawTcpEvent]:
-        if self._object is not None:
-            self._owners.refresh(self._object)
+        if self._programs.started:
+            self._owners.refresh(self._programs.bpf_object)
             self._watch_reject_modules()
-        if self._ring is None:
-            time.sleep(timeout_ms / 1000)
-            return []
-        return [decode_record(record) for record in self._ring.poll(timeout_ms)]
+        return [decode_record(record) for record in self._programs.poll(timeout_ms)]
 
     def drain(self) -> list[RawTcpEvent]:
-        return [decode_record(record) for record in self._ring.drain()] if self._ring else []
+        return [decode_record(record) for record in self._programs.drain()]
 
     def totals(self) -> dict[EventKind, KindTotals]:
-        if self._object is None:
+        if not self._programs.started:
             return {}
-        stats = self._object.map("tcp_stats")
-        result = {}
-        for kind in EventKind:
-            sums = []
-            for stat in TcpStat:
-                index = kind.value * STAT_COUNT + stat.value
-                per_cpu = stats.lookup_per_cpu(index.to_bytes(4, "little"))
-                sums.append(sum(int.from_bytes(value[:8], "little") for value in per_cpu))
-            result[kind] = KindTotals(*sums)
-        return result
+        sums = self._programs.counter_sums("tcp_stats", len(EventKind) * STAT_COUNT)
+        return {
+            kind: KindTotals(*sums[kind.value * STAT_COUNT : (kind.value + 1) * STAT_COUNT])
+            for kind in EventKind
+        }
 
     def groups(self, kinds: Iterable[EventKind] | None = None) -> Iterator[RawTcpGroup]:
-        if self._object is None:
-            return
         wanted = set(kinds) if kinds is not None else None
-        for _key, value_bytes in self._object.map("tcp_groups").items():
+        for _key, value_bytes in self._programs.entries("tcp_groups"):
             value = TcpGroupC.from_buffer_copy(value_bytes)
             kind = EventKind(value.example.kind)
             if wanted is not None and kind not in wanted:
@@ -522,16 +492,10 @@ class TcpSession:
             )
 
     def program_fds(self) -> dict[str, int]:
-        assert self._object is not None
-        return {name: self._object.program_fd(name) for name in self._object.attached_programs()}
+        return self._programs.program_fds()
 
     def close(self) -> None:
-        if self._ring is not None:
-            self._ring.close()
-            self._ring = None
-        if self._object is not None:
-            self._object.close()
-            self._object = None
+        self._programs.close()
 
     def __enter__(self) -> TcpSession:
         return self

@@ -1,0 +1,171 @@
+"""One live BPF object for one diagnostic: choose a program variant, configure, load, attach, read, close.
+
+Every diagnostic's kernel side has the same life (bpf/*.bpf.c): a `const volatile cfg` set before load, a
+set of programs of which a run wants some, each built twice (tp_btf reads its arguments with no copy;
+raw_tp serves kernels that refuse tp_btf), a per-CPU array of exact counters, maybe a hash map of in-kernel
+groups, and a ring buffer of events. `ProgramSession` owns that life once, so a diagnostic module only says
+which object, which programs, what configuration and which maps to fill - and decodes what comes back.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+from netsleuth.bpf.errors import BpfError
+from netsleuth.bpf.features import require_tracing
+from netsleuth.bpf.maps import BpfMap
+from netsleuth.bpf.object import BpfObject
+from netsleuth.bpf.ringbuf import RingBuffer
+
+__all__ = ["TP_BTF_THEN_RAW_TP", "ProgramSession", "Variant"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One build of an object's programs: their names end in `suffix`; `kind` is how they attach."""
+
+    suffix: str
+    kind: str
+
+
+# The order in which variants are tried: typed BTF arguments first, then the raw tracepoint.
+TP_BTF_THEN_RAW_TP = (Variant("_b", "tp_btf"), Variant("_r", "raw_tp"))
+
+
+class ProgramSession:
+    """A BPF object from the package's _generated directory, attached with the first variant that loads.
+
+    `programs` are the base names (without the variant suffix) of every program in the object: the ones a
+    run asks `start` for are loaded and attached, every other one is left out (autoload off), so a run pays
+    only for the tracepoints it needs.
+    """
+
+    def __init__(
+        self,
+        object_name: str,
+        programs: Sequence[str],
+        variants: Sequence[Variant] = TP_BTF_THEN_RAW_TP,
+        mirrors: Sequence[tuple[str, type[ctypes.Structure]]] = (),
+    ) -> None:
+        self.object_name = object_name
+        self.all_programs = tuple(programs)
+        self.variants = tuple(variants)
+        self._mirrors = tuple(mirrors)
+        self._object: BpfObject | None = None
+        self._ring: RingBuffer | None = None
+        self.attach_kind = ""
+        self.attached: tuple[str, ...] = ()
+        self.attach_seconds = 0.0
+
+    # -- start -----------------------------------------------------------------------------------------
+    def start(
+        self,
+        programs: Sequence[str],
+        config: tuple[str, ctypes.Structure],
+        fill_maps: Callable[[BpfObject], None] = lambda _object: None,
+        ring: str | None = None,
+    ) -> None:
+        """Load `programs` (base names) with `config` written to the named .rodata variable, fill maps,
+        attach, and open the ring buffer map `ring` if events are wanted. The first variant that loads and
+        attaches wins; if none does, the first variant's error is raised (it says most about the kernel)."""
+        require_tracing()
+        started = time.monotonic()
+        variable, value = config
+        failure: BpfError | None = None
+        for variant in self.variants:
+            bpf_object = BpfObject.open_generated(self.object_name)
+            chosen = [name + variant.suffix for name in programs]
+            try:
+                for c_name, mirror in self._mirrors:
+                    bpf_object.check_struct_size(c_name, mirror)
+                bpf_object.set_rodata(variable, value)
+                for name in self.all_programs:
+                    for other in self.variants:
+                        full = name + other.suffix
+                        bpf_object.set_autoload(full, full in chosen)
+                bpf_object.load(chosen)
+                fill_maps(bpf_object)
+                for name in chosen:
+                    bpf_object.attach(name)
+            except BpfError as error:
+                bpf_object.close()
+                failure = failure or error
+                continue
+            self._object = bpf_object
+            self.attach_kind = variant.kind
+            self.attached = tuple(chosen)
+            break
+        if self._object is None:
+            assert failure is not None
+            raise failure
+        if ring is not None:
+            self._ring = RingBuffer(self._object.map(ring).fd)
+        self.attach_seconds = time.monotonic() - started
+
+    @property
+    def started(self) -> bool:
+        return self._object is not None
+
+    @property
+    def bpf_object(self) -> BpfObject:
+        if self._object is None:
+            raise BpfError(f"the {self.object_name} programs are not attached")
+        return self._object
+
+    def map(self, name: str) -> BpfMap:
+        return self.bpf_object.map(name)
+
+    # -- run -------------------------------------------------------------------------------------------
+    def poll(self, timeout_ms: int) -> list[bytes]:
+        """Ring-buffer records that arrived within `timeout_ms`; without a ring (counting only) just waits."""
+        if self._ring is None:
+            time.sleep(timeout_ms / 1000)
+            return []
+        return self._ring.poll(timeout_ms)
+
+    def drain(self) -> list[bytes]:
+        return self._ring.drain() if self._ring is not None else []
+
+    def counter_sums(self, map_name: str, count: int, first: int = 0) -> list[int]:
+        """Sums over CPUs of `count` u64 slots of a per-CPU array, from index `first` on: the exact totals."""
+        if self._object is None:
+            return [0] * count
+        counters = self._object.map(map_name)
+        sums = []
+        for index in range(first, first + count):
+            per_cpu = counters.lookup_per_cpu(index.to_bytes(4, "little"))
+            sums.append(sum(int.from_bytes(value[:8], "little") for value in per_cpu))
+        return sums
+
+    def entries(self, map_name: str) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) of a hash map: the in-kernel groups."""
+        if self._object is None:
+            return iter(())
+        return self._object.map(map_name).items()
+
+    def program_fds(self) -> dict[str, int]:
+        if self._object is None:
+            return {}
+        return {name: self._object.program_fd(name) for name in self._object.attached_programs()}
+
+    # -- close -----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Detach and free everything; safe to call twice."""
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+        if self._object is not None:
+            self._object.close()
+            self._object = None
+
+    def __enter__(self) -> ProgramSession:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
