@@ -10,7 +10,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from netsleuth.errors import EnvironmentProblem
@@ -22,8 +23,8 @@ __all__ = [
     "BTF_KIND_PTR",
     "BTF_KIND_TYPEDEF",
     "RingBufferCallback",
+    "capture_messages",
     "lib",
-    "libbpf_messages",
 ]
 
 BTF_KIND_PTR = 2
@@ -71,6 +72,11 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "ring_buffer__consume": (ctypes.c_int, [_P]),
     "ring_buffer__free": (None, [_P]),
     "ring_buffer__epoll_fd": (ctypes.c_int, [_P]),
+    "bpf_prog_load": (
+        ctypes.c_int,
+        [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, _P, ctypes.c_size_t, _P],
+    ),
+    "bpf_raw_tracepoint_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
     "btf__load_vmlinux_btf": (_P, []),
     "btf__parse": (_P, [ctypes.c_char_p, _P]),
     "btf__free": (None, [_P]),
@@ -86,32 +92,52 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
-_messages: list[str] = []
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
+_MAX_MESSAGES = 50
+
+
+class _Captures(threading.local):
+    """The message lists open on this thread, innermost last."""
+
+    def __init__(self) -> None:
+        self.stack: list[list[str]] = []
+
+
+_captures = _Captures()
 
 
 def _collect_message(level: int, fmt: bytes, args: int) -> int:
     # libbpf's own warnings ("failed to find BTF for ...") explain load failures; keep them for the error
     # message instead of letting them interleave with our output on stderr. Level 2 is debug: ignored.
-    if level < 2:
+    # libbpf prints synchronously on the thread that called it, so the capture open on *this* thread is the
+    # one the message belongs to: two sessions loading at once in two threads never see each other's lines.
+    # Outside any capture nobody is going to report the message, so it is dropped.
+    stack = _captures.stack
+    if level < 2 and stack:
         buffer = ctypes.create_string_buffer(1024)
         _libc.vsnprintf(buffer, len(buffer), fmt, args)
-        _messages.append(buffer.value.decode(errors="replace").rstrip())
-        del _messages[:-50]
+        messages = stack[-1]
+        messages.append(buffer.value.decode(errors="replace").rstrip())
+        del messages[:-_MAX_MESSAGES]
     return 0
 
 
 _collect_message_c = _PrintCallback(_collect_message)
 
 
-def libbpf_messages(clear: bool = True) -> list[str]:
-    """The warnings libbpf printed since the last call."""
-    with _lock:
-        messages = list(_messages)
-        if clear:
-            _messages.clear()
-        return messages
+@contextmanager
+def capture_messages() -> Iterator[list[str]]:
+    """Collect the warnings libbpf prints on this thread inside the block into the yielded list.
+
+    Used around each libbpf call that can fail (open, load, attach) so the error carries its own explanation.
+    """
+    messages: list[str] = []
+    _captures.stack.append(messages)
+    try:
+        yield messages
+    finally:
+        _captures.stack.pop()
 
 
 def lib() -> ctypes.CDLL:

@@ -42,9 +42,10 @@ class BpfObject:
         self._links: list[tuple[str, int]] = []
         self._log_buffers: dict[str, ctypes.Array[ctypes.c_char]] = {}
         self._loaded = False
-        self._handle: int | None = self._lib.bpf_object__open_file(str(path).encode(), None)
+        with _libbpf.capture_messages() as messages:
+            self._handle: int | None = self._lib.bpf_object__open_file(str(path).encode(), None)
         if not self._handle:
-            raise last_errno_error(f"cannot open BPF object {path.name}", _libbpf.libbpf_messages())
+            raise last_errno_error(f"cannot open BPF object {path.name}", messages)
 
     @classmethod
     def open_generated(cls, name: str) -> BpfObject:
@@ -112,11 +113,11 @@ class BpfObject:
             buffer = ctypes.create_string_buffer(_LOG_SIZE)
             self._log_buffers[name] = buffer
             self._lib.bpf_program__set_log_buf(self._program(name), buffer, _LOG_SIZE)
-        _libbpf.libbpf_messages()  # start with a clean slate for this load's warnings
-        if self._lib.bpf_object__load(self._handle) != 0:
+        with _libbpf.capture_messages() as messages:  # this load's warnings only, even with other threads
+            result = self._lib.bpf_object__load(self._handle)
             number = ctypes.get_errno()
+        if result != 0:
             log = "\n".join(buffer.value.decode(errors="replace") for buffer in self._log_buffers.values())
-            messages = _libbpf.libbpf_messages()
             base = last_errno_error(f"the kernel refused to load {self.path.name}")
             raise VerifierError(str(base), number, log.strip(), messages)
         self._loaded = True
@@ -124,9 +125,10 @@ class BpfObject:
 
     # -- attach ----------------------------------------------------------------------------------------
     def attach(self, program: str) -> None:
-        link = self._lib.bpf_program__attach(self._program(program))
+        with _libbpf.capture_messages() as messages:
+            link = self._lib.bpf_program__attach(self._program(program))
         if not link:
-            raise last_errno_error(f"cannot attach {program}", _libbpf.libbpf_messages())
+            raise last_errno_error(f"cannot attach {program}", messages)
         self._links.append((program, int(link)))
 
     def program_fd(self, program: str) -> int:

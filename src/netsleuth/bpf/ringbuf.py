@@ -24,9 +24,10 @@ class RingBuffer:
         self._batch_full = False
         # Keep the callback object alive as long as libbpf may call it.
         self._callback = _libbpf.RingBufferCallback(self._on_record)
-        self._handle: int | None = self._lib.ring_buffer__new(map_fd, self._callback, None, None)
+        with _libbpf.capture_messages() as messages:
+            self._handle: int | None = self._lib.ring_buffer__new(map_fd, self._callback, None, None)
         if not self._handle:
-            raise last_errno_error("cannot open the BPF ring buffer")
+            raise last_errno_error("cannot open the BPF ring buffer", messages)
 
     def _on_record(self, _ctx: int | None, data: int | None, size: int) -> int:
         self._pending.append(ctypes.string_at(data or 0, size))
