@@ -1,0 +1,104 @@
+"""The merged fleet timeline on a recorded three-host session: clock correction, the NAT join across hosts
+and the per-hop verdict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from netsleuth.fleet.merge import MergedTimeline, parse_time_ns
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "fleet" / "dnat_drop_session.json"
+
+
+def _merged() -> MergedTimeline:
+    data: dict[str, Any] = json.loads(FIXTURE.read_text())
+    merged = MergedTimeline(data["hostnames"])
+    for host, offset in data["offsets"].items():
+        merged.set_offset(host, offset)
+    for item in data["records"]:
+        merged.add(item["host"], item["record"])
+    return merged
+
+
+def test_timeline_is_ordered_on_the_controller_clock() -> None:
+    timeline = _merged().timeline()
+    order = [(entry["host"], entry["type"]) for entry in timeline]
+    # The server's drop stamped 09:00:02.101 on a clock 2 s ahead happened at 09:00:00.101, after the SYN.
+    assert order[:4] == [("client", "state"), ("server", "drop"), ("client", "retrans"), ("server", "drop")]
+    first_drop = timeline[1]
+    assert first_drop["host_time"] == "2026-11-23T09:00:02.101000+00:00"
+    assert first_drop["time"] == "2026-11-23T09:00:00.101000+00:00"
+    lb_entry = next(entry for entry in timeline if entry["host"] == "lb")
+    assert parse_time_ns(lb_entry["time"]) == parse_time_ns(lb_entry["host_time"]) + 500_000  # type: ignore[operator]
+
+
+def test_flows_are_joined_across_the_dnat() -> None:
+    timeline = _merged().timeline()
+    flows = {entry["flow"] for entry in timeline if entry["type"] in ("state", "drop", "retrans")}
+    # The client's pair (to the VIP) and the server's pair (to the backend) are one flow, named as the
+    # client sees it.
+    assert flows == {"tcp 198.18.0.2:40312 > 198.18.1.10:80"}
+
+
+def test_per_hop_verdict() -> None:
+    verdicts = _merged().verdicts({h: {"state": "ended"} for h in ("client", "lb", "server")})
+    dropped = [v for v in verdicts if v["outcome"] == "dropped"]
+    assert len(dropped) == 1
+    verdict = dropped[0]
+    assert verdict["text"] == (
+        "SYN left client (host client) -> DNAT 198.18.1.10:80 -> 198.18.2.7:8080 on lb (host lb) -> "
+        'dropped on host server by "-A INPUT -p tcp -m tcp --dport 8080 -j DROP" (x2)'
+    )
+    assert [hop["host"] for hop in verdict["hops"]] == ["client", "lb", "server"]
+    assert verdict["missing_hosts"] == []
+
+
+def test_a_missing_host_makes_the_verdict_partial() -> None:
+    states = {"client": {"state": "ended"}, "lb": {"state": "ended"}}
+    states["server"] = {"state": "failed", "reason": "agent stopped answering"}
+    verdict = _merged().verdicts(states)[0]
+    assert verdict["missing_hosts"] == ["server"]
+    assert verdict["text"].endswith("(partial: host server failed: agent stopped answering)")
+
+
+def test_conn_report_timeline_is_expanded_and_joined() -> None:
+    merged = MergedTimeline({"a": "alpha"})
+    conn = {
+        "type": "conn",
+        "client": "198.18.0.2:40000",
+        "server": "198.18.0.3:80",
+        "outcome": "refused",
+        "timeline": [
+            {
+                "time": "2026-11-23T09:00:00.000001+00:00",
+                "event": "state",
+                "netns": "a",
+                "text": "SYN_SENT",
+                "old_state": "CLOSE",
+                "new_state": "SYN_SENT",
+            },
+            {
+                "time": "2026-11-23T09:00:00.000300+00:00",
+                "event": "reset",
+                "netns": "a",
+                "text": "reset received (SYN_SENT): nothing listens",
+                "direction": "received",
+            },
+        ],
+    }
+    entries = merged.add("a", conn)
+    assert [entry["type"] for entry in entries] == ["conn_event", "conn_event", "conn"]
+    verdict = merged.verdicts()[0]
+    assert verdict["outcome"] == "reset"
+    assert verdict["text"].startswith("SYN left alpha (host a) -> reset received")
+
+
+def test_entries_beyond_the_bound_are_counted() -> None:
+    merged = MergedTimeline(max_entries=1)
+    record = {"type": "summary", "time": "2026-11-23T09:00:00+00:00"}
+    merged.add("a", record)
+    merged.add("a", record)
+    assert len(merged.timeline()) == 1
+    assert merged.dropped_entries == 1
