@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from netsleuth.diagnose.verdicts import Severity, Verdict
+from netsleuth.diagnose.verdicts import Verdict
 from netsleuth.doctor.findings import Finding
 
 __all__ = ["finding_verdict", "merge_findings"]
@@ -23,7 +23,7 @@ def finding_verdict(finding: Finding) -> Verdict:
     """A doctor finding as a verdict: its title and explanation are the cause, its commands the fix."""
     return Verdict(
         category=f"path:{_rule_of(finding)}",
-        severity=Severity(int(finding.severity)),
+        severity=finding.severity,
         cause=f"{finding.title}: {finding.explanation}",
         evidence={"finding": finding.id, "subject": finding.subject, **finding.evidence},
         fix=(*finding.fix_commands, *finding.persistent),
@@ -41,7 +41,7 @@ def merge_findings(drop_verdicts: list[Verdict], findings: tuple[Finding, ...]) 
             verdict = dataclasses.replace(
                 verdict,
                 evidence={**verdict.evidence, "path_health": [finding.to_json() for finding in explained]},
-                severity=min(verdict.severity, *(Severity(int(finding.severity)) for finding in explained)),
+                severity=min(verdict.severity, *(finding.severity for finding in explained)),
                 absorbed=tuple(finding.id for finding in explained),
             )
         else:

@@ -1,24 +1,14 @@
-"""A verdict: one cause in plain words, the evidence for it, and the fix. Ranked worst first."""
+"""A verdict: one cause in plain words, the evidence for it, and the fix. Ranked worst first, on the same
+`Severity` scale as doctor's findings (it is that one enum)."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from netsleuth.doctor.findings import Severity
+
 __all__ = ["Severity", "Verdict", "rank"]
-
-
-class Severity(enum.IntEnum):
-    """Ordered so that sorting puts the worst first (the same scale as doctor's findings)."""
-
-    CRITICAL = 0  # packets or connections are being lost now, at a rate that matters
-    WARNING = 1  # losses that are real but small, or a misconfiguration that will lose packets
-    INFO = 2  # worth knowing; nothing is broken
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
 
 
 @dataclass(frozen=True)
