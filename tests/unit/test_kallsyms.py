@@ -95,7 +95,14 @@ def test_missing_file_is_an_environment_problem(tmp_path: Path) -> None:
 
 
 def test_load_is_lazy(tmp_path: Path) -> None:
-    Kallsyms(str(tmp_path / "absent"))  # constructing reads nothing, so it cannot fail
+    path = tmp_path / "kallsyms"
+    lazy = Kallsyms(str(path))  # constructing reads nothing, so a missing file cannot fail yet...
+    # ...and the file is read at the first lookup: written only now, it is what that lookup sees.
+    path.write_bytes((FIXTURES / "kallsyms.txt").read_bytes())
+    assert lazy.format(TCP_V4_RCV + 0x2A) == "tcp_v4_rcv+0x2a"
+    # Read once: later changes to the file are not re-read (the process shares one instance).
+    path.write_text("")
+    assert lazy.address_of("tcp_v4_rcv") == TCP_V4_RCV
 
 
 def test_default_is_shared() -> None:
