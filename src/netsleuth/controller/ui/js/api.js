@@ -1,0 +1,125 @@
+// The same HTTP API the CLI uses. The token lives in sessionStorage (gone when the tab closes) and goes in
+// the Authorization header; the live stream is read with fetch() because EventSource cannot send headers.
+
+const TOKEN_KEY = "netsleuth.token";
+const BASE = "/api/v1";
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+export function getToken() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+export function setToken(token) {
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+function headers(extra = {}) {
+  const out = { Accept: "application/json", ...extra };
+  const token = getToken();
+  if (token) out.Authorization = `Bearer ${token}`;
+  return out;
+}
+
+/** The server's one sentence from an error body ({"error": ...}; FastAPI's own {"detail": ...} as a fallback). */
+async function errorSentence(res) {
+  try {
+    const body = await res.json();
+    if (typeof body.error === "string") return body.error;
+    if (typeof body.detail === "string") return body.detail;
+    if (Array.isArray(body.detail) && body.detail[0]?.msg) return body.detail[0].msg;
+  } catch {
+    /* not JSON: fall through to the status line */
+  }
+  return `The controller answered ${res.status} ${res.statusText || ""}`.trim() + ".";
+}
+
+export async function api(path, { method = "GET", body, signal } = {}) {
+  const init = { method, headers: headers(), signal };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let res;
+  try {
+    res = await fetch(BASE + path, init);
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    throw new ApiError(0, "The controller cannot be reached; check that it is running and try again.");
+  }
+  if (!res.ok) throw new ApiError(res.status, await errorSentence(res));
+  if (res.status === 204) return null;
+  const type = res.headers.get("Content-Type") || "";
+  return type.includes("json") ? res.json() : res.text();
+}
+
+/** Fetch a file with the token and hand it to the browser as a download. */
+export async function download(path, filename) {
+  const res = await fetch(BASE + path, { headers: headers({ Accept: "*/*" }) });
+  if (!res.ok) throw new ApiError(res.status, await errorSentence(res));
+  const blob = await res.blob();
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = filename;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+/**
+ * Read a server-sent event stream: calls onEvent(name, data) per event (data parsed as JSON when it is).
+ * Resolves when the server closes the stream; rejects on HTTP errors with the server's sentence.
+ */
+export async function streamEvents(path, onEvent, { signal, lastEventId } = {}) {
+  const extra = { Accept: "text/event-stream" };
+  if (lastEventId) extra["Last-Event-ID"] = lastEventId;
+  const res = await fetch(BASE + path, { headers: headers(extra), signal, cache: "no-store" });
+  if (!res.ok) throw new ApiError(res.status, await errorSentence(res));
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let lastId = lastEventId;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    // Normalise CRLF (sse-starlette's default) but keep a trailing lone CR until its LF arrives.
+    const keep = buffer.endsWith("\r") ? "\r" : "";
+    buffer = buffer.slice(0, buffer.length - keep.length).replace(/\r\n?/g, "\n");
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      let name = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith(":")) continue; // keep-alive comment
+        const colon = line.indexOf(":");
+        const key = colon < 0 ? line : line.slice(0, colon);
+        let val = colon < 0 ? "" : line.slice(colon + 1);
+        if (val.startsWith(" ")) val = val.slice(1);
+        if (key === "event") name = val;
+        else if (key === "data") data.push(val);
+        else if (key === "id") lastId = val;
+      }
+      if (!data.length) continue;
+      const text = data.join("\n");
+      let parsed = text;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        /* plain text event */
+      }
+      onEvent(name, parsed, lastId);
+    }
+    buffer += keep;
+  }
+  return lastId;
+}

@@ -1,0 +1,103 @@
+// Audit (admins): every decision, refusal and session end, from the controller's undeletable audit stream.
+// user / decision / since go to the server; the action and free-text filters narrow what it returned.
+
+import { ApiError, api } from "./api.js";
+import { badge, field, fmtTime, h } from "./dom.js";
+
+const ACTIONS = ["auth", "session.create", "session.cancel", "session.end", "task.rejected", "audit.read"];
+
+export async function renderAudit(root, ctx) {
+  const user = h("input", { type: "text", name: "user", autocomplete: "off" });
+  const decision = h("select", { name: "decision" }, h("option", { value: "" }, "any"), h("option", { value: "allow" }, "allow"), h("option", { value: "deny" }, "deny"));
+  const since = h("input", { type: "text", name: "since", placeholder: "2026-11-23T09:00:00Z or unix s", autocomplete: "off" });
+  const action = h("select", { name: "action" }, h("option", { value: "" }, "any"), ACTIONS.map((a) => h("option", { value: a }, a)));
+  const text = h("input", { type: "search", name: "text", placeholder: "session, host, reason…", autocomplete: "off" });
+  const apply = h("button", { type: "submit" }, "Apply");
+  const error = h("p", { class: "form-error", role: "alert", hidden: true });
+  const count = h("p", { class: "muted small", role: "status" });
+  const tbody = h("tbody");
+  let entries = [];
+
+  const form = h(
+    "form",
+    { class: "toolbar", "aria-label": "Audit filters" },
+    h("div", {}, field("User", user)),
+    h("div", {}, field("Decision", decision)),
+    h("div", {}, field("Since", since)),
+    h("div", {}, field("Action", action)),
+    h("div", { class: "grow" }, field("Contains", text)),
+    h("div", {}, apply),
+  );
+  root.append(
+    h("h1", {}, "Audit"),
+    h("p", { class: "muted" }, "Every sign-in failure, request, refusal (by the controller or an agent) and session outcome, newest first. The stream denies delete and purge."),
+    form,
+    error,
+    count,
+    h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        { "aria-label": "Audit records" },
+        h("thead", {}, h("tr", {}, ["Time", "User", "Action", "Decision", "What", "Reason / outcome"].map((t) => h("th", { scope: "col" }, t)))),
+        tbody,
+      ),
+    ),
+  );
+
+  function what(e) {
+    const parts = [];
+    if (e.diagnostic) parts.push(e.diagnostic);
+    if (e.hosts?.length) parts.push(`on ${e.hosts.join(", ")}`);
+    if (e.scope?.netns?.length) parts.push(`netns ${e.scope.netns.join(", ")}`);
+    return h("div", {}, parts.join(" "), e.session ? h("div", {}, h("a", { href: `#/session/${encodeURIComponent(e.session)}`, class: "mono small" }, e.session)) : null);
+  }
+
+  function refresh() {
+    const words = text.value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+    const shown = entries.filter((e) => (!action.value || e.action === action.value) && words.every((w) => JSON.stringify(e).toLowerCase().includes(w)));
+    tbody.replaceChildren(
+      ...shown.map((e) =>
+        h(
+          "tr",
+          { dataset: { seq: e.seq, action: e.action, decision: e.decision } },
+          h("td", { class: "mono small" }, fmtTime(e.time)),
+          h("td", {}, e.user || "–", e.remote ? h("div", { class: "muted small" }, e.remote) : null),
+          h("td", { class: "mono" }, e.action),
+          h("td", {}, badge(e.decision || "–"), e.status ? h("div", { class: "muted small" }, String(e.status)) : null),
+          h("td", {}, what(e)),
+          h("td", {}, e.reason || "", e.outcome ? h("div", { class: "muted small" }, typeof e.outcome === "object" ? JSON.stringify(e.outcome) : e.outcome) : null),
+        ),
+      ),
+    );
+    if (!shown.length) tbody.replaceChildren(h("tr", {}, h("td", { colspan: 6, class: "empty" }, "No audit record matches.")));
+    count.textContent = `${shown.length} of ${entries.length} records`;
+  }
+
+  async function load() {
+    const query = new URLSearchParams();
+    if (user.value.trim()) query.set("user", user.value.trim());
+    if (decision.value) query.set("decision", decision.value);
+    if (since.value.trim()) query.set("since", since.value.trim());
+    query.set("limit", "1000");
+    error.hidden = true;
+    try {
+      entries = (await api(`/audit?${query}`)).reverse(); // the API gives newest last
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 401) return ctx.signedOut(err.message);
+      error.textContent = err.message;
+      error.hidden = false;
+      entries = [];
+    }
+    refresh();
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    load();
+  });
+  action.addEventListener("change", refresh);
+  text.addEventListener("input", refresh);
+  await load();
+}

@@ -1,0 +1,67 @@
+// History: the user's sessions (admins: everyone's), newest first; each opens read-only (or live if running).
+
+import { api } from "./api.js";
+import { badge, field, fmtCount, fmtTime, h } from "./dom.js";
+
+function outcome(session) {
+  if (session.partial && session.state === "ended") return "partial";
+  return session.state;
+}
+
+export async function renderHistory(root, ctx) {
+  const sessions = await api("/sessions");
+  const search = h("input", { type: "search", placeholder: "diagnostic, host, user, id…", autocomplete: "off" });
+  const tbody = h("tbody");
+  const count = h("p", { class: "muted small", role: "status" });
+  root.append(
+    h("h1", {}, ctx.me.admin ? "Sessions (everyone's)" : "Your sessions"),
+    h("div", { class: "toolbar" }, h("div", { class: "grow" }, field("Filter", search))),
+    count,
+    h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        { "aria-label": "Sessions, newest first" },
+        h(
+          "thead",
+          {},
+          h(
+            "tr",
+            {},
+            ["Session", "State", "Diagnostic", "Hosts", "Records", "Created", "User"].map((t, i) => h("th", { scope: "col", class: i >= 4 && i !== 5 ? "hide-narrow" : null }, t)),
+          ),
+        ),
+        tbody,
+      ),
+    ),
+  );
+
+  function refresh() {
+    const words = search.value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+    const shown = sessions.filter((s) => {
+      const text = [s.id, s.user, s.diagnostic, s.state, ...Object.keys(s.hosts || {}), s.config?.netns].join(" ").toLowerCase();
+      return words.every((w) => text.includes(w));
+    });
+    tbody.replaceChildren(
+      ...shown.map((s) => {
+        const hostStates = Object.entries(s.hosts || {}).map(([host, st]) => h("span", { class: "tag" }, `${host}: ${st.state}`));
+        return h(
+          "tr",
+          { dataset: { session: s.id } },
+          h("td", {}, h("a", { href: `#/session/${encodeURIComponent(s.id)}` }, h("span", { class: "mono" }, s.id))),
+          h("td", {}, badge(outcome(s))),
+          h("td", {}, s.diagnostic, s.config?.netns ? h("div", { class: "muted small" }, `netns ${s.config.netns}`) : null),
+          h("td", {}, h("div", { class: "tags" }, hostStates)),
+          h("td", { class: "num hide-narrow" }, fmtCount(s.timeline_length)),
+          h("td", {}, fmtTime(s.created)),
+          h("td", { class: "hide-narrow" }, s.user),
+        );
+      }),
+    );
+    if (!shown.length) tbody.replaceChildren(h("tr", {}, h("td", { colspan: 7, class: "empty" }, sessions.length ? "No session matches the filter." : "No session yet. Start one from New diagnosis.")));
+    count.textContent = `${shown.length} of ${sessions.length} sessions`;
+  }
+  search.addEventListener("input", refresh);
+  refresh();
+}

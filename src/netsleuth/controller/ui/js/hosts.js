@@ -1,0 +1,165 @@
+// Hosts: the registry as the user's role may see it, polled every few seconds. Rows are keyed by host id and
+// updated in place, so a poll never steals keyboard focus or a ticked checkbox.
+
+import { api } from "./api.js";
+import { badge, field, fmtAgo, fmtTime, h, put } from "./dom.js";
+
+const POLL_MS = 3000;
+
+export function hostState(host) {
+  return host.state || host.status || "unknown";
+}
+
+export function featureList(features) {
+  if (!features || typeof features !== "object") return [];
+  return Object.entries(features)
+    .filter(([, v]) => v !== false && v !== null && v !== undefined && v !== 0)
+    .map(([k, v]) => (v === true ? k : `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`));
+}
+
+export function namespaceNames(host) {
+  return (host.namespaces || []).map((ns) => (typeof ns === "string" ? ns : ns.name || String(ns.inode)));
+}
+
+function containerNames(host) {
+  return (host.containers || []).map((c) => (typeof c === "string" ? c : c.name || c.id || JSON.stringify(c)));
+}
+
+function labelsOf(host) {
+  return Object.entries(host.labels || {}).map(([k, v]) => `${k}=${v}`);
+}
+
+function haystack(host) {
+  return [host.host, host.hostname, host.kernel, host.version, ...labelsOf(host), ...namespaceNames(host), ...containerNames(host)]
+    .join(" ")
+    .toLowerCase();
+}
+
+export async function renderHosts(root, ctx) {
+  const search = h("input", { type: "search", placeholder: "name, label, namespace, kernel…", autocomplete: "off" });
+  const stateFilter = h(
+    "select",
+    {},
+    h("option", { value: "" }, "any"),
+    h("option", { value: "up" }, "up"),
+    h("option", { value: "stale" }, "stale"),
+  );
+  const count = h("p", { class: "muted small", role: "status", "aria-live": "polite" });
+  const diagnose = h("button", { type: "button" }, "Diagnose selected");
+  const tbody = h("tbody");
+  const selectAll = h("input", { type: "checkbox", "aria-label": "Select every shown host" });
+  const error = h("p", { class: "form-error", role: "alert", hidden: true });
+  const rows = new Map();
+  let hosts = [];
+
+  root.append(
+    h("h1", {}, "Hosts"),
+    h("div", { class: "toolbar" }, h("div", { class: "grow" }, field("Filter", search)), h("div", {}, field("Status", stateFilter)), h("div", {}, diagnose)),
+    error,
+    count,
+    h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        { "aria-label": "Hosts in the fleet" },
+        h(
+          "thead",
+          {},
+          h(
+            "tr",
+            {},
+            h("th", { scope: "col" }, selectAll),
+            h("th", { scope: "col" }, "Host"),
+            h("th", { scope: "col" }, "Status"),
+            h("th", { scope: "col", class: "hide-narrow" }, "Kernel"),
+            h("th", { scope: "col", class: "hide-narrow" }, "BPF features"),
+            h("th", { scope: "col", class: "hide-narrow" }, "Agent"),
+            h("th", { scope: "col" }, "Heartbeat"),
+            h("th", { scope: "col" }, "Namespaces / containers"),
+          ),
+        ),
+        tbody,
+      ),
+    ),
+  );
+
+  function visible(host) {
+    const text = search.value.trim().toLowerCase();
+    if (stateFilter.value && hostState(host) !== stateFilter.value) return false;
+    return !text || text.split(/\s+/).every((word) => haystack(host).includes(word));
+  }
+
+  function row(host) {
+    let tr = rows.get(host.host);
+    if (!tr) {
+      const box = h("input", { type: "checkbox", "aria-label": `Select ${host.host}` });
+      box.checked = ctx.selectedHosts.has(host.host);
+      box.addEventListener("change", () => {
+        if (box.checked) ctx.selectedHosts.add(host.host);
+        else ctx.selectedHosts.delete(host.host);
+        refresh();
+      });
+      tr = h("tr", { dataset: { host: host.host } }, h("td", {}, box));
+      for (let i = 0; i < 7; i += 1) tr.append(h("td"));
+      tr.cells[3].className = "hide-narrow";
+      tr.cells[4].className = "hide-narrow";
+      tr.cells[5].className = "hide-narrow";
+      rows.set(host.host, tr);
+    }
+    const cells = tr.cells;
+    put(cells[1], h("strong", {}, host.host), host.hostname && host.hostname !== host.host ? h("div", { class: "muted small" }, host.hostname) : null, labelsOf(host).length ? h("div", { class: "tags" }, labelsOf(host).map((l) => h("span", { class: "tag" }, l))) : null);
+    put(cells[2], badge(hostState(host)), host.last_error ? h("div", { class: "error small" }, host.last_error) : null);
+    put(cells[3], h("span", { class: "mono" }, host.kernel || "–"));
+    put(cells[4], h("div", { class: "tags" }, featureList(host.features).map((f) => h("span", { class: "tag" }, f))));
+    put(cells[5], h("span", { class: "mono" }, host.version || "–"));
+    put(cells[6], h("span", { title: fmtTime(host.heartbeat) }, fmtAgo(host.heartbeat)));
+    const names = [...namespaceNames(host).map((n) => `netns ${n}`), ...containerNames(host).map((c) => `container ${c}`)];
+    put(cells[7], h("div", { class: "tags" }, names.length ? names.map((n) => h("span", { class: "tag" }, n)) : h("span", { class: "muted" }, "none reported")));
+    return tr;
+  }
+
+  function refresh() {
+    const shown = hosts.filter(visible);
+    const wanted = shown.map(row);
+    // Reorder only when needed so focused checkboxes stay put.
+    const current = [...tbody.children];
+    if (current.length !== wanted.length || current.some((el, i) => el !== wanted[i])) {
+      tbody.replaceChildren(...wanted);
+    }
+    if (!shown.length) tbody.replaceChildren(h("tr", {}, h("td", { colspan: 8, class: "empty" }, hosts.length ? "No host matches the filter." : "No host has registered yet, or your role may see none.")));
+    const selected = [...ctx.selectedHosts].filter((id) => hosts.some((host) => host.host === id));
+    count.textContent = `${shown.length} of ${hosts.length} hosts shown, ${selected.length} selected`;
+    selectAll.checked = shown.length > 0 && shown.every((host) => ctx.selectedHosts.has(host.host));
+    diagnose.disabled = selected.length === 0;
+  }
+
+  selectAll.addEventListener("change", () => {
+    for (const host of hosts.filter(visible)) {
+      if (selectAll.checked) ctx.selectedHosts.add(host.host);
+      else ctx.selectedHosts.delete(host.host);
+      const box = rows.get(host.host)?.querySelector("input");
+      if (box) box.checked = selectAll.checked;
+    }
+    refresh();
+  });
+  search.addEventListener("input", refresh);
+  stateFilter.addEventListener("change", refresh);
+  diagnose.addEventListener("click", () => ctx.navigate("#/new"));
+
+  async function poll() {
+    try {
+      hosts = await api("/hosts");
+      hosts.sort((a, b) => String(a.host).localeCompare(String(b.host)));
+      error.hidden = true;
+    } catch (err) {
+      if (err.status === 401) return ctx.signedOut(err.message);
+      error.textContent = err.message;
+      error.hidden = false;
+    }
+    refresh();
+  }
+  await poll();
+  const timer = setInterval(poll, POLL_MS);
+  return () => clearInterval(timer);
+}

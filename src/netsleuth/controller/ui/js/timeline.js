@@ -1,0 +1,217 @@
+// The merged timeline: a virtualised list (fixed row height, a small pool of row elements reused for the
+// visible window) fed in batches, so 5,000 records/s cost one render per animation frame, not one per record.
+// Two views: time order, or grouped per flow with one line per hop (host) the flow was seen on.
+
+import { h } from "./dom.js";
+
+const ROW = 26; // px, mirrors --row in app.css
+const OVERSCAN = 8;
+export const MAX_RECORDS = 200_000; // a browser tab keeps this many; the JSON lines download has them all
+
+function endpoint(addr, port) {
+  if (addr === undefined || addr === null) return "?";
+  const a = String(addr).includes(":") ? `[${addr}]` : String(addr);
+  return port ? `${a}:${port}` : a;
+}
+
+/** The flow a record belongs to: the server's join key when it sends one (also across NAT), else the 5-tuple. */
+export function flowKey(rec) {
+  if (rec.flow !== undefined && rec.flow !== null) return `f:${typeof rec.flow === "object" ? JSON.stringify(rec.flow) : rec.flow}`;
+  if (rec.flow_id !== undefined && rec.flow_id !== null) return `f:${rec.flow_id}`;
+  if (rec.client && rec.server) return `c:${rec.client}>${rec.server}`;
+  if (rec.saddr === undefined && rec.daddr === undefined) return `t:${rec.type || "record"}`;
+  const a = endpoint(rec.saddr, rec.sport);
+  const b = endpoint(rec.daddr, rec.dport);
+  // Both directions of a connection are one flow.
+  return `p:${rec.proto || ""} ${a < b ? `${a} ${b}` : `${b} ${a}`}`;
+}
+
+export function flowLabel(rec) {
+  if (rec.client && rec.server) return `${rec.proto || "tcp"} ${rec.client} → ${rec.server}`;
+  if (rec.saddr === undefined && rec.daddr === undefined) return `${rec.type || "record"} records`;
+  return `${rec.proto || ""} ${endpoint(rec.saddr, rec.sport)} → ${endpoint(rec.daddr, rec.dport)}`.trim();
+}
+
+export function summary(rec) {
+  const flow = rec.saddr !== undefined || rec.daddr !== undefined ? `${rec.proto || ""} ${endpoint(rec.saddr, rec.sport)} → ${endpoint(rec.daddr, rec.dport)}` : "";
+  const rule = rec.netfilter?.rule ? ` by "${rec.netfilter.rule}"` : "";
+  const who = rec.comm ? ` (${rec.comm}${rec.pid ? ` ${rec.pid}` : ""})` : "";
+  const where = rec.netns_name ? ` netns ${rec.netns_name}` : "";
+  switch (rec.type) {
+    case "drop":
+      return `${flow} ${rec.tcp_flags ? `[${rec.tcp_flags}] ` : ""}${rec.reason} at ${rec.location}${rule}${where}${who}`;
+    case "reset":
+      return `${flow} ${rec.direction || ""} ${rec.cause || rec.reason || ""}${rule}${where}${who}`;
+    case "abort":
+      return `${flow} ${rec.errno || ""} ${rec.cause || ""}${who}`;
+    case "conn":
+      return `${rec.client} → ${rec.server} ${rec.outcome}: ${rec.verdict}`;
+    case "nat":
+    case "conntrack":
+      return `${flow} ${rec.text || rec.state || ""} ${rec.reply ? `reply ${JSON.stringify(rec.reply)}` : ""}`;
+    default: {
+      if (rec.text) return rec.text;
+      const skip = new Set(["type", "v", "time", "host", "monotonic_ns"]);
+      return Object.entries(rec)
+        .filter(([k]) => !skip.has(k))
+        .slice(0, 6)
+        .map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`)
+        .join(" ");
+    }
+  }
+}
+
+function clock(time) {
+  if (typeof time !== "string") return time === undefined ? "" : String(time);
+  const t = time.indexOf("T");
+  return t < 0 ? time : time.slice(t + 1, t + 16); // HH:MM:SS.ffffff
+}
+
+export class Timeline {
+  constructor() {
+    this.records = [];
+    this.dropped = 0; // records trimmed from the tab (still in the download)
+    this.grouped = false;
+    this.follow = true;
+    this.hostFilter = "";
+    this.rows = null; // the flattened view (grouped or host-filtered); null = records as they are
+    this.rowsStale = false;
+    this.lastRowsBuild = 0;
+    this.scroller = h("div", { class: "timeline", tabindex: "0", role: "list", "aria-label": "Merged timeline" });
+    this.spacer = h("div", { class: "spacer" });
+    this.layer = h("div", { class: "rows" });
+    this.scroller.append(this.spacer, this.layer);
+    this.pool = [];
+    this.scroller.addEventListener("scroll", () => {
+      const atEnd = this.scroller.scrollTop + this.scroller.clientHeight >= this.scroller.scrollHeight - ROW * 2;
+      if (!this.programmatic) this.follow = atEnd;
+      this.programmatic = false;
+      this.onFollowChange?.(this.follow);
+      this.render();
+    });
+    this.scroller.addEventListener("keydown", (event) => this.key(event));
+  }
+
+  key(event) {
+    const page = this.scroller.clientHeight - ROW;
+    const moves = { ArrowDown: ROW, ArrowUp: -ROW, PageDown: page, PageUp: -page };
+    if (event.key in moves) this.scroller.scrollTop += moves[event.key];
+    else if (event.key === "Home") this.scroller.scrollTop = 0;
+    else if (event.key === "End") this.scroller.scrollTop = this.scroller.scrollHeight;
+    else return;
+    event.preventDefault();
+  }
+
+  /** Append a batch (already in merged order from the server). */
+  add(batch) {
+    for (const rec of batch) this.records.push(rec);
+    if (this.records.length > MAX_RECORDS) {
+      const cut = this.records.length - MAX_RECORDS + Math.floor(MAX_RECORDS / 10);
+      this.records.splice(0, cut);
+      this.dropped += cut;
+    }
+    if (this.grouped || this.hostFilter) this.rowsStale = true;
+  }
+
+  setView({ grouped, hostFilter }) {
+    if (grouped !== undefined) this.grouped = grouped;
+    if (hostFilter !== undefined) this.hostFilter = hostFilter;
+    this.rows = null;
+    this.rowsStale = this.grouped || !!this.hostFilter;
+    this.lastRowsBuild = 0;
+    this.render(true);
+  }
+
+  buildRows() {
+    const source = this.hostFilter ? this.records.filter((r) => r.host === this.hostFilter) : this.records;
+    if (!this.grouped) {
+      this.rows = source.map((rec) => ({ rec }));
+      return;
+    }
+    const groups = new Map();
+    for (const rec of source) {
+      const key = flowKey(rec);
+      let group = groups.get(key);
+      if (!group) {
+        group = { label: flowLabel(rec), items: [], hosts: [] };
+        groups.set(key, group);
+      }
+      if (!group.hosts.includes(rec.host)) group.hosts.push(rec.host);
+      group.items.push(rec);
+    }
+    const rows = [];
+    for (const group of groups.values()) {
+      rows.push({ group, text: `${group.label}   ${group.items.length} records on ${group.hosts.length} host${group.hosts.length === 1 ? "" : "s"}: ${group.hosts.join(" → ")}` });
+      for (const rec of group.items) rows.push({ rec, hop: group.hosts.indexOf(rec.host) + 1 });
+    }
+    this.rows = rows;
+  }
+
+  get length() {
+    return this.rows ? this.rows.length : this.records.length;
+  }
+
+  row(i) {
+    return this.rows ? this.rows[i] : { rec: this.records[i] };
+  }
+
+  paint(el, item, index) {
+    const [t, host, kind, text] = el.children;
+    el.setAttribute("aria-posinset", String(index + 1));
+    if (item.group) {
+      el.className = "trow group";
+      t.textContent = "";
+      host.textContent = "flow";
+      kind.textContent = "";
+      text.textContent = item.text;
+      return;
+    }
+    const rec = item.rec;
+    el.className = `trow ${item.hop ? "hop " : ""}${rec.type || ""}`;
+    t.textContent = `${clock(rec.time)} `;
+    host.textContent = `${item.hop ? `hop ${item.hop} ` : ""}${rec.host ?? ""} `;
+    kind.textContent = `${rec.type ?? ""} `;
+    text.textContent = summary(rec);
+  }
+
+  /** Draw the visible window. Cheap: at most ~(height/ROW + 2*OVERSCAN) rows are touched. */
+  render(force = false) {
+    const now = performance.now();
+    // Grouping is O(n); rebuild it at most 4 times a second while records stream in.
+    if (this.rowsStale && (force || now - this.lastRowsBuild > 250 || !this.rows)) {
+      this.buildRows();
+      this.rowsStale = false;
+      this.lastRowsBuild = now;
+    }
+    const total = this.length;
+    this.spacer.style.height = `${total * ROW}px`;
+    this.scroller.setAttribute("aria-rowcount", String(total));
+    if (this.follow) {
+      const bottom = Math.max(0, total * ROW - this.scroller.clientHeight);
+      if (Math.abs(this.scroller.scrollTop - bottom) > 1) {
+        this.programmatic = true;
+        this.scroller.scrollTop = bottom;
+      }
+    }
+    const height = this.scroller.clientHeight || 420;
+    const first = Math.max(0, Math.floor(this.scroller.scrollTop / ROW) - OVERSCAN);
+    const last = Math.min(total, Math.ceil((this.scroller.scrollTop + height) / ROW) + OVERSCAN);
+    const needed = last - first;
+    while (this.pool.length < needed) {
+      const el = h("div", { class: "trow", role: "listitem" }, h("span", { class: "t" }), h("span", { class: "h" }), h("span", { class: "k" }), h("span"));
+      this.pool.push(el);
+      this.layer.append(el);
+    }
+    this.layer.style.transform = `translateY(${first * ROW}px)`;
+    for (let i = 0; i < this.pool.length; i += 1) {
+      const el = this.pool[i];
+      if (i < needed) {
+        el.hidden = false;
+        el.setAttribute("aria-setsize", String(total));
+        this.paint(el, this.row(first + i), first + i);
+      } else {
+        el.hidden = true;
+      }
+    }
+  }
+}

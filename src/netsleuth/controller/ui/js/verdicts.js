@@ -1,0 +1,72 @@
+// Verdicts, ranked: per-flow verdicts from the controller's merge (hops across hosts) and per-host verdicts
+// from `diagnose` (severity, cause, evidence, fix). Worst first: lost traffic before warnings before info.
+
+import { badge, h } from "./dom.js";
+
+const SEVERITY = { critical: 0, warning: 1, info: 2 };
+const OUTCOME = { dropped: 0, reset: 0, refused: 0, timeout: 0, failed: 0, partial: 1, delivered: 3, established: 3, ok: 3 };
+
+export function isHostVerdict(v) {
+  return v && v.type === "verdict" && v.cause !== undefined && v.severity !== undefined;
+}
+
+export function rankKey(v) {
+  if (isHostVerdict(v)) return [SEVERITY[v.severity] ?? 2, -(v.evidence?.count || v.evidence?.drops || 0)];
+  const outcome = OUTCOME[v.outcome] ?? 1;
+  return [outcome === 0 ? 0 : outcome, -(v.hops?.length || 0)];
+}
+
+export function rankVerdicts(list) {
+  return [...list].sort((a, b) => {
+    const x = rankKey(a);
+    const y = rankKey(b);
+    return x[0] - y[0] || x[1] - y[1];
+  });
+}
+
+function value(v) {
+  if (v === null || v === undefined) return "–";
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+
+function evidenceList(evidence) {
+  const rows = [];
+  for (const [key, val] of Object.entries(evidence || {})) {
+    if (val && typeof val === "object" && !Array.isArray(val)) {
+      for (const [k2, v2] of Object.entries(val)) rows.push(h("dt", {}, `${key}.${k2}`), h("dd", {}, value(v2)));
+    } else {
+      rows.push(h("dt", {}, key), h("dd", {}, value(val)));
+    }
+  }
+  return h("dl", { class: "evidence" }, rows);
+}
+
+function hopText(hop) {
+  if (typeof hop === "string") return hop;
+  return `${hop.detail || hop.event || ""}${hop.host ? ` (host ${hop.host})` : ""}`;
+}
+
+export function verdictItem(v) {
+  if (isHostVerdict(v)) {
+    const where = [v.host ? `host ${v.host}` : null, v.category].filter(Boolean).join(" · ");
+    return h(
+      "li",
+      { class: "verdict", dataset: { category: v.category || "", host: v.host || "" } },
+      h("div", { class: "row" }, badge(v.severity), h("span", { class: "where" }, where)),
+      h("p", { class: "cause" }, v.cause),
+      v.fix?.length ? h("div", {}, h("h3", {}, "Fix"), v.fix.map((line) => h("pre", {}, line))) : null,
+      Object.keys(v.evidence || {}).length ? h("details", {}, h("summary", {}, "Evidence"), evidenceList(v.evidence)) : null,
+    );
+  }
+  const missing = v.missing_hosts?.length ? h("p", { class: "error small" }, `Partial: no result from ${v.missing_hosts.join(", ")}.`) : null;
+  return h(
+    "li",
+    { class: "verdict", dataset: { flow: v.flow || "", outcome: v.outcome || "" } },
+    h("div", { class: "row" }, badge(v.outcome || "flow"), h("span", { class: "where mono" }, v.flow || "")),
+    h("p", { class: "cause" }, v.text || (v.hops || []).map(hopText).join(" → ")),
+    v.hops?.length ? h("ol", { class: "hops", "aria-label": "Hops" }, v.hops.map((hop) => h("li", {}, hopText(hop)))) : null,
+    missing,
+    v.fix?.length ? h("div", {}, h("h3", {}, "Fix"), v.fix.map((line) => h("pre", {}, line))) : null,
+  );
+}
