@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,7 +84,7 @@ def test_vxlan_mtu_too_large_for_veth_underlay_is_found_fixed_and_rolled_back(tm
         finding = report.finding("tunnel-mtu:vxl0")
         assert finding is not None, [f.id for f in report.findings]
         assert finding.evidence["encapsulation_bytes"] == 50 and finding.evidence["underlay"] == "veth0"
-        assert finding.fix_commands == ("ip link set dev vxl0 mtu 1450",)
+        assert finding.fix_commands == (f"ip -n {a.name} link set dev vxl0 mtu 1450",)
 
         rollback_file = apply_fix(finding, rollback_dir=tmp_path, netns=a.name)
         assert json.loads(rollback_file.read_text())["changes"][0]["previous"] == "1500"
@@ -102,7 +103,14 @@ def test_veth_mtu_mismatch_across_namespaces() -> None:
         finding = report.finding("veth-mtu:veth0")
         assert finding is not None
         assert finding.evidence["peer_mtu"] == 1400 and finding.evidence["peer_same_netns"] is False
-        assert finding.fix_commands == ("ip link set dev veth0 mtu 1400",)
+        assert finding.fix_commands == (f"ip -n {a.name} link set dev veth0 mtu 1400",)
+        assert finding.apply_command == f"netsleuth doctor --netns {a.name} --fix veth-mtu:veth0 --yes"
+        # From b, the larger end is the peer: its command runs in a's namespace, and there is no apply line.
+        _, from_b = run_doctor(netns=b.name, interval=0.2)
+        peer = from_b.finding("veth-mtu:veth0")
+        assert peer is not None and peer.evidence["peer_netns"] == a.name
+        assert peer.fix_commands == (f"ip -n {a.name} link set dev veth0 mtu 1400",)
+        assert peer.apply_command == "" and peer.to_json()["apply"] is None
 
 
 def test_sysctl_fix_in_a_namespace_is_restored_exactly(tmp_path: Path) -> None:
@@ -186,3 +194,118 @@ def test_offload_set_on_a_bond_changes_its_slaves_too(monkeypatch: pytest.Monkey
         results = set_offload("veth0", "gro", True, a.name)
         assert [(result.device, result.after) for result in results] == [("veth1", True), ("veth0", True)]
         assert _row(a, "veth1", "rx-gro") and _row(a, "veth0", "rx-gro")
+
+
+# -- issue 13 item 7: every fix and apply line printed for a namespace works when pasted ------------------
+
+_COMMAND_WORDS = ("ip ", "sysctl ", "ethtool ", "nsenter ", "netsleuth ", "iptables", "nft ", "echo ")
+
+
+def _shell(line: str) -> subprocess.CompletedProcess[str]:
+    """A printed line pasted into a root shell on the host: `netsleuth` is the installed entry point."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    return subprocess.run(
+        ["sh", "-c", line], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def _doctor_text(netns: str) -> str:
+    result = _shell(f"netsleuth doctor --netns {netns} --interval 0.2")
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _printed(text: str, label: str) -> list[str]:
+    return [line.split(label, 1)[1].strip() for line in text.splitlines() if line.strip().startswith(label)]
+
+
+def _doctor_ids(netns: str) -> set[str]:
+    result = _shell(f"netsleuth doctor --netns {netns} --interval 0.2 --json")
+    assert result.returncode == 0, result.stderr
+    return {finding["id"] for finding in json.loads(result.stdout)["findings"]}
+
+
+_BROKEN = {"tunnel-mtu:vxl0", "veth-mtu:veth0", "veth-mtu:veth1"}
+
+
+def _break(a: Host, b: Host) -> None:
+    """Three findings in netns a: a VXLAN too large for its veth underlay (veth1, whose end here no fix
+    changes), a veth whose peer (in b) is smaller (fixed here, with an apply line), and one whose peer is
+    larger (fixed in b: a peer command, no apply line)."""
+    if "vxl0" not in a.run("ip", "-o", "link", "show").stdout:
+        a.run(
+            "ip",
+            "link",
+            "add",
+            "vxl0",
+            "type",
+            "vxlan",
+            "id",
+            "42",
+            "remote",
+            "198.18.1.2",
+            "dstport",
+            "4789",
+        )
+    a.run("ip", "link", "set", "vxl0", "mtu", "1500", "up")
+    for host, device, mtu in ((a, "veth0", 1500), (b, "veth0", 1400), (a, "veth1", 1400), (b, "veth1", 1500)):
+        host.run("ip", "link", "set", device, "mtu", str(mtu))
+
+
+def _paste_all(lines: list[str]) -> None:
+    assert lines
+    for line in lines:
+        result = _shell(line)
+        assert result.returncode == 0, f"{line!r} failed: {result.stderr.strip()}"
+
+
+def test_printed_fix_and_apply_lines_work_when_pasted(tmp_path: Path) -> None:
+    rollback_dir = Path("/var/lib/netsleuth/rollback")
+    rollback_before = set(rollback_dir.glob("*.json")) if rollback_dir.exists() else set()
+    try:
+        with lab() as the_lab:
+            a, b = _pair(the_lab)
+            the_lab.link(a, b, ["198.18.1.1/24"], ["198.18.1.2/24"], names=("veth1", "veth1"))
+            host_links = run("ip", "-o", "link", "show").stdout
+
+            # 1. doctor's `fix:` lines, each pasted as printed.
+            _break(a, b)
+            text = _doctor_text(a.name)
+            fixes = _printed(text, "fix:")
+            assert len(fixes) == 3 and all(a.name in fix or b.name in fix for fix in fixes), text
+            assert f"ip -n {b.name} link set dev veth1 mtu 1400" in fixes  # the peer's own namespace
+            _paste_all(fixes)
+            assert _doctor_ids(a.name) & _BROKEN == set()
+
+            # 2. doctor's `apply with:` lines (only findings with an automatic fix have one).
+            _break(a, b)
+            text = _doctor_text(a.name)
+            applies = _printed(text, "apply with:")
+            assert sorted(applies) == [
+                f"netsleuth doctor --netns {a.name} --fix tunnel-mtu:vxl0 --yes",
+                f"netsleuth doctor --netns {a.name} --fix veth-mtu:veth0 --yes",
+            ]
+            _paste_all(applies)
+            assert _doctor_ids(a.name) & _BROKEN == {"veth-mtu:veth1"}  # no apply line: a peer's command
+
+            # 3. The same findings through diagnose --json: every fix that is a command, and the apply lines.
+            _break(a, b)
+            result = _shell(f"netsleuth diagnose --netns {a.name} --duration 0.5 --json")
+            assert result.returncode == 0, result.stderr
+            verdicts = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+            path = [v for v in verdicts if v.get("type") == "verdict" and v["category"].startswith("path:")]
+            commands = [fix for v in path for fix in v["fix"] if fix.startswith(_COMMAND_WORDS)]
+            assert {v["evidence"]["finding"] for v in path} >= _BROKEN
+            assert all(a.name in command or b.name in command for command in commands), commands
+            # Each finding's own fix, then the apply lines of the others would find nothing left to do.
+            _paste_all([command for command in commands if not command.startswith("netsleuth ")])
+            assert _doctor_ids(a.name) & _BROKEN == set()
+            _break(a, b)
+            _paste_all([command.split("   #")[0] for command in commands if command.startswith("netsleuth ")])
+            assert _doctor_ids(a.name) & _BROKEN == {"veth-mtu:veth1"}
+            assert run("ip", "-o", "link", "show").stdout == host_links  # the host's links untouched
+    finally:
+        # `--fix` as printed writes its rollback file to the default directory: remove what this test made.
+        made = set(rollback_dir.glob("*.json")) - rollback_before if rollback_dir.exists() else set()
+        for rollback_file in made:
+            rollback_file.unlink()

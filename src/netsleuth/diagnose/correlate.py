@@ -26,7 +26,15 @@ def finding_verdict(finding: Finding) -> Verdict:
         severity=finding.severity,
         cause=f"{finding.title}: {finding.explanation}",
         evidence={"finding": finding.id, "subject": finding.subject, **finding.evidence},
-        fix=(*finding.fix_commands, *finding.persistent),
+        fix=(
+            *finding.fix_commands,
+            *finding.persistent,
+            *(
+                (f"{finding.apply_command}   # applies it, with a rollback file",)
+                if finding.apply_command
+                else ()
+            ),
+        ),
         absorbed=(finding.id,),
     )
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord
+from netsleuth.netns_command import in_netns  # re-exported: tcp_rules and listeners import it from here
 from netsleuth.render.drops_text import endpoints
 
 __all__ = ["DropContext", "drop_verdicts", "in_netns"]
@@ -51,11 +52,6 @@ class DropContext:
     seconds: float
     sysctls: dict[str, str]
     resets_by_flow: dict[tuple[str | None, int | None], int]  # (daddr, dport) → RSTs sent for it
-
-
-def in_netns(command: str, netns_name: str | None) -> str:
-    """A command as the user would type it in the namespace where the problem is."""
-    return f"ip netns exec {netns_name} {command}" if netns_name else command
 
 
 def _who(example: DropRecord) -> str:

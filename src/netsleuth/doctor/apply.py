@@ -18,6 +18,7 @@ from typing import Any
 
 from netsleuth.doctor import ethtool
 from netsleuth.doctor.findings import Finding, FixAction, FixKind
+from netsleuth.doctor.fixes import action_netns
 from netsleuth.doctor.procfs import sysctl_path
 from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.netns_exec import call_in_netns
@@ -184,6 +185,7 @@ def apply_fix(
     _check_named(finding)
     if root == Path("/"):
         _require_root()
+    netns = action_netns(finding.actions, netns)
     previous = call_in_netns(netns, lambda: _read_all(finding.actions, root))
     changes = [AppliedChange(action, old) for action, old in zip(finding.actions, previous, strict=True)]
     rollback_dir.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,7 @@ class Finding:
     fix_commands: tuple[str, ...] = ()
     persistent: tuple[str, ...] = ()
     actions: tuple[FixAction, ...] = ()
+    apply_command: str = ""  # the `netsleuth doctor [--netns NS] --fix ID --yes` line, when actions exist
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +83,7 @@ class Finding:
             "fix": list(self.fix_commands),
             "persistent": list(self.persistent),
             "actions": [action.to_json() for action in self.actions],
+            "apply": self.apply_command or None,
         }
 
 

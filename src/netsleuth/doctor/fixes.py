@@ -4,18 +4,24 @@ the `FixAction` --fix applies. One place, so a sysctl fix reads the same in ever
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 from dataclasses import dataclass
 
-from netsleuth.doctor.findings import FixAction, FixKind
+from netsleuth.doctor.findings import Finding, FixAction, FixKind
+from netsleuth.netns_command import in_netns, is_host_wide_sysctl
 
 __all__ = [
     "Fix",
+    "action_netns",
+    "apply_command",
     "channels_fix",
     "coalesce_fix",
     "combine",
     "feature_fix",
     "file_fix",
     "mtu_fix",
+    "placed_in",
     "ring_fix",
     "sysctl_fix",
 ]
@@ -127,4 +133,43 @@ def mtu_fix(device: str, mtu: int) -> Fix:
             f"set MTU {mtu} where {device} is created (systemd-networkd MTUBytes=, CNI/netplan mtu)",
         ),
         actions=(FixAction(FixKind.MTU, device, str(mtu)),),
+    )
+
+
+def apply_command(finding_id: str, netns: str | None) -> str:
+    """The `--fix` line for a finding, with the namespace it was found in: without `--netns`, doctor
+    measures the host's namespace, which has no such finding."""
+    where = f" --netns {shlex.quote(netns)}" if netns else ""
+    return f"netsleuth doctor{where} --fix {shlex.quote(finding_id)} --yes"
+
+
+def action_netns(actions: tuple[FixAction, ...], netns: str | None) -> str | None:
+    """Where --fix must make these changes: the host's namespace when they are all host-wide sysctls (read
+    only inside a namespace, see netns_command.HOST_WIDE_SYSCTLS), else the finding's namespace."""
+    if actions and all(a.kind is FixKind.SYSCTL and is_host_wide_sysctl(a.target) for a in actions):
+        return None
+    return netns
+
+
+def _persistent_in(line: str, netns: str) -> str:
+    # /etc/sysctl.d is applied to the host's namespace at boot; a namespace gets its values from whatever
+    # creates it.
+    if not line.startswith(f"{SYSCTL_FILE}: "):
+        return line
+    key, _, value = line[len(SYSCTL_FILE) + 2 :].partition(" = ")
+    if is_host_wide_sysctl(key):
+        return line
+    command = in_netns(f"sysctl -w {key}={shlex.quote(value)}", netns)
+    return f"run `{command}` wherever netns {netns} is created ({SYSCTL_FILE} sets the host's namespace only)"
+
+
+def placed_in(finding: Finding, netns: str | None) -> Finding:
+    """The finding as printed for `netns`: every fix command and the apply line carry the namespace."""
+    return dataclasses.replace(
+        finding,
+        fix_commands=tuple(in_netns(command, netns) for command in finding.fix_commands),
+        persistent=tuple(_persistent_in(line, netns) for line in finding.persistent)
+        if netns
+        else finding.persistent,
+        apply_command=apply_command(finding.id, netns) if finding.actions else "",
     )

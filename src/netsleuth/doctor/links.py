@@ -123,6 +123,47 @@ def _peer_in_other_netns(ipr: Any, peer_index: int, netnsid: int) -> tuple[str |
         return None, None
 
 
+def _netns_names_by_nsid(ipr: Any) -> dict[int, str]:
+    """nsid (as this namespace numbers its peers, IFLA_LINK_NETNSID) -> `ip netns` name (or /proc/1/ns/net for
+    the host's), by asking RTM_GETNSID for each namespace file (what `ip netns list-id` does); it never
+    assigns an id."""
+    import os
+
+    names: dict[int, str] = {}
+    for directory in ("/run/netns", "/var/run/netns"):
+        try:
+            entries = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in entries:
+            try:
+                fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                reply = ipr.get_netnsid(fd=fd)
+            except Exception:  # a stale mount point, or not a namespace: it names nothing
+                continue
+            finally:
+                os.close(fd)
+            nsid = reply.get("nsid") if reply else None
+            if isinstance(nsid, int) and nsid >= 0:
+                names.setdefault(nsid, name)
+    # The host's own namespace has no name; init's namespace file enters it (`nsenter --net=`).
+    try:
+        fd = os.open("/proc/1/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            reply = ipr.get_netnsid(fd=fd)
+        finally:
+            os.close(fd)
+        nsid = reply.get("nsid") if reply else None
+        if isinstance(nsid, int) and nsid >= 0:
+            names.setdefault(nsid, "/proc/1/ns/net")
+    except Exception:  # /proc hidden, or no nsid for it: the peer stays unnamed
+        pass
+    return names
+
+
 def _read_live_links() -> dict[str, LinkRecord]:
     from pyroute2 import IPRoute
 
@@ -130,6 +171,7 @@ def _read_live_links() -> dict[str, LinkRecord]:
     with IPRoute() as ipr:
         messages = list(ipr.get_links())
         by_index = {message["index"]: message for message in messages}
+        netns_names: dict[int, str] | None = None
         for message in messages:
             name = _attr(message, "IFLA_IFNAME")
             info = _attr(message, "IFLA_LINKINFO")
@@ -139,12 +181,16 @@ def _read_live_links() -> dict[str, LinkRecord]:
             netnsid = _attr(message, "IFLA_LINK_NETNSID")
             peer_name: str | None = None
             peer_mtu: int | None = None
+            peer_netns: str | None = None
             if kind == "veth" and link_index:
                 if netnsid is None and link_index in by_index:
                     peer = by_index[link_index]
                     peer_name, peer_mtu = _attr(peer, "IFLA_IFNAME"), _attr(peer, "IFLA_MTU")
                 elif netnsid is not None:
                     peer_name, peer_mtu = _peer_in_other_netns(ipr, link_index, netnsid)
+                    if netns_names is None:
+                        netns_names = _netns_names_by_nsid(ipr)
+                    peer_netns = netns_names.get(netnsid)
             tunnel = _tunnel(kind, data)
             if tunnel is not None and tunnel.underlay_index is None:
                 tunnel = replace(tunnel, underlay_index=_underlay_by_route(ipr, data))
@@ -160,6 +206,7 @@ def _read_live_links() -> dict[str, LinkRecord]:
                 link_netnsid=netnsid,
                 peer_name=peer_name,
                 peer_mtu=peer_mtu,
+                peer_netns=peer_netns,
                 tunnel=tunnel,
                 num_rx_queues=_attr(message, "IFLA_NUM_RX_QUEUES") or 1,
                 num_tx_queues=_attr(message, "IFLA_NUM_TX_QUEUES") or 1,

@@ -50,6 +50,7 @@ class LinkRecord:
     link_netnsid: int | None  # set when IFLA_LINK lives in another namespace
     peer_name: str | None = None
     peer_mtu: int | None = None
+    peer_netns: str | None = None  # `ip netns` name of the peer's namespace, when it has one
     tunnel: TunnelRecord | None = None
     num_rx_queues: int = 1
     num_tx_queues: int = 1
@@ -172,6 +173,7 @@ class Snapshot:
     netstat: dict[str, int] = field(default_factory=dict)  # "TcpExt.ListenOverflows" -> value
     sysctls: dict[str, str] = field(default_factory=dict)  # "net.core.netdev_budget" -> "300"
     conntrack: ConntrackRecord | None = None
+    netns: str | None = None  # the `ip netns` name (or file) it was read in; None: the caller's namespace
 
     def link_by_index(self, index: int | None) -> LinkRecord | None:
         if index is None:
@@ -223,6 +225,7 @@ class Snapshot:
             netstat=dict(raw.get("netstat", {})),
             sysctls=dict(raw.get("sysctls", {})),
             conntrack=ConntrackRecord(**raw["conntrack"]) if raw.get("conntrack") else None,
+            netns=raw.get("netns"),
         )
 
 
@@ -239,6 +242,7 @@ def link_from_json(raw: dict[str, Any]) -> LinkRecord:
         link_netnsid=raw.get("link_netnsid"),
         peer_name=raw.get("peer_name"),
         peer_mtu=raw.get("peer_mtu"),
+        peer_netns=raw.get("peer_netns"),
         tunnel=TunnelRecord(**tunnel) if tunnel else None,
         num_rx_queues=raw.get("num_rx_queues", 1),
         num_tx_queues=raw.get("num_tx_queues", 1),

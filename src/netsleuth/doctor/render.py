@@ -36,8 +36,8 @@ def _render_finding(console: Console, finding: Finding) -> None:
         console.print(f"    [green]fix:[/] {escape(command)}")
     for line in finding.persistent:
         console.print(f"    [dim]persist:[/] {escape(line)}")
-    if finding.actions:
-        console.print(f"    [dim]apply with:[/] netsleuth doctor --fix {escape(finding.id)} --yes")
+    if finding.apply_command:
+        console.print(f"    [dim]apply with:[/] {escape(finding.apply_command)}")
 
 
 def render_text(report: Report, console: Console) -> None:

@@ -4,6 +4,7 @@ a network namespace. Two snapshots `interval` seconds apart are what the rules j
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,4 +56,6 @@ def collect_snapshot(
     settings_from: Snapshot | None = None,
 ) -> Snapshot:
     """`take_snapshot`, inside `netns` when given (a forked child enters it; see kernel/netns_exec.py)."""
-    return call_in_netns(netns, lambda: take_snapshot(root, clock, settings_from))
+    snapshot = call_in_netns(netns, lambda: take_snapshot(root, clock, settings_from))
+    # Recorded with the snapshot, so fixes printed from it (also on replay) name the namespace.
+    return dataclasses.replace(snapshot, netns=netns) if netns else snapshot

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from netsleuth.doctor.findings import Finding, Report
+from netsleuth.doctor.fixes import placed_in
 from netsleuth.doctor.window import Window
 
 __all__ = ["RULES", "Rule", "Verdict", "diagnose"]
@@ -63,7 +64,8 @@ def diagnose(window: Window, rules: list[Rule] | None = None) -> Report:
     all_good: list[str] = []
     for rule in rules:
         rule_findings, good = rule.check(window)
-        findings.extend(rule_findings)
+        # Rules write commands as typed in the namespace measured; printed, they must carry it.
+        findings.extend(placed_in(finding, window.after.netns) for finding in rule_findings)
         if not rule_findings and good:
             all_good.append(good)
     findings.sort(key=lambda finding: (finding.severity, finding.id))

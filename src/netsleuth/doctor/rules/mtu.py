@@ -13,6 +13,7 @@ from netsleuth.doctor.fixes import mtu_fix
 from netsleuth.doctor.model import TunnelRecord
 from netsleuth.doctor.rules import Rule, Verdict
 from netsleuth.doctor.window import Window
+from netsleuth.netns_command import in_netns
 
 __all__ = ["RULES", "tunnel_overhead"]
 
@@ -103,10 +104,19 @@ def check_veth_mtu(window: Window) -> Verdict:
         larger_here = link.mtu > link.peer_mtu
         fix = mtu_fix(name, link.peer_mtu) if larger_here else None
         peer_where = "" if same_netns else " (in another network namespace)"
-        commands = (
-            fix.commands
-            if fix
-            else (f"ip link set dev {peer} mtu {link.mtu}  # run in the peer's namespace",)
+        peer_command = f"ip link set dev {peer} mtu {link.mtu}"
+        # The peer's command carries the peer's namespace; one whose namespace has no name to paste is
+        # advice in the explanation, never a command that would act on the wrong namespace.
+        peer_netns = None if same_netns else link.peer_netns
+        commands: tuple[str, ...] = ()
+        if fix:
+            commands = fix.commands
+        elif same_netns or peer_netns:
+            commands = (in_netns(peer_command, peer_netns) if peer_netns else peer_command,)
+        unnamed = (
+            f" Run `{peer_command}` in the peer's namespace (it has no name to enter it by here)."
+            if not commands
+            else ""
         )
         findings.append(
             Finding(
@@ -119,13 +129,14 @@ def check_veth_mtu(window: Window) -> Verdict:
                     "peer": peer,
                     "peer_mtu": link.peer_mtu,
                     "peer_same_netns": same_netns,
+                    "peer_netns": peer_netns,
                 },
                 explanation=(
                     "The two ends of a veth pair are one wire: a packet the larger end sends that exceeds "
                     "the "
                     "smaller end's MTU is dropped on arrival (veth_xmit -> is_skb_forwardable), silently "
                     "for "
-                    "small packets and fatally for full-size ones. Give both ends the same MTU."
+                    "small packets and fatally for full-size ones. Give both ends the same MTU." + unnamed
                 ),
                 fix_commands=commands,
                 persistent=fix.persistent if fix else (),
