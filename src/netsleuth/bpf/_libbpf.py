@@ -22,6 +22,7 @@ __all__ = [
     "BTF_KIND_FUNC_PROTO",
     "BTF_KIND_PTR",
     "BTF_KIND_TYPEDEF",
+    "ObjectOpenOpts",
     "RingBufferCallback",
     "capture_messages",
     "lib",
@@ -37,6 +38,25 @@ BTF_KIND_ENUM64 = 19
 RingBufferCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 # int (*)(enum libbpf_print_level level, const char *fmt, va_list args); va_list decays to a pointer on x86-64
 _PrintCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+
+class ObjectOpenOpts(ctypes.Structure):
+    """struct bpf_object_open_opts (libbpf.h, 1.0+) up to btf_custom_path; `sz` tells libbpf where it ends.
+
+    btf_custom_path makes libbpf do the CO-RE relocations against that BTF instead of the running kernel's:
+    how the committed objects are checked against older kernels (tests/fixtures/kernel/btf/).
+    """
+
+    _fields_ = (
+        ("sz", ctypes.c_size_t),
+        ("object_name", ctypes.c_char_p),
+        ("relaxed_maps", ctypes.c_bool),
+        ("pin_root_path", ctypes.c_char_p),
+        ("_removed_attach_prog_fd", ctypes.c_uint32),
+        ("kconfig", ctypes.c_char_p),
+        ("btf_custom_path", ctypes.c_char_p),
+    )
+
 
 _P = ctypes.c_void_p
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
@@ -54,11 +74,14 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_map__max_entries": (ctypes.c_uint32, [_P]),
     "bpf_map__key_size": (ctypes.c_uint32, [_P]),
     "bpf_map__value_size": (ctypes.c_uint32, [_P]),
+    "bpf_object__next_program": (_P, [_P, _P]),
+    "bpf_program__section_name": (ctypes.c_char_p, [_P]),
     "bpf_program__set_autoload": (ctypes.c_int, [_P, ctypes.c_bool]),
     "bpf_program__set_log_buf": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "bpf_program__fd": (ctypes.c_int, [_P]),
     "bpf_program__name": (ctypes.c_char_p, [_P]),
     "bpf_program__attach": (_P, [_P]),
+    "bpf_program__attach_cgroup": (_P, [_P, ctypes.c_int]),
     "bpf_link__destroy": (ctypes.c_int, [_P]),
     "bpf_link__fd": (ctypes.c_int, [_P]),
     "bpf_map_lookup_elem": (ctypes.c_int, [ctypes.c_int, _P, _P]),
