@@ -1,27 +1,35 @@
-"""The shape every tracing command shares: signals that stop the loop cleanly, a deadline, a ready file once
-the probes are attached, and a progress line on a terminal's stderr.
+"""The one run loop of every tracing command: signals that stop the loop cleanly, a deadline, a ready file
+once the probes are attached, a progress line on a terminal's stderr, records to text or JSON Lines as they
+arrive, then the session's summary and what was lost or sampled.
 
-(`netsleuth drops` has its own copies of `_StopSignals` and `_Progress`; it can switch to these.)
+A command only says how its records read as text (`TextView`); `run_session` does the rest for any
+`DiagnosticSession` of the registry.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, Protocol, TextIO
 
+from netsleuth.diagnostics.model import DiagnosticSession, Record, RunOptions
+from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
 
 __all__ = [
     "POLL_MS",
     "Progress",
     "StopSignals",
+    "TextView",
     "add_run_arguments",
     "check_run_arguments",
+    "run_session",
     "run_until_stopped",
     "write_ready_file",
 ]
@@ -114,3 +122,81 @@ def run_until_stopped(
     while not signals.stopped and (deadline is None or time.monotonic() < deadline):
         remaining_ms = poll_ms if deadline is None else int((deadline - time.monotonic()) * 1000)
         step(max(0, min(poll_ms, remaining_ms)))
+
+
+class TextView(Protocol):
+    """How one diagnostic's records read on a terminal (JSON Lines are the records' own `to_json`)."""
+
+    noun: str  # what the progress line counts: "drops", "resets"...
+
+    def lines(self, records: Sequence[Any]) -> str:
+        """The text of a batch of records, one or more lines each, newline-terminated."""
+        ...
+
+    def finish(self, summary: Any, totals: EventTotals, show_groups: bool) -> None:
+        """The closing text: the group table when `show_groups` (a summary run, Ctrl-C or --duration), or the
+        totals line."""
+        ...
+
+    def loss_line(self, totals: EventTotals) -> str:
+        """The stderr line when events were sampled away or lost."""
+        ...
+
+
+def run_session(
+    session: DiagnosticSession,
+    options: RunOptions,
+    view: TextView,
+    *,
+    json_lines: bool,
+    ready_file: str | None,
+    sinks: Sequence[Callable[[Sequence[Record]], None]] = (),
+    out: TextIO | None = None,
+) -> int:
+    """Run `session` until Ctrl-C/SIGTERM or `options.duration`; print records as they arrive and the summary
+    at the end. `sinks` get every batch too (e.g. a pcapng writer). Returns the exit status (0)."""
+    from netsleuth.render.jsonl import JsonLinesWriter
+
+    out = out or sys.stdout
+    progress = Progress(sys.stderr, view.noun)
+    writer = JsonLinesWriter(out) if json_lines else None
+    with contextlib.ExitStack() as stack:
+        # Installed before anything attaches: a Ctrl-C at any point ends the run the same orderly way.
+        signals = stack.enter_context(StopSignals())
+        stack.callback(session.close)
+        session.start()
+        write_ready_file(ready_file, session.attach_kind)
+
+        def emit(records: Sequence[Record]) -> None:
+            if not records:
+                return
+            progress.clear()
+            if writer is not None:
+                writer.write_many(record.to_json() for record in records)
+            else:
+                out.write(view.lines(records))
+            out.flush()
+            for sink in sinks:
+                sink(records)
+
+        def step(timeout_ms: int) -> None:
+            emit(session.poll(timeout_ms))
+            totals = session.totals()
+            progress.update(totals.matched, totals.emitted, totals.sampled, totals.lost)
+
+        run_until_stopped(step, options.duration, signals)
+        emit(session.drain())
+        progress.clear()
+        interrupted = signals.stopped
+        summary = session.summary(interrupted)
+        totals = session.totals()
+        if writer is not None:
+            writer.write(dict(summary.to_json()))
+            writer.flush()
+        else:
+            view.finish(summary, totals, options.summary or interrupted or bool(options.duration))
+        for note in session.notes():
+            sys.stderr.write(f"netsleuth: {note}\n")
+        if not options.summary and (totals.lost or totals.sampled):
+            sys.stderr.write(f"netsleuth: {view.loss_line(totals)}\n")
+    return 0

@@ -12,6 +12,7 @@ import ctypes
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from netsleuth.bpf.btf import vmlinux_btf
 from netsleuth.bpf.errors import BpfError
@@ -27,15 +28,31 @@ from netsleuth.diagnostics.drops_abi import (
     DropStat,
 )
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
-from netsleuth.diagnostics.filters import PacketFilter
+from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
+from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
 from netsleuth.diagnostics.packet_abi import decode_tuple
+from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
 from netsleuth.kernel.kconfig import thread_size
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.packet import PacketTuple
 
-__all__ = ["DropTotals", "DropsConfig", "DropsSession", "RawDrop", "RawDropGroup"]
+if TYPE_CHECKING:
+    from netsleuth.diagnostics.drops_enrich import DropEnricher, DropGroup, DropRecord
+    from netsleuth.kernel.context import KernelClock, KernelContext
+
+__all__ = [
+    "DIAGNOSTIC",
+    "DropTotals",
+    "DropsConfig",
+    "DropsDiagnostic",
+    "DropsSession",
+    "DropsSummary",
+    "RawDrop",
+    "RawDropGroup",
+    "read_drops_config",
+]
 
 _EVENT_SIZE = ctypes.sizeof(DropEvent)
 
@@ -49,6 +66,11 @@ class DropsConfig:
     snaplen: int = 0
     summary_only: bool = False
     sample_every: int = 1
+    duration: float | None = None
+
+    @property
+    def run_options(self) -> RunOptions:
+        return RunOptions(summary=self.summary_only, sample=self.sample_every, duration=self.duration)
 
     def __post_init__(self) -> None:
         if not 0 <= self.snaplen <= DROPS_MAX_SNAPLEN:
@@ -272,3 +294,156 @@ class DropsSession:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+# -- the registered diagnostic ---------------------------------------------------------------------------
+
+DROPS_KEYS = (*FILTER_KEYS, *RunOptions.KEYS, "reason", "exclude_reason", "stack", "snaplen")
+
+
+def read_drops_config(values: ConfigInput, reasons: DropReasons | None = None) -> DropsConfig:
+    """--reason names are the running kernel's (read from its BTF), so they are checked on the host that
+    traces; `reasons` is that kernel's table (loaded here when not given)."""
+    from netsleuth.kernel.reasons import load_drop_reasons
+
+    options = RunOptions.read(values)
+    reasons = reasons or load_drop_reasons()
+    snaplen = values.integer("snaplen", default=0)
+    if snaplen and options.summary:
+        raise UsageError("--pcap needs individual drops: it cannot be combined with --summary")
+    return DropsConfig(
+        packet_filter=read_packet_filter(values),
+        reasons=frozenset(reasons.parse(values.texts("reason"))),
+        exclude_reasons=frozenset(reasons.parse(values.texts("exclude_reason"))),
+        stack=values.flag("stack"),
+        snaplen=snaplen,
+        summary_only=options.summary,
+        sample_every=options.sample,
+        duration=options.duration,
+    )
+
+
+@dataclass(frozen=True)
+class DropsSummary:
+    """What a drops run ends with: exact totals, the groups (reason x location x netns, largest first) and
+    the clock that turns the run's kernel timestamps into wall-clock time."""
+
+    totals: DropTotals
+    attach: str
+    interrupted: bool
+    groups: tuple[DropGroup, ...]
+    clock: KernelClock
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "summary",
+            "v": SCHEMA_VERSIONS["summary"],
+            "diagnostic": "drops",
+            **self.totals.to_json(),
+            "attach": self.attach,
+            "interrupted": self.interrupted,
+            "clock": self.clock.to_json(),
+            "groups": [group.to_json() for group in self.groups],
+        }
+
+
+class DropsDiagnostic:
+    """`drops` as a session of the diagnostic model: raw drops from the kernel, named by a `DropEnricher`
+    that shares the run's `KernelContext`. Names are read at the first poll, after attaching: the kernel is
+    already counting and queueing while kallsyms is read."""
+
+    def __init__(
+        self,
+        config: DropsConfig,
+        context: KernelContext | None = None,
+        reasons: DropReasons | None = None,
+        vmlinux: str | None = None,
+        explain_firewall: bool = True,
+    ) -> None:
+        from netsleuth.kernel.reasons import load_drop_reasons
+
+        self.config = config
+        self.reasons = reasons or load_drop_reasons()
+        self._raw = DropsSession(config, self.reasons)
+        self._context = context
+        self._vmlinux = vmlinux
+        self._explain_firewall = explain_firewall
+        self._enricher: DropEnricher | None = None
+
+    @property
+    def attach_kind(self) -> str:
+        return self._raw.attach_kind
+
+    @property
+    def raw(self) -> DropsSession:
+        return self._raw
+
+    def start(self) -> None:
+        self._raw.start()
+
+    @property
+    def enricher(self) -> DropEnricher:
+        if self._enricher is None:
+            from netsleuth.diagnostics.drops_enrich import DropEnricher
+
+            self._enricher = DropEnricher(
+                self.reasons,
+                want_stack=self.config.stack,
+                vmlinux=self._vmlinux,
+                explain_firewall=self._explain_firewall,
+                context=self._context,
+            )
+            self._enricher.prepare(self.config.packet_filter.netns)
+        return self._enricher
+
+    def poll(self, timeout_ms: int) -> list[DropRecord]:
+        raws = self._raw.poll(timeout_ms)
+        enrich = self.enricher.enrich
+        return [enrich(raw) for raw in raws]
+
+    def drain(self) -> list[DropRecord]:
+        enrich = self.enricher.enrich
+        return [enrich(raw) for raw in self._raw.drain()]
+
+    def totals(self) -> DropTotals:
+        return self._raw.totals()
+
+    def groups(self) -> list[DropGroup]:
+        enrich_group = self.enricher.enrich_group
+        return sorted((enrich_group(group) for group in self._raw.groups()), key=lambda g: -g.count)
+
+    def summary(self, interrupted: bool) -> DropsSummary:
+        return DropsSummary(
+            self._raw.totals(),
+            self._raw.attach_kind,
+            interrupted,
+            tuple(self.groups()),
+            self.enricher.context.clock,
+        )
+
+    def program_fds(self) -> dict[str, int]:
+        return self._raw.program_fds()
+
+    def notes(self) -> list[str]:
+        # Naming a rule means reading the firewall of the drop's namespace, which can be out of reach
+        # (entering another namespace needs CAP_SYS_ADMIN, which the agent's unit does not grant): the drops
+        # are still reported, with their hook, and the run says why rules are missing.
+        problems = self._enricher.firewall_problems.values() if self._enricher is not None else ()
+        return [f"firewall rules are not named in this session: {text}" for text in problems]
+
+    def close(self) -> None:
+        self._raw.close()
+        if self._enricher is not None:
+            self._enricher.close()
+            self._enricher = None
+
+
+DIAGNOSTIC: DiagnosticSpec[DropsConfig] = DiagnosticSpec(
+    name="drops",
+    help="every dropped packet: why (kernel drop reason), where, whose, and which firewall rule",
+    keys=DROPS_KEYS,
+    read=read_drops_config,
+    open=lambda config, context: DropsDiagnostic(config, context),
+    objects=("drops",),
+    records=("drop", "summary"),
+)

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from netsleuth.diagnostics.model import ConfigInput
 from netsleuth.errors import UsageError
 from netsleuth.packet import proto_number
 
 __all__ = [
+    "FILTER_KEYS",
     "IpNetwork",
     "PacketFilter",
     "add_filter_arguments",
     "packet_filter_from_args",
     "parse_network",
     "parse_port",
+    "read_packet_filter",
 ]
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -84,36 +88,77 @@ def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("-6", dest="family", action="store_const", const=6, help="IPv6 only")
 
 
-def packet_filter_from_args(args: argparse.Namespace) -> PacketFilter:
-    from netsleuth.kernel.netns import resolve_netns_arg
+# The JSON config keys of the filters (the CLI flags without dashes; `family` is 4 or 6 for -4/-6).
+FILTER_KEYS = (
+    "proto",
+    "host",
+    "src",
+    "dst",
+    "port",
+    "sport",
+    "dport",
+    "pid",
+    "comm",
+    "netns",
+    "dev",
+    "family",
+)
 
+
+def packet_filter_from_args(args: argparse.Namespace) -> PacketFilter:
+    return read_packet_filter(ConfigInput.from_args(args))
+
+
+def read_packet_filter(
+    values: ConfigInput, resolve_netns: Callable[[str], int] | None = None
+) -> PacketFilter:
+    """The filters from CLI flags or a JSON config. `resolve_netns` turns --netns into an inode on this host
+    (by default: `ip netns` names, inodes, /proc/PID/ns/net); a controller that only checks a config meant
+    for another host passes its own."""
     proto = None
-    if args.proto is not None:
-        proto = proto_number(args.proto)
+    proto_text = values.text("proto")
+    if proto_text is not None:
+        proto = proto_number(proto_text)
         if proto is None:
             raise UsageError(
-                f"unknown protocol {args.proto!r}: use tcp, udp, icmp, icmpv6, sctp or a number 0-255"
+                f"unknown protocol {proto_text!r}: use tcp, udp, icmp, icmpv6, sctp or a number 0-255"
             )
     pid = None
-    if args.pid is not None:
-        if not args.pid.isdigit() or int(args.pid) <= 0:
-            raise UsageError(f"--pid {args.pid!r} is not a process id")
-        pid = int(args.pid)
-    if args.comm is not None and not 0 < len(args.comm) <= 15:
-        raise UsageError(f"--comm {args.comm!r} must be 1 to 15 characters, as the kernel keeps it")
-    if args.dev is not None and not 0 < len(args.dev) <= 15:
-        raise UsageError(f"--dev {args.dev!r} is not an interface name (1 to 15 characters)")
+    pid_text = values.text("pid")
+    if pid_text is not None:
+        if not pid_text.isdigit() or int(pid_text) <= 0:
+            raise UsageError(f"--pid {pid_text!r} is not a process id")
+        pid = int(pid_text)
+    comm = values.text("comm")
+    if comm is not None and not 0 < len(comm) <= 15:
+        raise UsageError(f"--comm {comm!r} must be 1 to 15 characters, as the kernel keeps it")
+    dev = values.text("dev")
+    if dev is not None and not 0 < len(dev) <= 15:
+        raise UsageError(f"--dev {dev!r} is not an interface name (1 to 15 characters)")
+    family = values.raw("family")
+    if family not in (None, 4, 6):
+        raise UsageError(f"family must be 4 or 6 (-4 or -6), not {family!r}")
+    netns = values.text("netns")
+    if resolve_netns is None:
+        from netsleuth.kernel.netns import resolve_netns_arg
+
+        resolve_netns = resolve_netns_arg
+
+    def port(key: str) -> int | None:
+        text = values.text(key)
+        return parse_port(text, f"--{key}") if text is not None else None
+
     return PacketFilter(
         proto=proto,
-        hosts=tuple(parse_network(text) for text in args.host),
-        sources=tuple(parse_network(text) for text in args.src),
-        destinations=tuple(parse_network(text) for text in args.dst),
-        port=parse_port(args.port, "--port") if args.port is not None else None,
-        sport=parse_port(args.sport, "--sport") if args.sport is not None else None,
-        dport=parse_port(args.dport, "--dport") if args.dport is not None else None,
+        hosts=tuple(parse_network(text) for text in values.texts("host")),
+        sources=tuple(parse_network(text) for text in values.texts("src")),
+        destinations=tuple(parse_network(text) for text in values.texts("dst")),
+        port=port("port"),
+        sport=port("sport"),
+        dport=port("dport"),
         pid=pid,
-        comm=args.comm,
-        netns=resolve_netns_arg(args.netns) if args.netns is not None else None,
-        dev=args.dev,
-        family=args.family,
+        comm=comm,
+        netns=resolve_netns(netns) if netns is not None else None,
+        dev=dev,
+        family=family,
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
 __all__ = ["JsonLinesWriter"]
@@ -14,10 +14,10 @@ class JsonLinesWriter:
         self._stream = stream
         self._encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
-    def write(self, obj: dict[str, Any]) -> None:
+    def write(self, obj: Mapping[str, Any]) -> None:
         self._stream.write(self._encode(obj) + "\n")
 
-    def write_many(self, objects: Iterable[dict[str, Any]]) -> None:
+    def write_many(self, objects: Iterable[Mapping[str, Any]]) -> None:
         self._stream.write("".join(self._encode(obj) + "\n" for obj in objects))
 
     def flush(self) -> None:

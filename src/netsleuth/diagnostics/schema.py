@@ -1,0 +1,28 @@
+"""Record types and their schema versions: every JSON object netsleuth emits carries `"type"` and `"v"`.
+
+A consumer in another process or on another host (an agent session's client, the fleet controller) reads
+`v` before anything else: a version it does not know is refused, never half-read. A version grows when a
+key changes meaning or goes away; adding a key does not change it (readers ignore keys they do not know).
+The JSON Schema of each type is in docs/schema/ (written by `netsleuth.diagnostics.record_schemas`, checked
+by the tests against real output).
+"""
+
+from __future__ import annotations
+
+__all__ = ["SCHEMA_VERSIONS"]
+
+SCHEMA_VERSIONS: dict[str, int] = {
+    "drop": 1,
+    "reset": 1,
+    "abort": 1,
+    "life": 1,
+    "state": 1,
+    "retrans": 1,
+    "connect": 1,
+    "queue": 1,
+    "conn": 1,
+    "verdict": 1,
+    "summary": 1,
+    "session_start": 1,
+    "session_end": 1,
+}
