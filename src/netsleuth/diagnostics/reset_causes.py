@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from netsleuth.diagnostics.causes import cause
 from netsleuth.diagnostics.tcp_session import Trigger
 from netsleuth.packet import tcp_flags_text
 
 __all__ = [
-    "Cause",
     "ConntrackView",
+    "ResetCause",
     "ResetFacts",
     "classify_abort",
     "classify_reset",
@@ -44,10 +45,16 @@ _ETIMEDOUT = 110
 
 
 @dataclass(frozen=True)
-class Cause:
+class ResetCause:
+    """The cause of one reset or abort: its catalogue code (netsleuth.diagnostics.causes), the sentence with
+    this event's facts, and the check to run next."""
+
     code: str
     text: str
     check: str
+
+    def __post_init__(self) -> None:
+        cause(self.code)  # every code a record carries is in the catalogue
 
     def to_json(self) -> dict[str, str]:
         return {"code": self.code, "text": self.text, "check": self.check}
@@ -128,27 +135,25 @@ def _age(facts: ResetFacts) -> str:
     return f", {duration_text(facts.age_seconds)} after it started" if facts.age_seconds is not None else ""
 
 
-def _firewall(facts: ResetFacts) -> Cause:
+def _firewall(facts: ResetFacts) -> ResetCause:
     prefix = netns_prefix(facts.netns_name)
-    check = (
-        f"{prefix}iptables-save -c | grep -n -- '--reject-with tcp-reset'; "
-        f"{prefix}nft -a list ruleset | grep 'reject with tcp reset'"
-    )
+    entry = cause("firewall_reject")
+    check = "; ".join(prefix + command for command in entry.checks)
     if facts.rule:
         where = f" ({facts.rule_where}, {facts.netns})" if facts.rule_where else f" ({facts.netns})"
         text = (
             f'firewall rule "{facts.rule}"{where} answered {facts.remote}\'s connection to {facts.local} '
-            + ("with a TCP reset")
+            "with a TCP reset"
         )
-        return Cause("firewall_reject", text, f"remove or narrow the rule; {check}")
+        return ResetCause(entry.code, text, f"{entry.fixes[0]}; {check}")
     text = (
         f"a netfilter REJECT rule ({facts.netns}) answered {facts.remote}'s connection to {facts.local} with "
         "a TCP reset; the rule itself could not be identified"
     )
-    return Cause("firewall_reject", text, check)
+    return ResetCause(entry.code, text, check)
 
 
-def _received(facts: ResetFacts) -> Cause:
+def _received(facts: ResetFacts) -> ResetCause:
     side = f", we are the {facts.side}" if facts.side else ""
     state = facts.state or "unknown state"
     peer_check = (
@@ -157,55 +162,52 @@ def _received(facts: ResetFacts) -> Cause:
         " where the peer runs"
     )
     if facts.state == "SYN_SENT":
-        return Cause(
+        return ResetCause(
             "connection_refused",
             f"{facts.remote} refused the connection from {facts.local}: it answered the SYN with RST "
-            "(nothing "
-            "listens on that port there, or a firewall rejects it with tcp-reset)",
+            f"({cause('connection_refused').summary})",
             f"{peer_check}, or `ss -ltn 'sport = :{facts.remote.rsplit(':', 1)[-1]}'` on the peer",
         )
     if facts.state in ("FIN_WAIT1", "FIN_WAIT2", "CLOSING", "LAST_ACK", "TIME_WAIT"):
-        return Cause(
+        return ResetCause(
             "peer_reset_while_closing",
             f"the peer {facts.remote} reset the connection to {facts.local} after this side closed it "
-            f"({state}{side}{_age(facts)}): the peer had unread data or aborted instead of finishing the "
-            "close",
+            f"({state}{side}{_age(facts)}): {cause('peer_reset_while_closing').summary}",
             peer_check,
         )
     queued = ""
     if facts.unread or facts.unsent:
         queued = f"; {facts.unsent} bytes were still unacknowledged, {facts.unread} unread"
-    return Cause(
+    return ResetCause(
         "peer_reset",
-        f"the peer {facts.remote} reset the {state} connection to {facts.local}{side}{_age(facts)}: it "
-        "closed "
-        f"with unread data, aborted (SO_LINGER 0), crashed, or a middlebox dropped the flow{queued}",
+        f"the peer {facts.remote} reset the {state} connection to {facts.local}{side}{_age(facts)}: "
+        f"{cause('peer_reset').summary}{queued}",
         peer_check,
     )
 
 
-def _no_socket(facts: ResetFacts) -> Cause:
+def _no_socket(facts: ResetFacts) -> ResetCause:
     prefix = netns_prefix(facts.netns_name)
     trigger = facts.trigger
     if trigger is not None and trigger.flags & _SYN and not trigger.flags & _ACK:
-        return Cause(
-            "no_listener",
+        entry = cause("no_listener")
+        return ResetCause(
+            entry.code,
             f"nothing listens on {facts.local} ({facts.netns}): the kernel refused {facts.remote}'s SYN",
-            f"{prefix}ss -ltnp 'sport = :{facts.local_port}' — is the service running and bound to this "
-            "address and port?",
+            prefix + entry.checks_for(port=facts.local_port)[0],
         )
-    return Cause(
-        "no_socket",
+    entry = cause("no_socket")
+    return ResetCause(
+        entry.code,
         f"{_a(_segment(trigger))} from {facts.remote} matched no socket on {facts.local} ({facts.netns}): "
-        "the "
-        "connection it belongs to is gone here (closed, timed out, the service restarted) or never existed "
-        "here (NAT or routing sent it to the wrong host)",
-        f"{prefix}ss -tan '( sport = :{facts.local_port} )'; compare with the peer's connection table",
+        f"{entry.summary}",
+        prefix + entry.checks_for(port=facts.local_port)[0],
     )
 
 
-def _non_syn_to_listener(facts: ResetFacts) -> Cause:
+def _non_syn_to_listener(facts: ResetFacts) -> ResetCause:
     prefix = netns_prefix(facts.netns_name)
+    invalid = cause("conntrack_invalid")
     conntrack = facts.conntrack
     if conntrack is not None and not conntrack.loaded:
         evidence = (
@@ -213,84 +215,80 @@ def _non_syn_to_listener(facts: ResetFacts) -> Cause:
             "host never had or already forgot (e.g. the service restarted)"
         )
     else:
-        evidence = (
-            "typical when conntrack marked the packet INVALID so NAT/DNAT was skipped and it reached this "
-            "listener instead of its real destination"
-        )
+        evidence = invalid.summary
         if conntrack is not None:
             evidence += f" ({conntrack.text()})"
-    return Cause(
+    return ResetCause(
         "non_syn_to_listener",
         f"{_a(_segment(facts.trigger))} from {facts.remote} reached the LISTEN socket on {facts.local} "
         f"({facts.netns}), which only accepts SYNs: no connection exists for it; {evidence}",
-        f"{prefix}cat /proc/net/stat/nf_conntrack (invalid column); to test the theory, "
-        f"{prefix}sysctl -w net.netfilter.nf_conntrack_tcp_be_liberal=1",
+        f"{prefix}{invalid.checks[0]}; to test the theory, {prefix}{invalid.fixes[0]}",
     )
 
 
-def _active(facts: ResetFacts) -> Cause | None:
+def _active(facts: ResetFacts) -> ResetCause | None:
     """The socket aborted on its own (tcp_send_active_reset): close, disconnect, timers."""
     reason = facts.reason
     prefix = netns_prefix(facts.netns_name)
     if reason == "TCP_ABORT_ON_CLOSE" or (reason is None and facts.unread):
-        return Cause(
-            "unread_data",
+        entry = cause("unread_data")
+        return ResetCause(
+            entry.code,
             f"{facts.owner} closed its connection {facts.local} -> {facts.remote} with {facts.unread} bytes "
-            "it had not read: Linux then resets instead of closing gracefully (RFC 2525 2.17)",
-            "make the application read everything the peer sent before close(), or shutdown(SHUT_WR) and "
-            "drain until EOF",
+            f"it had not read: {entry.summary}",
+            entry.fixes[0],
         )
     if reason == "TCP_KEEPALIVE_TIMEOUT":
-        return Cause(
-            "keepalive_timeout",
-            f"keepalive probes from {facts.local} to {facts.remote} went unanswered: the peer or the path is "
-            "gone, so the kernel reset the connection",
-            f"{prefix}ss -tno state established; check the path to the peer and net.ipv4.tcp_keepalive_*",
+        entry = cause("keepalive_timeout")
+        return ResetCause(
+            entry.code,
+            f"keepalive probes from {facts.local} to {facts.remote} went unanswered: {entry.summary}",
+            prefix + entry.checks[0],
         )
     if reason == "TCP_ABORT_ON_MEMORY":
+        entry = cause("memory_abort")
         retried = f" after {facts.retransmits} retransmissions" if facts.retransmits else ""
-        return Cause(
-            "memory_abort",
+        return ResetCause(
+            entry.code,
             f"the kernel aborted the orphaned connection {facts.local} -> {facts.remote} ({facts.state}, "
-            f"already closed by its application){retried}: too many orphans or TCP memory pressure",
-            f"{prefix}cat /proc/net/sockstat (orphan, mem) against net.ipv4.tcp_max_orphans and tcp_mem",
+            f"already closed by its application){retried}: {entry.summary}",
+            prefix + entry.checks[0],
         )
     if reason == "TCP_ABORT_ON_LINGER":
-        return Cause(
+        return ResetCause(
             "fin_wait2_linger",
             f"{facts.owner} set TCP_LINGER2 below zero: the kernel aborts {facts.local} -> {facts.remote} "
             "instead of waiting in FIN_WAIT2",
-            "look for setsockopt(TCP_LINGER2) in the application",
+            cause("fin_wait2_linger").fixes[0],
         )
     if facts.linger_zero and reason in (None, "TCP_STATE", "TCP_DISCONNECT_WITH_DATA", "NOT_SPECIFIED"):
+        entry = cause("linger_zero")
         dropped = f" and dropped {facts.unsent} unsent bytes" if facts.unsent else ""
-        return Cause(
-            "linger_zero",
-            f"{facts.owner} closed {facts.local} -> {facts.remote} with SO_LINGER {{on, 0}}: an abortive "
-            f"close sent RST{dropped}",
-            "strace -f -e trace=setsockopt -p PID | grep SO_LINGER: remove l_linger=0 unless the abort is "
-            "intended",
+        return ResetCause(
+            entry.code,
+            f"{facts.owner} closed {facts.local} -> {facts.remote} with SO_LINGER {{on, 0}}: "
+            f"{entry.summary}{dropped}",
+            entry.fixes[0],
         )
     if not facts.accepted and facts.side == "server":
-        return Cause(
+        return ResetCause(
             "listener_closed",
             f"the listening socket on {facts.local} was closed while the connection from {facts.remote} "
-            "waited "
-            "in its accept queue: the kernel resets connections nobody accepted",
+            f"waited in its accept queue: {cause('listener_closed').summary}",
             f"{prefix}ss -ltn 'sport = :{facts.local_port}' — did the service stop or restart?",
         )
     if reason in (None, "TCP_STATE", "TCP_DISCONNECT_WITH_DATA", "NOT_SPECIFIED"):
-        return Cause(
-            "abort",
-            f"{facts.owner} aborted {facts.local} -> {facts.remote} ({facts.state or 'no state'}): a "
-            "disconnect "
-            "(connect(AF_UNSPEC)) or a socket destroyed from outside (`ss -K`, SOCK_DESTROY)",
-            "strace the application for connect(AF_UNSPEC), or look for tools killing sockets",
+        entry = cause("abort")
+        return ResetCause(
+            entry.code,
+            f"{facts.owner} aborted {facts.local} -> {facts.remote} ({facts.state or 'no state'}): "
+            f"{entry.summary}",
+            entry.checks[0],
         )
     return None
 
 
-def _answered(facts: ResetFacts) -> Cause:
+def _answered(facts: ResetFacts) -> ResetCause:
     """An RST answering a segment that reached a socket."""
     reason = facts.reason
     segment = _segment(facts.trigger)
@@ -298,54 +296,55 @@ def _answered(facts: ResetFacts) -> Cause:
     if facts.state == "LISTEN" and (facts.trigger is None or not facts.trigger.flags & _SYN):
         return _non_syn_to_listener(facts)
     if reason == "TCP_TIMEWAIT_SOCKET" or facts.state == "TIME_WAIT":
-        return Cause(
-            "time_wait",
+        entry = cause("time_wait")
+        return ResetCause(
+            entry.code,
             f"{_a(segment)} from {facts.remote} arrived for a connection {facts.local} already closed "
-            "(TIME_WAIT): a late retransmission, or the peer reused the ports too soon",
-            "look at how the peer closes; net.ipv4.tcp_tw_reuse on the side that connects",
+            f"(TIME_WAIT): {entry.summary}",
+            entry.checks[0],
         )
     if reason == "INVALID_SYN":
-        return Cause(
-            "syn_in_window",
-            f"a SYN from {facts.remote} arrived on the existing {state} connection {facts.local}: the peer "
-            "restarted the connection with the same ports (it rebooted, or its NAT reused the port)",
-            "compare the peer's connection table; check NAT port reuse between the two",
+        entry = cause("syn_in_window")
+        return ResetCause(
+            entry.code,
+            f"a SYN from {facts.remote} arrived on the existing {state} connection {facts.local}: "
+            f"{entry.summary}",
+            entry.checks[0],
         )
     if reason == "TCP_ABORT_ON_DATA":
-        return Cause(
-            "data_after_close",
-            f"data from {facts.remote} arrived after {facts.owner} closed {facts.local} ({state}): Linux "
-            "resets "
-            "instead of accepting data nobody will read",
-            "the application closed before the peer finished sending: read until EOF, or shutdown(SHUT_WR)",
+        entry = cause("data_after_close")
+        return ResetCause(
+            entry.code,
+            f"data from {facts.remote} arrived after {facts.owner} closed {facts.local} ({state}): "
+            f"{entry.summary}",
+            entry.fixes[0],
         )
     detail = _OUT_OF_WINDOW.get(reason or "")
     if detail is not None or (reason is None and facts.state not in (None, "LISTEN")):
         trigger = facts.trigger
         numbers = f" (seq {trigger.seq}, ack {trigger.ack})" if trigger else ""
         because = f": {detail}" if detail else ""
-        return Cause(
+        return ResetCause(
             "out_of_window",
             f"{_a(segment)} from {facts.remote}{numbers} is outside the window of the {state} connection "
             f"{facts.local}{because}",
-            "a stale segment after a port reuse, a middlebox rewriting sequence numbers, or NAT mapping two "
-            "connections onto one: capture both sides with tcpdump and compare sequence numbers",
+            cause("out_of_window").checks[0],
         )
     if reason == "TCP_FLAGS":
-        return Cause(
+        return ResetCause(
             "bad_flags",
             f"{_a(segment)} from {facts.remote} is not valid for the {state} socket {facts.local}",
-            "capture the exchange with tcpdump to see which side breaks the protocol",
+            cause("bad_flags").checks[0],
         )
-    return Cause(
+    return ResetCause(
         "unspecified",
         f"the kernel answered a {segment} from {facts.remote} on {facts.local} ({state}) with RST "
         f"(reason {reason or 'not given by this kernel'})",
-        "capture the exchange with tcpdump; run with --stack to see where the kernel decided",
+        cause("unspecified").checks[0],
     )
 
 
-def classify_reset(facts: ResetFacts) -> Cause:
+def classify_reset(facts: ResetFacts) -> ResetCause:
     if facts.direction == "firewall":
         return _firewall(facts)
     if facts.direction == "received":
@@ -361,27 +360,28 @@ def classify_reset(facts: ResetFacts) -> Cause:
 
 def classify_abort(
     errno_number: int, state: str | None, local: str, remote: str, retransmits: int, side: str | None
-) -> Cause:
+) -> ResetCause:
     """A connection the kernel killed without any RST (sock:inet_sk_error_report)."""
     if errno_number == _ETIMEDOUT and state != "SYN_SENT":
-        return Cause(
+        return ResetCause(
             "retransmit_timeout",
             f"the kernel gave up on {local} -> {remote} after {retransmits} unanswered retransmissions "
-            "(ETIMEDOUT): no RST was sent, so the peer may still think the connection is open",
+            f"(ETIMEDOUT): {cause('retransmit_timeout').summary}",
             f"look for drops on the path (`netsleuth drops --host {remote.rsplit(':', 1)[0].strip('[]')}`) "
             "and `ss -ti` retransmit counters; net.ipv4.tcp_retries2 sets how long the kernel tries",
         )
     if errno_number == _ETIMEDOUT:
-        return Cause(
-            "connect_timeout",
+        entry = cause("connect_timeout")
+        return ResetCause(
+            entry.code,
             f"SYNs from {local} to {remote} went unanswered until the kernel gave up (ETIMEDOUT)",
-            f"`netsleuth conn --dst {remote}` shows where the SYNs died; net.ipv4.tcp_syn_retries",
+            f"`netsleuth conn --dst {remote}` shows where the SYNs died; {entry.checks[0]}",
         )
     import os
 
     role = f" ({side})" if side else ""
-    return Cause(
+    return ResetCause(
         "socket_error",
         f"the kernel reported {os.strerror(errno_number)} on {local} -> {remote}{role} in {state}",
-        "the error came from an ICMP message or the local stack: run `netsleuth drops` for the flow",
+        cause("socket_error").checks[0],
     )

@@ -17,8 +17,8 @@ from typing import Any
 from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.reset_causes import (
-    Cause,
     ConntrackView,
+    ResetCause,
     ResetFacts,
     classify_abort,
     classify_reset,
@@ -95,7 +95,7 @@ class ResetRecord:
     unread: int
     unsent: int
     linger_zero: bool
-    cause: Cause
+    cause: ResetCause
     netfilter: dict[str, Any] | None = None
     conntrack: ConntrackView | None = None
     peer_cause: str | None = None
@@ -173,7 +173,7 @@ class AbortRecord:
     netns: int
     netns_name: str | None
     side: str | None
-    cause: Cause
+    cause: ResetCause
 
     def to_json(self) -> dict[str, Any]:
         return {

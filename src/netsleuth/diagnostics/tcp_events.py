@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
+from netsleuth.diagnostics.causes import cause
 from netsleuth.diagnostics.reset_causes import duration_text, netns_prefix
 from netsleuth.diagnostics.tcp_abi import (
     TCP_REASON_SYN_ACCEPT_QUEUE_FULL,
@@ -220,6 +221,7 @@ class QueueRecord:
     check: str
     somaxconn: int | None = None
     state: str | None = None
+    cause_code: str | None = None  # netsleuth.diagnostics.causes
 
     def to_json(self) -> dict[str, Any]:
         raw = self.raw
@@ -230,6 +232,7 @@ class QueueRecord:
             "state": self.state,
             "text": self.text,
             "check": self.check,
+            "cause_code": self.cause_code,
             "queued": raw.backlog,
             "limit": raw.max_backlog,
         }
@@ -394,131 +397,123 @@ class TcpEventEnricher:
         remote = endpoint_text(raw.raddr, raw.rport)
         prefix = netns_prefix(netns_name)
         where = context.netns_label(raw.netns)
+
+        def record(what: str, reason: str | None, text: str, check: str, code: str | None) -> QueueRecord:
+            return QueueRecord(when, raw, owner, netns_name, what, reason, text, check, cause_code=code)
+
         if raw.kind == EventKind.MEM_LIMIT:
+            memory = cause("socket_memory")
             direction = "send" if raw.reason == 0 else "receive"
-            return QueueRecord(
-                when,
-                raw,
-                owner,
-                netns_name,
+            return record(
                 "memory",
                 None,
                 f"{direction} memory of {local} (owned by {who}) hit the protocol's global limit "
                 f"({raw.value1} pages allocated; queued {raw.backlog} of {raw.max_backlog} bytes)",
-                f"{prefix}cat /proc/net/sockstat; compare with net.ipv4.tcp_mem / udp_mem",
+                prefix + memory.checks[0],
+                memory.code,
             )
         if raw.kind == EventKind.RCVQ_FULL:
+            rcvbuf = cause("rcvbuf")
             protocol = _SOCKET_PROTOCOLS.get(raw.reason, str(raw.reason))
-            return QueueRecord(
-                when,
-                raw,
-                owner,
-                netns_name,
+            return record(
                 "receive_buffer",
                 None,
                 f"the receive queue of the {protocol} socket {local} ({where}) is full "
                 f"({raw.backlog} of {raw.max_backlog} bytes): {who} reads too slowly, the packet was dropped",
-                f"{prefix}ss -nmp 'sport = :{raw.lport}' (rb = receive buffer); read faster or raise "
-                "SO_RCVBUF "
-                "/ net.core.rmem_max",
+                f"{prefix}{rcvbuf.checks_for(port=raw.lport)[0]}; {rcvbuf.remedy}",
+                rcvbuf.code,
             )
         reason = _OWN_REASONS.get(raw.reason) or (
             self.drop_reasons.name(raw.reason) if self.drop_reasons is not None else str(raw.reason)
         )
-        state = context.names.state(raw.state)
-        if state == "LISTEN":
-            somaxconn = self.somaxconn(raw.netns)
-            full = raw.backlog > raw.max_backlog or reason in ("TCP_LISTEN_OVERFLOW", "SYN_ACCEPT_QUEUE_FULL")
-            segment = tcp_flags_text(raw.trigger.flags) if raw.trigger else "segment"
+        if context.names.state(raw.state) == "LISTEN":
+            return self._listener_record(raw, when, netns_name, owner, reason)
+        texts = {
+            "SOCKET_RCVBUFF": (
+                "receive_buffer",
+                f"the receive buffer of {local} is full ({raw.backlog} of {raw.max_backlog} bytes): {who} "
+                "reads too slowly",
+                "tcp_receive_full",
+            ),
+            "SOCKET_BACKLOG": (
+                "socket_backlog",
+                f"the backlog of {local} overflowed while {who} held the socket locked (busy in a syscall)",
+                "socket_backlog",
+            ),
+            "PROTO_MEM": (
+                "memory",
+                f"TCP memory for {local} ran out (net.ipv4.tcp_mem or the socket's tcp_rmem share): the "
+                f"segment from {remote} was dropped",
+                "socket_memory",
+            ),
+            "TCP_ZEROWINDOW": (
+                "zero_window",
+                f"data from {remote} arrived while {local} advertised a zero window: {who} is not reading",
+                "zero_window",
+            ),
+        }
+        what, text, code = texts.get(
+            reason,
+            (
+                "out_of_order" if "OFO" in reason else "socket_drop",
+                f"{reason} dropped a segment from {remote} for {local} ({who})",
+                None,
+            ),
+        )
+        checks = cause("tcp_receive_full").checks_for(port=raw.lport)
+        return record(what, reason, f"{text} ({where})", "; ".join(prefix + check for check in checks), code)
+
+    def _listener_record(
+        self, raw: RawTcpEvent, when: float, netns_name: str | None, owner: Owner, reason: str
+    ) -> QueueRecord:
+        """A segment a listening socket dropped: its accept queue full (the SYN refused at
+        tcp_conn_request, or the handshake's last ACK at tcp_v4_syn_recv_sock), or another listen drop."""
+        who = owner_text(owner)
+        local = endpoint_text(raw.laddr, raw.lport)
+        remote = endpoint_text(raw.raddr, raw.rport)
+        prefix = netns_prefix(netns_name)
+        where = self.context.netns_label(raw.netns)
+        somaxconn = self.somaxconn(raw.netns)
+        segment = tcp_flags_text(raw.trigger.flags) if raw.trigger else "segment"
+        full = raw.backlog > raw.max_backlog or reason in ("TCP_LISTEN_OVERFLOW", "SYN_ACCEPT_QUEUE_FULL")
+        if full:
+            overflow = cause("listen_overflow")
+            limit = f"listen() backlog {raw.max_backlog}"
+            if somaxconn is not None:
+                limit += f", net.core.somaxconn {somaxconn}"
             if reason == "SYN_ACCEPT_QUEUE_FULL":
-                limit = f"listen() backlog {raw.max_backlog}"
-                if somaxconn is not None:
-                    limit += f", net.core.somaxconn {somaxconn}"
-                return QueueRecord(
-                    when,
-                    raw,
-                    owner,
-                    netns_name,
-                    "accept_queue_overflow",
-                    reason,
-                    f"the accept queue of {local} ({where}) is full: {raw.backlog} connections wait for "
-                    f"{who} to accept() ({limit}); the SYN from {remote} was discarded, the client will "
-                    "retransmit it",
-                    f"{prefix}ss -ltn 'sport = :{raw.lport}' (Recv-Q waiting, Send-Q backlog); accept "
-                    "faster, "
-                    "or raise the listen() backlog and net.core.somaxconn",
-                    somaxconn,
-                )
-            if full:
-                limit = f"listen() backlog {raw.max_backlog}"
-                if somaxconn is not None:
-                    limit += f", net.core.somaxconn {somaxconn}"
-                return QueueRecord(
-                    when,
-                    raw,
-                    owner,
-                    netns_name,
-                    "accept_queue_overflow",
-                    reason,
-                    f"the accept queue of {local} ({where}) is full: {raw.backlog} connections wait for "
-                    f"{who} to accept() ({limit}); the handshake's last {segment} from {remote} was dropped "
-                    "and new SYNs are ignored, so clients retransmit",
-                    f"{prefix}ss -ltn 'sport = :{raw.lport}' (Recv-Q waiting, Send-Q backlog); accept "
-                    "faster, "
-                    "or raise the listen() backlog and net.core.somaxconn",
-                    somaxconn,
+                lost = f"the SYN from {remote} was discarded, the client will retransmit it"
+            else:
+                lost = (
+                    f"the handshake's last {segment} from {remote} was dropped and new SYNs are ignored, "
+                    "so clients retransmit"
                 )
             return QueueRecord(
                 when,
                 raw,
                 owner,
                 netns_name,
-                "listen_drop",
+                "accept_queue_overflow",
                 reason,
-                f"a {segment} from {remote} to the listener {local} ({where}, {who}) was dropped: {reason} "
-                f"(accept queue {raw.backlog}/{raw.max_backlog}, SYN queue {raw.syn_queue})",
-                f"{prefix}nstat -az TcpExtListenDrops TcpExtListenOverflows TcpExtTCPReqQFullDrop",
+                f"the accept queue of {local} ({where}) is full: {raw.backlog} connections wait for "
+                f"{who} to accept() ({limit}); {lost}",
+                f"{prefix}{overflow.checks_for(port=raw.lport)[0]}; {overflow.remedy}",
                 somaxconn,
+                cause_code=overflow.code,
             )
-        texts = {
-            "SOCKET_RCVBUFF": (
-                "receive_buffer",
-                f"the receive buffer of {local} is full ({raw.backlog} of {raw.max_backlog} bytes): {who} "
-                "reads "
-                "too slowly",
-            ),
-            "SOCKET_BACKLOG": (
-                "socket_backlog",
-                f"the backlog of {local} overflowed while {who} held the socket locked (busy in a syscall)",
-            ),
-            "PROTO_MEM": (
-                "memory",
-                f"TCP memory for {local} ran out (net.ipv4.tcp_mem or the socket's tcp_rmem share): the "
-                "segment "
-                f"from {remote} was dropped",
-            ),
-            "TCP_ZEROWINDOW": (
-                "zero_window",
-                f"data from {remote} arrived while {local} advertised a zero window: {who} is not reading",
-            ),
-        }
-        what, text = texts.get(
-            reason,
-            (
-                "out_of_order" if "OFO" in reason else "socket_drop",
-                f"{reason} dropped a segment from {remote} for {local} ({who})",
-            ),
-        )
+        listen_drop = cause("listen_drop")
         return QueueRecord(
             when,
             raw,
             owner,
             netns_name,
-            what,
+            "listen_drop",
             reason,
-            f"{text} ({where})",
-            f"{prefix}ss -tnmi 'sport = :{raw.lport}' (rb/rmem, rcv_space); {prefix}nstat -az "
-            "TcpExtTCPRcvQDrop",
+            f"a {segment} from {remote} to the listener {local} ({where}, {who}) was dropped: {reason} "
+            f"(accept queue {raw.backlog}/{raw.max_backlog}, SYN queue {raw.syn_queue})",
+            prefix + listen_drop.checks[0],
+            somaxconn,
+            cause_code=listen_drop.code,
         )
 
     def enrich_group(self, group: RawTcpGroup) -> TcpGroupRecord | None:
