@@ -32,6 +32,8 @@ _COMMAND_MODULES = {
     "tcp": "netsleuth.commands.tcp",
     "conn": "netsleuth.commands.conn",
     "agent": "netsleuth.commands.agent",
+    "controller": "netsleuth.commands.controller",
+    "fleet": "netsleuth.commands.fleet",
 }
 
 

@@ -1,0 +1,417 @@
+"""The controller's HTTP API (docs/fleet-api.md): FastAPI routes over the session manager, with
+authentication and authorisation on every request and an audit record for every decision that matters.
+
+Errors are always `{"error": "<one sentence>"}` with a 4xx code; anything a client sends must not produce a
+500, so bodies are parsed by hand (requests.py) rather than by FastAPI's validation, whose 422 answers are
+lists of objects, not sentences.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from netsleuth.controller.audit import AuditLog, AuditQuery, AuditUnavailable
+from netsleuth.controller.auth import Authenticator, AuthError, Principal
+from netsleuth.controller.config import ControllerConfig
+from netsleuth.controller.rbac import Denied, Rbac, host_matches
+from netsleuth.controller.registry import HostRegistry
+from netsleuth.controller.requests import BadRequest, SessionRequest, parse_session_request
+from netsleuth.controller.sessions import FleetSession, SessionManager, SessionSpec
+from netsleuth.controller.streams import connect_nats, ensure_streams
+from netsleuth.diagnostics.registry import diagnostic_names
+from netsleuth.fleet.protocol import Scope, private_key_from_text
+
+__all__ = ["Services", "create_app"]
+
+_log = logging.getLogger("netsleuth.controller")
+_KEEPALIVE_S = 15.0
+
+
+@dataclass
+class Services:
+    config: ControllerConfig
+    auth: Authenticator
+    rbac: Rbac
+    audit: AuditLog
+    registry: HostRegistry
+    sessions: SessionManager
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _remote(request: Request) -> str | None:
+    return request.client.host if request.client else None
+
+
+def _ui_dir() -> Path:
+    return Path(str(resources.files("netsleuth.controller"))) / "ui"
+
+
+def create_app(config: ControllerConfig) -> FastAPI:
+    holder: dict[str, Services] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        key = private_key_from_text(config.signing_key_file.read_text())
+        nc = await connect_nats(config)
+        js = nc.jetstream()
+        await ensure_streams(js, config)
+        audit = AuditLog(js)
+        registry = HostRegistry(js, config.sessions.stale_after)
+        await registry.start()
+        manager = SessionManager(nc, js, config.sessions, key, config.key_id, audit, registry.hostnames)
+        holder["services"] = Services(config, Authenticator(config), Rbac(config), audit, registry, manager)
+        try:
+            yield
+        finally:
+            await manager.stop()
+            await registry.stop()
+            with contextlib.suppress(Exception):
+                await nc.drain()
+
+    app = FastAPI(title="netsleuth controller", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    def services() -> Services:
+        return holder["services"]
+
+    # -- errors -----------------------------------------------------------------------------------------
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, error: ApiError) -> JSONResponse:
+        return _error(error.status, error.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        message = error.detail if isinstance(error.detail, str) else "request refused"
+        if error.status_code == 404:
+            message = f"no such endpoint {request.url.path}."
+        elif error.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}."
+        return _error(error.status_code, message)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0] if error.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()) if part not in ("query", "path"))
+        return _error(400, f"bad parameter {where}: {first.get('msg', 'invalid')}.")
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, error: Exception) -> JSONResponse:
+        _log.exception("%s %s", request.method, request.url.path)
+        return _error(500, "internal error in the controller; its log has the details.")
+
+    @app.exception_handler(AuditUnavailable)
+    async def audit_down(request: Request, error: AuditUnavailable) -> JSONResponse:
+        return _error(503, f"nothing was done: {error}.")
+
+    # -- authentication ---------------------------------------------------------------------------------
+    async def principal(request: Request, allow_query_token: bool = False) -> Principal:
+        header = request.headers.get("authorization")
+        if header is None and allow_query_token and request.query_params.get("access_token"):
+            header = "Bearer " + request.query_params["access_token"]
+        try:
+            return services().auth.authenticate(header)
+        except AuthError as error:
+            await services().audit.record(
+                user=None,
+                action="auth",
+                decision="deny",
+                reason=str(error),
+                status=401,
+                remote=_remote(request),
+                extra={"path": request.url.path},
+            )
+            raise ApiError(401, str(error)) from None
+
+    async def require_admin(request: Request, who: Principal, action: str) -> None:
+        if not services().rbac.is_admin(who):
+            reason = "only admins may read the audit trail."
+            await services().audit.record(
+                user=who.user,
+                action=action,
+                decision="deny",
+                reason=reason,
+                status=403,
+                remote=_remote(request),
+            )
+            raise ApiError(403, reason)
+
+    # -- routes -----------------------------------------------------------------------------------------
+    @app.get("/api/v1/me")
+    async def me(request: Request) -> dict[str, Any]:
+        who = await principal(request)
+        rbac = services().rbac
+        limits = rbac.limits(who)
+        return {
+            "user": who.user,
+            "roles": list(who.roles),
+            "admin": rbac.is_admin(who),
+            "via": who.via,
+            "allowed": rbac.allowed(who),
+            "limits": {
+                "max_concurrent": limits.max_concurrent,
+                "max_duration": limits.max_duration,
+                "max_hosts": limits.max_hosts,
+            },
+        }
+
+    @app.get("/api/v1/hosts")
+    async def hosts(request: Request) -> list[dict[str, Any]]:
+        who = await principal(request)
+        return [host for host in services().registry.all() if services().rbac.may_see(who, host)]
+
+    @app.post("/api/v1/sessions", status_code=201)
+    async def create_session(request: Request) -> JSONResponse:
+        who = await principal(request)
+        body = await _read_body(request)
+        request_data: SessionRequest | None = None
+        try:
+            request_data = parse_session_request(body, diagnostic_names())
+            session = await _authorise_and_start(request, who, request_data)
+        except (BadRequest, ApiError) as error:
+            status = error.status
+            message = error.message if isinstance(error, ApiError) else str(error)
+            await services().audit.record(
+                user=who.user,
+                action="session.create",
+                decision="deny",
+                reason=message,
+                status=status,
+                diagnostic=request_data.diagnostic if request_data else None,
+                hosts=list(request_data.hosts or ()) if request_data else [],
+                scope={"netns": [request_data.netns]} if request_data and request_data.netns else {},
+                remote=_remote(request),
+                outcome="refused",
+            )
+            return _error(status, message)
+        return JSONResponse(session.snapshot(timeline=False), status_code=201)
+
+    async def _read_body(request: Request) -> bytes:
+        from netsleuth.controller.requests import MAX_BODY
+
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY:
+                # Stop reading: a huge body must not be buffered just to be refused.
+                return b"x" * (MAX_BODY + 1)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _resolve_hosts(who: Principal, data: SessionRequest) -> list[dict[str, Any]]:
+        registry, rbac = services().registry, services().rbac
+        if data.selector is not None:
+            chosen = [
+                host
+                for host in registry.all()
+                if all(host_matches(f"label:{k}={v}", host) for k, v in data.selector.items())
+                and rbac.may_see(who, host)
+            ]
+            if not chosen:
+                raise ApiError(404, "no registered host you may use matches the selector.")
+            return chosen
+        entries = []
+        for host_id in data.hosts or ():
+            entry = await registry.lookup(host_id)
+            if entry is None:
+                # An unknown host the user could not see anyway is a 403, so host names do not leak.
+                if not rbac.may_see(who, {"host": host_id}):
+                    raise ApiError(403, f"your roles do not allow host {host_id}.")
+                raise ApiError(404, f"unknown host {host_id}: no agent has registered it.")
+            entries.append(entry)
+        return entries
+
+    async def _authorise_and_start(request: Request, who: Principal, data: SessionRequest) -> FleetSession:
+        svc = services()
+        chosen = await _resolve_hosts(who, data)
+        try:
+            svc.rbac.check_session(who, data.diagnostic, chosen, data.netns)
+        except Denied as error:
+            raise ApiError(403, str(error)) from None
+        limits = svc.rbac.limits(who)
+        if data.duration > limits.max_duration:
+            raise ApiError(
+                422, f"duration {data.duration:g} s is above your maximum of {limits.max_duration:g} s."
+            )
+        if len(chosen) > limits.max_hosts:
+            raise ApiError(422, f"{len(chosen)} hosts is more than your maximum of {limits.max_hosts}.")
+        running = svc.sessions.active_count(who.user)
+        if running >= limits.max_concurrent:
+            raise ApiError(429, f"you already run {running} session(s), the most your roles allow.")
+        host_ids = tuple(str(host["host"]) for host in chosen)
+        scope = Scope(netns=(data.netns,) if data.netns else ())
+        session_id = svc.sessions.new_id()
+        # The allow decision is stored before anything is sent: if the audit stream cannot take it, the
+        # AuditUnavailable propagates (503) and no host hears of this session.
+        await svc.audit.record(
+            user=who.user,
+            action="session.create",
+            decision="allow",
+            status=201,
+            session=session_id,
+            diagnostic=data.diagnostic,
+            hosts=list(host_ids),
+            scope=scope.to_json(),
+            remote=_remote(request),
+            outcome="dispatched",
+            extra={"config": data.config, "duration": data.duration},
+        )
+        spec = SessionSpec(who.user, data.diagnostic, data.config, scope, data.duration, host_ids)
+        return await svc.sessions.start(session_id, spec)
+
+    @app.get("/api/v1/sessions")
+    async def list_sessions(request: Request) -> list[dict[str, Any]]:
+        who = await principal(request)
+        svc = services()
+        return await svc.sessions.listing(None if svc.rbac.is_admin(who) else who.user)
+
+    async def _visible_session(request: Request, who: Principal, session_id: str) -> dict[str, Any]:
+        if len(session_id) > 64:
+            raise ApiError(404, "no such session.")
+        body = await services().sessions.get(session_id)
+        if body is None:
+            raise ApiError(404, f"no session {session_id}.")
+        if not services().rbac.is_owner_or_admin(who, str(body.get("user"))):
+            raise ApiError(403, f"session {session_id} belongs to another user.")
+        return body
+
+    @app.get("/api/v1/sessions/{session_id}")
+    async def get_session(request: Request, session_id: str) -> dict[str, Any]:
+        who = await principal(request)
+        return await _visible_session(request, who, session_id)
+
+    @app.get("/api/v1/sessions/{session_id}/records")
+    async def session_records(request: Request, session_id: str) -> Response:
+        who = await principal(request)
+        body = await _visible_session(request, who, session_id)
+        lines = [json.dumps(entry) for entry in body.get("timeline", [])]
+        lines += [json.dumps(verdict) for verdict in body.get("verdicts", [])]
+        return Response("".join(line + "\n" for line in lines), media_type="application/x-ndjson")
+
+    @app.post("/api/v1/sessions/{session_id}/cancel")
+    async def cancel_session(request: Request, session_id: str) -> dict[str, Any]:
+        who = await principal(request)
+        body = await _visible_session(request, who, session_id)
+        live = services().sessions.get_live(session_id)
+        if live is None or not live.active:
+            raise ApiError(409, f"session {session_id} already ended.")
+        await services().audit.record(
+            user=who.user,
+            action="session.cancel",
+            decision="allow",
+            status=200,
+            session=session_id,
+            diagnostic=str(body.get("diagnostic")),
+            hosts=list(live.hosts),
+            remote=_remote(request),
+        )
+        await services().sessions.cancel(live)
+        return live.snapshot(timeline=False)
+
+    @app.get("/api/v1/sessions/{session_id}/events")
+    async def session_events(request: Request, session_id: str) -> StreamingResponse:
+        who = await principal(request, allow_query_token=True)
+        body = await _visible_session(request, who, session_id)
+        live = services().sessions.get_live(session_id)
+        return StreamingResponse(
+            _sse(live, body), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+
+    async def _sse(live: FleetSession | None, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        def event(name: str, data: dict[str, Any]) -> bytes:
+            return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+        if live is None or not live.active:
+            snapshot = live.snapshot(timeline=True) if live is not None else body
+            yield event("session", snapshot)
+            for verdict in snapshot.get("verdicts", []):
+                yield event("verdict", verdict)
+            yield event(
+                "end", {k: snapshot.get(k) for k in ("id", "state", "partial", "hosts", "start_spread_ms")}
+            )
+            return
+        queue = live.listen()  # before the snapshot: an event in between is sent twice, never lost
+        try:
+            yield event("session", live.snapshot(timeline=True))
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout=_KEEPALIVE_S)
+                except TimeoutError:
+                    yield b": keepalive\n\n"
+                    continue
+                if item is None:
+                    if live.done.is_set():
+                        return
+                    yield event("end", {"id": live.id, "state": "lagging", "partial": True, "hosts": {}})
+                    return
+                name, data = item
+                yield event(name, data)
+                if name == "end":
+                    return
+        finally:
+            live.unlisten(queue)
+
+    @app.get("/api/v1/audit")
+    async def audit(
+        request: Request,
+        user: str | None = None,
+        decision: str | None = None,
+        since: str | None = None,
+        limit: int = 200,
+    ) -> list[dict[str, Any]]:
+        who = await principal(request)
+        await require_admin(request, who, "audit.read")
+        if decision not in (None, "allow", "deny"):
+            raise ApiError(400, "decision must be allow or deny.")
+        if not 1 <= limit <= 5000:
+            raise ApiError(400, "limit must be from 1 to 5000.")
+        return await services().audit.query(
+            AuditQuery(user=user, decision=decision, since=_parse_since(since), limit=limit)
+        )
+
+    # -- the web UI -------------------------------------------------------------------------------------
+    ui = _ui_dir()
+    if (ui / "index.html").is_file():
+        app.mount("/ui", StaticFiles(directory=ui), name="ui")
+
+        @app.get("/", include_in_schema=False)
+        async def index() -> FileResponse:
+            return FileResponse(ui / "index.html")
+
+    return app
+
+
+def _parse_since(text: str | None) -> datetime.datetime | None:
+    if text is None or text == "":
+        return None
+    try:
+        if text.replace(".", "", 1).isdigit():
+            return datetime.datetime.fromtimestamp(float(text), datetime.UTC)
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (ValueError, OverflowError):
+        raise ApiError(400, f"since {text[:40]!r} is neither an ISO time nor unix seconds.") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)

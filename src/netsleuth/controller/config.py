@@ -1,0 +1,300 @@
+"""The controller's configuration file (TOML) and its validation.
+
+A mistake is one sentence naming the key (`roles.web.max_duration must be a number above 0 (got -3)`) and
+exits 2 before anything listens. Unknown keys are errors: a typo must not silently widen or narrow a role.
+Tokens are never in the file, only their hashes (`netsleuth controller hash-token`).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from netsleuth.errors import UsageError
+
+__all__ = [
+    "ControllerConfig",
+    "HttpConfig",
+    "NatsConfig",
+    "OidcConfig",
+    "RoleConfig",
+    "SessionsConfig",
+    "UserConfig",
+    "load_controller_config",
+    "parse_controller_config",
+]
+
+_HASH = re.compile(r"^(sha256:[0-9a-f]{64}|scrypt:[0-9a-f]{32}:[0-9a-f]{64})$")
+_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    host: str = "127.0.0.1"
+    port: int = 8477
+
+
+@dataclass(frozen=True)
+class NatsConfig:
+    url: str = "nats://127.0.0.1:4222"
+    user: str | None = None
+    password: str | None = None
+    creds_file: str | None = None
+
+
+@dataclass(frozen=True)
+class OidcConfig:
+    jwks_file: Path
+    issuer: str
+    audience: str
+    user_claim: str = "sub"
+    roles_claim: str = "roles"
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    name: str
+    diagnostics: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()  # host-id globs or label:key=value
+    netns: tuple[str, ...] = ()  # namespace names/globs; "*" = any, including the host's own
+    admin: bool = False
+    max_concurrent: int = 1
+    max_duration: float = 60.0
+    max_hosts: int = 10
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    name: str
+    token_hash: str
+    roles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SessionsConfig:
+    prepare_timeout: float = 5.0  # seconds for every host to load + attach and answer
+    start_margin: float = 0.25  # T0 = now + margin, so every agent gets the start before T0
+    stale_after: float = 15.0  # a heartbeat older than this: the host is "stale"
+    host_silence: float = 5.0  # a running host silent (no status/records) this long past its deadline: failed
+    history_max_age: float = 7 * 86400.0
+    max_timeline: int = 100_000  # merged records kept per session; more are counted, not kept
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    source: str
+    signing_key_file: Path
+    key_id: str
+    http: HttpConfig = field(default_factory=HttpConfig)
+    nats: NatsConfig = field(default_factory=NatsConfig)
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    users: tuple[UserConfig, ...] = ()
+    roles: dict[str, RoleConfig] = field(default_factory=dict)
+    oidc: OidcConfig | None = None
+
+
+def _table(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise UsageError(f"{where} must be a table")
+    return data
+
+
+def _check_keys(data: dict[str, Any], where: str, allowed: set[str]) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise UsageError(f"unknown setting {prefix}{unknown[0]} (known: {', '.join(sorted(allowed))})")
+
+
+def _string(data: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{where}.{key} must be a non-empty string")
+    return value
+
+
+def _optional_string(data: dict[str, Any], key: str, where: str) -> str | None:
+    return _string(data, key, where) if key in data else None
+
+
+def _number(data: dict[str, Any], key: str, where: str, default: float) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise UsageError(f"{where}.{key} must be a number above 0 (got {value!r})")
+    return float(value)
+
+
+def _count(data: dict[str, Any], key: str, where: str, default: int) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{where}.{key} must be a whole number of at least 1 (got {value!r})")
+    return value
+
+
+def _strings(data: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise UsageError(f"{where}.{key} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def _http(data: dict[str, Any]) -> HttpConfig:
+    _check_keys(data, "http", {"listen"})
+    listen = _string(data, "listen", "http", "127.0.0.1:8477")
+    host, colon, port = listen.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535 or not host:
+        raise UsageError(f"http.listen must be HOST:PORT (got {listen!r})")
+    return HttpConfig(host=host.strip("[]"), port=int(port))
+
+
+def _nats(data: dict[str, Any], base: Path) -> NatsConfig:
+    _check_keys(data, "nats", {"url", "user", "password", "password_file", "creds_file"})
+    url = _string(data, "url", "nats", "nats://127.0.0.1:4222")
+    if not url.startswith(("nats://", "tls://")):
+        raise UsageError(f"nats.url must start with nats:// or tls:// (got {url!r})")
+    password = _optional_string(data, "password", "nats")
+    password_file = _optional_string(data, "password_file", "nats")
+    if password_file is not None:
+        path = base / password_file
+        try:
+            password = path.read_text().strip()
+        except OSError as error:
+            raise UsageError(f"nats.password_file {path}: {error.strerror}") from error
+    creds = _optional_string(data, "creds_file", "nats")
+    return NatsConfig(
+        url=url, user=_optional_string(data, "user", "nats"), password=password, creds_file=creds
+    )
+
+
+def _sessions(data: dict[str, Any]) -> SessionsConfig:
+    allowed = {
+        "prepare_timeout",
+        "start_margin",
+        "stale_after",
+        "host_silence",
+        "history_max_age",
+        "max_timeline",
+    }
+    _check_keys(data, "sessions", allowed)
+    defaults = SessionsConfig()
+    return SessionsConfig(
+        prepare_timeout=_number(data, "prepare_timeout", "sessions", defaults.prepare_timeout),
+        start_margin=_number(data, "start_margin", "sessions", defaults.start_margin),
+        stale_after=_number(data, "stale_after", "sessions", defaults.stale_after),
+        host_silence=_number(data, "host_silence", "sessions", defaults.host_silence),
+        history_max_age=_number(data, "history_max_age", "sessions", defaults.history_max_age),
+        max_timeline=_count(data, "max_timeline", "sessions", defaults.max_timeline),
+    )
+
+
+def _role(name: str, data: dict[str, Any]) -> RoleConfig:
+    where = f"roles.{name}"
+    allowed = {"diagnostics", "hosts", "netns", "admin", "max_concurrent", "max_duration", "max_hosts"}
+    _check_keys(data, where, allowed)
+    admin = data.get("admin", False)
+    if not isinstance(admin, bool):
+        raise UsageError(f"{where}.admin must be true or false")
+    for selector in _strings(data, "hosts", where):
+        if selector.startswith("label:") and "=" not in selector:
+            raise UsageError(f"{where}.hosts: {selector!r} must be label:KEY=VALUE")
+    defaults = RoleConfig(name=name)
+    return RoleConfig(
+        name=name,
+        diagnostics=_strings(data, "diagnostics", where),
+        hosts=_strings(data, "hosts", where),
+        netns=_strings(data, "netns", where),
+        admin=admin,
+        max_concurrent=_count(data, "max_concurrent", where, defaults.max_concurrent),
+        max_duration=_number(data, "max_duration", where, defaults.max_duration),
+        max_hosts=_count(data, "max_hosts", where, defaults.max_hosts),
+    )
+
+
+def _user(index: int, data: dict[str, Any], roles: dict[str, RoleConfig]) -> UserConfig:
+    where = f"users[{index}]"
+    _check_keys(data, where, {"name", "token_hash", "roles"})
+    name = _string(data, "name", where)
+    if not _NAME.match(name):
+        raise UsageError(f"{where}.name {name!r} may hold only letters, digits and _.@-")
+    token_hash = _string(data, "token_hash", where)
+    if not _HASH.match(token_hash):
+        raise UsageError(
+            f"{where}.token_hash must be the output of `netsleuth controller hash-token` "
+            "(sha256:... or scrypt:...)"
+        )
+    user_roles = _strings(data, "roles", where)
+    for role in user_roles:
+        if role not in roles:
+            raise UsageError(f"{where}.roles names role {role!r}, which no [roles.{role}] table defines")
+    return UserConfig(name=name, token_hash=token_hash, roles=user_roles)
+
+
+def _oidc(data: dict[str, Any], base: Path) -> OidcConfig:
+    _check_keys(data, "oidc", {"jwks_file", "issuer", "audience", "user_claim", "roles_claim"})
+    jwks = base / _string(data, "jwks_file", "oidc")
+    if not jwks.is_file():
+        raise UsageError(f"oidc.jwks_file {jwks} does not exist")
+    return OidcConfig(
+        jwks_file=jwks,
+        issuer=_string(data, "issuer", "oidc"),
+        audience=_string(data, "audience", "oidc"),
+        user_claim=_string(data, "user_claim", "oidc", "sub"),
+        roles_claim=_string(data, "roles_claim", "oidc", "roles"),
+    )
+
+
+def parse_controller_config(data: dict[str, Any], source: str, base: Path) -> ControllerConfig:
+    """`base`: where relative file names in the config are resolved (the config file's directory)."""
+    _check_keys(data, "", {"http", "nats", "signing", "sessions", "users", "roles", "oidc"})
+    signing = _table(data.get("signing"), "signing") if "signing" in data else None
+    if signing is None:
+        raise UsageError(
+            "the [signing] table with key_file (the controller's Ed25519 private key) is missing"
+        )
+    _check_keys(signing, "signing", {"key_file", "key_id"})
+    key_file = base / _string(signing, "key_file", "signing")
+    if not key_file.is_file():
+        raise UsageError(
+            f"signing.key_file {key_file} does not exist (create it: netsleuth controller new-key)"
+        )
+    roles = {
+        name: _role(name, _table(table, f"roles.{name}"))
+        for name, table in _table(data.get("roles", {}), "roles").items()
+    }
+    users_data = data.get("users", [])
+    if not isinstance(users_data, list):
+        raise UsageError("users must be an array of tables ([[users]])")
+    users = tuple(_user(i, _table(entry, f"users[{i}]"), roles) for i, entry in enumerate(users_data))
+    names = [user.name for user in users]
+    duplicate = next((name for name in names if names.count(name) > 1), None)
+    if duplicate is not None:
+        raise UsageError(f"user {duplicate!r} is defined twice")
+    oidc = _oidc(_table(data["oidc"], "oidc"), base) if "oidc" in data else None
+    if not users and oidc is None:
+        raise UsageError("no [[users]] and no [oidc]: nobody could ever log in")
+    return ControllerConfig(
+        source=source,
+        signing_key_file=key_file,
+        key_id=_string(signing, "key_id", "signing", "controller-1"),
+        http=_http(_table(data.get("http", {}), "http")),
+        nats=_nats(_table(data.get("nats", {}), "nats"), base),
+        sessions=_sessions(_table(data.get("sessions", {}), "sessions")),
+        users=users,
+        roles=roles,
+        oidc=oidc,
+    )
+
+
+def load_controller_config(path: Path) -> ControllerConfig:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise UsageError(f"cannot read the controller config {path}: {error.strerror}") from error
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"{path} is not valid TOML: {error}") from error
+    return parse_controller_config(data, str(path), path.resolve().parent)

@@ -1,0 +1,575 @@
+"""Running one diagnostic on many hosts at the same moment, over NATS.
+
+For each session: subscribe to every host's status and records first (nothing can be missed), then per host
+in parallel measure its clock offset (pings, NTP-style, best of three by round trip) and send the signed,
+time-limited task (prepare: the agent verifies, loads and attaches, then reports ready). Once every host is
+ready or has failed, pick T0 = now + margin and send `start` to each ready host with T0 expressed on that
+host's own clock, so all of them watch the same window. Then collect, ping the running hosts every second
+(a host that stops answering is failed while the others go on), and end each host that has not reported its
+end `host_silence` seconds after the deadline. The agents enforce the deadline themselves too: a controller
+that dies mid-session leaves nothing attached anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+
+from netsleuth.controller.audit import AuditLog, AuditUnavailable
+from netsleuth.controller.config import SessionsConfig
+from netsleuth.controller.streams import read_stream
+from netsleuth.fleet.merge import MergedTimeline
+from netsleuth.fleet.protocol import (
+    SESSIONS_STREAM,
+    Budgets,
+    Control,
+    HostStatus,
+    PingReply,
+    ProtocolError,
+    RecordBatch,
+    Scope,
+    SignedTask,
+    Task,
+    TaskReply,
+    control_subject,
+    decode,
+    new_task_id,
+    ping_subject,
+    session_subjects,
+    task_subject,
+)
+
+__all__ = ["FleetSession", "HostView", "SessionManager", "SessionSpec"]
+
+_log = logging.getLogger("netsleuth.controller")
+_FINAL = frozenset({"ended", "failed", "rejected"})
+_ACTIVE = frozenset({"preparing", "running"})
+_PINGS = 3
+_LIVENESS_S = 1.0
+_MISSED_PINGS = 3  # consecutive unanswered liveness pings (not "no responders": that is immediate)
+_HISTORY_BYTES = 900 << 10  # under max_payload (1 MiB): above it keep the verdicts, the timeline's start
+_KEPT_IN_MEMORY = 200  # ended sessions kept for fast reads; older ones are read from the history stream
+_SUBSCRIBER_QUEUE = 20_000
+
+
+def _iso(ns: int | None) -> str | None:
+    if ns is None:
+        return None
+    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC).isoformat(timespec="microseconds")
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """A validated, authorised request."""
+
+    user: str
+    diagnostic: str
+    config: dict[str, Any]
+    scope: Scope
+    duration: float
+    hosts: tuple[str, ...]
+
+
+@dataclass
+class HostView:
+    state: str = "preparing"
+    reason: str = ""
+    offset_ns: int | None = None
+    rtt_ns: int | None = None
+    start_skew_ns: int | None = None
+    totals: dict[str, int] = field(default_factory=dict)
+    lost: int = 0
+    sampled: int = 0
+    records: int = 0
+    batch_gaps: int = 0  # record batches that never arrived (seq gaps): their records are unknown
+    next_seq: int = 0
+    missed_pings: int = 0
+    task_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "reason": self.reason,
+            "offset_ns": self.offset_ns,
+            "rtt_ns": self.rtt_ns,
+            "start_skew_ns": self.start_skew_ns,
+            "totals": self.totals,
+            "lost": self.lost,
+            "sampled": self.sampled,
+            "records": self.records,
+            "batch_gaps": self.batch_gaps,
+        }
+
+
+class FleetSession:
+    def __init__(
+        self, session_id: str, spec: SessionSpec, hostnames: dict[str, str], max_timeline: int
+    ) -> None:
+        self.id = session_id
+        self.spec = spec
+        self.state = "preparing"
+        self.created_ns = time.time_ns()
+        self.t0_ns: int | None = None
+        self.ended_ns: int | None = None
+        self.hosts = {host: HostView() for host in spec.hosts}
+        self.merged = MergedTimeline(hostnames, max_entries=max_timeline)
+        self.verdicts: list[dict[str, Any]] = []
+        self.cancel_requested = False
+        self.changed = asyncio.Event()
+        self.done = asyncio.Event()
+        self._listeners: list[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = []
+
+    # -- events for SSE ---------------------------------------------------------------------------------
+    def listen(self) -> asyncio.Queue[tuple[str, dict[str, Any]] | None]:
+        queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue(_SUBSCRIBER_QUEUE)
+        self._listeners.append(queue)
+        return queue
+
+    def unlisten(self, queue: asyncio.Queue[tuple[str, dict[str, Any]] | None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(queue)
+
+    def emit(self, event: str, data: dict[str, Any]) -> None:
+        for queue in list(self._listeners):
+            try:
+                queue.put_nowait((event, data))
+            except asyncio.QueueFull:
+                # A client that reads slower than the session produces is cut off (it can fetch the
+                # whole timeline afterwards) rather than letting the controller's memory grow.
+                self._listeners.remove(queue)
+                with contextlib.suppress(asyncio.QueueFull):
+                    queue.put_nowait(None)
+        self.changed.set()
+
+    def close_listeners(self) -> None:
+        for queue in self._listeners:
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(None)
+        self._listeners.clear()
+
+    # -- views ------------------------------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        return self.state in _ACTIVE
+
+    @property
+    def partial(self) -> bool:
+        return any(view.state != "ended" for view in self.hosts.values()) and not self.active
+
+    def start_spread_ns(self) -> int | None:
+        skews = [v.start_skew_ns for v in self.hosts.values() if v.start_skew_ns is not None]
+        return max(skews) - min(skews) if skews else None
+
+    def host_states(self) -> dict[str, dict[str, Any]]:
+        return {host: view.to_json() for host, view in self.hosts.items()}
+
+    def snapshot(self, timeline: bool) -> dict[str, Any]:
+        spread = self.start_spread_ns()
+        body: dict[str, Any] = {
+            "id": self.id,
+            "user": self.spec.user,
+            "diagnostic": self.spec.diagnostic,
+            "config": self.spec.config,
+            "duration": self.spec.duration,
+            "scope": self.spec.scope.to_json(),
+            "state": self.state,
+            "created": _iso(self.created_ns),
+            "t0": _iso(self.t0_ns),
+            "ended": _iso(self.ended_ns),
+            "start_spread_ms": None if spread is None else spread / 1e6,
+            "hosts": self.host_states(),
+            "partial": self.partial,
+            "verdicts": self.verdicts,
+            "timeline_length": sum(view.records for view in self.hosts.values()),
+            "timeline_dropped": self.merged.dropped_entries,
+        }
+        if timeline:
+            body["timeline"] = self.merged.timeline()
+        return body
+
+
+class SessionManager:
+    def __init__(
+        self,
+        nc: NatsClient,
+        js: JetStreamContext,
+        config: SessionsConfig,
+        signing_key: Ed25519PrivateKey,
+        key_id: str,
+        audit: AuditLog,
+        hostnames: Callable[[], dict[str, str]],
+    ) -> None:
+        self._nc = nc
+        self._js = js
+        self._config = config
+        self._key = signing_key
+        self._key_id = key_id
+        self._audit = audit
+        self._hostnames = hostnames
+        self._sessions: OrderedDict[str, FleetSession] = OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- queries ----------------------------------------------------------------------------------------
+    def active_count(self, user: str) -> int:
+        return sum(1 for s in self._sessions.values() if s.spec.user == user and s.active)
+
+    def get_live(self, session_id: str) -> FleetSession | None:
+        return self._sessions.get(session_id)
+
+    async def get(self, session_id: str) -> dict[str, Any] | None:
+        live = self._sessions.get(session_id)
+        if live is not None:
+            return live.snapshot(timeline=True)
+        with contextlib.suppress(Exception):
+            message = await self._js.get_last_msg(SESSIONS_STREAM, f"netsleuth.history.{session_id}.full")
+            if message.data:
+                body: dict[str, Any] = json.loads(message.data)
+                return body
+        return None
+
+    async def listing(self, user: str | None) -> list[dict[str, Any]]:
+        """Newest first; `user` None: everyone's."""
+        found: dict[str, dict[str, Any]] = {}
+        with contextlib.suppress(Exception):
+            for message in await read_stream(
+                self._js, SESSIONS_STREAM, "netsleuth.history.*.summary", last_per_subject=True
+            ):
+                body = json.loads(message.data)
+                if isinstance(body, dict) and isinstance(body.get("id"), str):
+                    found[body["id"]] = body
+        for session in self._sessions.values():
+            found[session.id] = session.snapshot(timeline=False)
+        sessions = [s for s in found.values() if user is None or s.get("user") == user]
+        sessions.sort(key=lambda s: str(s.get("created") or ""), reverse=True)
+        return sessions
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def new_id(self) -> str:
+        return secrets.token_hex(8)
+
+    async def start(self, session_id: str, spec: SessionSpec) -> FleetSession:
+        """Creates the session and starts it in the background (the caller has authorised and audited it)."""
+        hostnames = self._hostnames()
+        session = FleetSession(session_id, spec, hostnames, self._config.max_timeline)
+        self._sessions[session_id] = session
+        self._forget_old()
+        # Subscribed before any task goes out: a fast agent's "ready" cannot arrive before we listen.
+        subscription = await self._nc.subscribe(session_subjects(session_id), cb=self._on_message(session))
+        task = asyncio.create_task(self._run(session, subscription), name=f"session-{session_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        await self._save(session, full=False)
+        return session
+
+    def _forget_old(self) -> None:
+        ended = [sid for sid, s in self._sessions.items() if not s.active]
+        for session_id in ended[: max(0, len(self._sessions) - _KEPT_IN_MEMORY)]:
+            del self._sessions[session_id]
+
+    async def cancel(self, session: FleetSession) -> None:
+        session.cancel_requested = True
+        await self._send_control(
+            session, [h for h, v in session.hosts.items() if v.state not in _FINAL], "cancel"
+        )
+        session.changed.set()
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # -- messages from agents -------------------------------------------------------------------------
+    def _on_message(self, session: FleetSession) -> Callable[[Msg], Any]:
+        async def handle(message: Msg) -> None:
+            kind = message.subject.rsplit(".", 1)[-1]
+            try:
+                body = decode(message.data, f"{kind} message")
+                if kind == "status":
+                    self._on_status(session, HostStatus.from_json(body))
+                elif kind == "records":
+                    self._on_records(session, RecordBatch.from_json(body))
+            except ProtocolError as error:
+                _log.warning("session %s: ignored a malformed %s message: %s", session.id, kind, error)
+
+        return handle
+
+    def _on_status(self, session: FleetSession, status: HostStatus) -> None:
+        view = session.hosts.get(status.host)
+        if view is None or status.session != session.id or view.state in _FINAL:
+            return  # not ours, or already decided (a late "ended" after we failed it changes nothing)
+        view.state = status.state
+        view.reason = status.reason
+        view.totals = dict(status.totals)
+        view.lost, view.sampled = status.lost, status.sampled
+        if status.start_skew_ns is not None:
+            view.start_skew_ns = status.start_skew_ns
+        view.missed_pings = 0
+        session.emit("status", {"host": status.host, **view.to_json()})
+
+    def _on_records(self, session: FleetSession, batch: RecordBatch) -> None:
+        view = session.hosts.get(batch.host)
+        if view is None or batch.session != session.id:
+            return
+        if batch.seq > view.next_seq:
+            view.batch_gaps += batch.seq - view.next_seq
+        view.next_seq = max(view.next_seq, batch.seq + 1)
+        view.missed_pings = 0
+        for record in batch.records:
+            view.records += 1
+            for entry in session.merged.add(batch.host, record):
+                session.emit("record", entry)
+
+    # -- orchestration ----------------------------------------------------------------------------------
+    async def _run(self, session: FleetSession, subscription: Any) -> None:
+        try:
+            await asyncio.gather(*(self._prepare(session, host) for host in session.spec.hosts))
+            ready = [host for host, view in session.hosts.items() if view.state == "ready"]
+            if ready and not session.cancel_requested:
+                t0 = time.time_ns() + int(self._config.start_margin * 1e9)
+                session.t0_ns = t0
+                session.state = "running"
+                await asyncio.gather(*(self._start(session, host, t0) for host in ready))
+                session.emit("session", session.snapshot(timeline=False))
+                await self._supervise(session, t0 + int(session.spec.duration * 1e9))
+        except asyncio.CancelledError:
+            for view in session.hosts.values():
+                if view.state not in _FINAL:
+                    view.state, view.reason = "failed", "the controller stopped"
+            raise
+        except Exception as error:  # a bug must end the session visibly, not hang it
+            _log.exception("session %s", session.id)
+            for view in session.hosts.values():
+                if view.state not in _FINAL:
+                    view.state, view.reason = "failed", f"controller error: {error}"
+        finally:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+            await self._finish(session)
+
+    async def _measure_offset(self, host: str, view: HostView) -> None:
+        best: tuple[int, int] | None = None  # (rtt, offset)
+        for _ in range(_PINGS):
+            sent = time.time_ns()
+            reply = await self._nc.request(ping_subject(host), b"{}", timeout=self._config.prepare_timeout)
+            received = time.time_ns()
+            wall = PingReply.from_json(decode(reply.data, "ping reply")).wall_ns
+            rtt = received - sent
+            offset = wall - (sent + received) // 2
+            if best is None or rtt < best[0]:
+                best = (rtt, offset)
+        assert best is not None
+        view.rtt_ns, view.offset_ns = best
+
+    async def _prepare(self, session: FleetSession, host: str) -> None:
+        view = session.hosts[host]
+        spec = session.spec
+        try:
+            await self._measure_offset(host, view)
+        except NoRespondersError:
+            self._fail(session, host, "the agent is not connected (nobody answers on its subjects)")
+            return
+        except (NatsTimeoutError, TimeoutError):
+            self._fail(session, host, "the agent did not answer the clock ping")
+            return
+        except ProtocolError as error:
+            self._fail(session, host, f"bad ping reply: {error}")
+            return
+        session.merged.set_offset(host, view.offset_ns or 0)
+        now = time.time()
+        task = Task(
+            id=new_task_id(),
+            session=session.id,
+            host=host,
+            diagnostic=spec.diagnostic,
+            config=spec.config,
+            scope=spec.scope,
+            issued_at=now,
+            # Valid only for the prepare phase: a task captured off the wire is useless minutes later, and
+            # the agent forgets its id (replay memory) at this moment.
+            expires_at=now + self._config.prepare_timeout + 30.0,
+            deadline_s=spec.duration,
+            budgets=Budgets(),
+            user=spec.user,
+        )
+        view.task_id = task.id
+        signed = SignedTask.sign(task, self._key, self._key_id)
+        try:
+            reply_message = await self._nc.request(
+                task_subject(host), signed.encode(), timeout=self._config.prepare_timeout
+            )
+            reply = TaskReply.from_json(decode(reply_message.data, "task reply"))
+        except NoRespondersError:
+            self._fail(session, host, "the agent is not connected (nobody answers on its subjects)")
+            return
+        except (NatsTimeoutError, TimeoutError):
+            self._fail(
+                session, host, f"the agent did not answer the task within {self._config.prepare_timeout:g} s"
+            )
+            await self._send_control(session, [host], "cancel")
+            return
+        except ProtocolError as error:
+            self._fail(session, host, f"bad task reply: {error}")
+            return
+        if not reply.accepted:
+            view.state, view.reason = "rejected", reply.reason or "refused"
+            session.emit("status", {"host": host, **view.to_json()})
+            with contextlib.suppress(AuditUnavailable):
+                await self._audit.record(
+                    user=spec.user,
+                    action="task.rejected",
+                    decision="deny",
+                    reason=view.reason,
+                    session=session.id,
+                    diagnostic=spec.diagnostic,
+                    hosts=[host],
+                    scope=spec.scope.to_json(),
+                    outcome="rejected by the agent",
+                    extra={"task_id": task.id, "source": "controller"},
+                )
+            return
+        deadline = time.monotonic() + self._config.prepare_timeout
+        while view.state == "preparing" and time.monotonic() < deadline and not session.cancel_requested:
+            session.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(session.changed.wait(), timeout=max(0.01, deadline - time.monotonic()))
+        if view.state == "preparing":
+            self._fail(session, host, f"not ready within {self._config.prepare_timeout:g} s")
+            await self._send_control(session, [host], "cancel")
+
+    async def _start(self, session: FleetSession, host: str, t0_ns: int) -> None:
+        # T0 on the agent's own clock: its wall clock runs offset_ns ahead of ours.
+        offset = session.hosts[host].offset_ns or 0
+        control = Control(session.id, "start", t0_ns + offset)
+        try:
+            await self._nc.publish(control_subject(host), control.encode())
+        except Exception as error:  # NATS gone: this host cannot start
+            self._fail(session, host, f"could not send start: {error}")
+
+    async def _send_control(self, session: FleetSession, hosts: list[str], action: str) -> None:
+        for host in hosts:
+            with contextlib.suppress(Exception):
+                await self._nc.publish(control_subject(host), Control(session.id, "cancel").encode())
+        with contextlib.suppress(Exception):
+            await self._nc.flush(timeout=2)
+
+    def _fail(self, session: FleetSession, host: str, reason: str) -> None:
+        view = session.hosts[host]
+        if view.state in _FINAL:
+            return
+        view.state, view.reason = "failed", reason
+        session.emit("status", {"host": host, **view.to_json()})
+
+    async def _supervise(self, session: FleetSession, deadline_ns: int) -> None:
+        silence_ns = int(self._config.host_silence * 1e9)
+        cancel_deadline_ns: int | None = None
+        while True:
+            pending = [host for host, view in session.hosts.items() if view.state not in _FINAL]
+            if not pending:
+                return
+            now = time.time_ns()
+            if session.cancel_requested and cancel_deadline_ns is None:
+                cancel_deadline_ns = now + silence_ns
+            limit = min(deadline_ns + silence_ns, cancel_deadline_ns or deadline_ns + silence_ns)
+            if now >= limit:
+                for host in pending:
+                    self._fail(
+                        session, host, f"no end status {self._config.host_silence:g} s after the deadline"
+                    )
+                await self._send_control(session, pending, "cancel")
+                return
+            await asyncio.gather(*(self._liveness(session, host) for host in pending))
+            session.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(session.changed.wait(), timeout=_LIVENESS_S)
+
+    async def _liveness(self, session: FleetSession, host: str) -> None:
+        view = session.hosts[host]
+        try:
+            await self._nc.request(ping_subject(host), b"{}", timeout=_LIVENESS_S)
+            view.missed_pings = 0
+        except NoRespondersError:
+            # Nobody is subscribed to the host's subjects any more: the agent process is gone.
+            self._fail(session, host, "agent stopped answering (disconnected from NATS)")
+        except (NatsTimeoutError, TimeoutError):
+            view.missed_pings += 1
+            if view.missed_pings >= _MISSED_PINGS:
+                self._fail(session, host, f"agent stopped answering ({view.missed_pings} pings unanswered)")
+        except Exception:  # NATS itself is down; the deadline will decide
+            view.missed_pings += 1
+
+    async def _finish(self, session: FleetSession) -> None:
+        session.ended_ns = time.time_ns()
+        ended = [view for view in session.hosts.values() if view.state == "ended"]
+        if session.cancel_requested:
+            session.state = "cancelled"
+        else:
+            session.state = "ended" if ended else "failed"
+        session.verdicts = session.merged.verdicts(session.host_states())
+        for verdict in session.verdicts:
+            session.emit("verdict", verdict)
+        outcome = ", ".join(f"{host}: {view.state}" for host, view in session.hosts.items())
+        with contextlib.suppress(AuditUnavailable):
+            await self._audit.record(
+                user=session.spec.user,
+                action="session.end",
+                decision="allow",
+                session=session.id,
+                diagnostic=session.spec.diagnostic,
+                hosts=list(session.spec.hosts),
+                scope=session.spec.scope.to_json(),
+                outcome=f"{session.state}{' (partial)' if session.partial else ''}; {outcome}",
+                extra={
+                    "host_states": {
+                        h: {"state": v.state, "reason": v.reason} for h, v in session.hosts.items()
+                    }
+                },
+            )
+        await self._save(session, full=True)
+        session.emit(
+            "end",
+            {
+                "id": session.id,
+                "state": session.state,
+                "partial": session.partial,
+                "hosts": session.host_states(),
+                "start_spread_ms": session.snapshot(False)["start_spread_ms"],
+            },
+        )
+        session.close_listeners()
+        session.done.set()
+
+    async def _save(self, session: FleetSession, full: bool) -> None:
+        """History: a small summary (for listing) and, at the end, the whole session (for reading back)."""
+        summary = session.snapshot(timeline=False)
+        try:
+            await self._js.publish(f"netsleuth.history.{session.id}.summary", json.dumps(summary).encode())
+            if full:
+                body = session.snapshot(timeline=True)
+                data = json.dumps(body).encode()
+                if len(data) > _HISTORY_BYTES:
+                    timeline = body["timeline"]
+                    keep = max(0, int(len(timeline) * _HISTORY_BYTES / len(data) * 0.9))
+                    body["timeline"] = timeline[:keep]
+                    body["timeline_truncated"] = len(timeline) - keep
+                    data = json.dumps(body).encode()
+                await self._js.publish(f"netsleuth.history.{session.id}.full", data)
+        except Exception as error:  # history is best effort; the audit is not
+            _log.warning("session %s: history not saved: %s", session.id, error)
