@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from netsleuth.errors import UsageError
+from netsleuth.fleet.link_config import FleetConfig, parse_fleet
 
 __all__ = [
     "AgentConfig",
@@ -96,6 +97,7 @@ class AgentConfig:
     bpf_stats: bool = True
     exporter: ExporterConfig = field(default_factory=ExporterConfig)
     sessions: SessionLimits = field(default_factory=SessionLimits)
+    fleet: FleetConfig | None = None  # [fleet]: dial out to NATS and take signed tasks (fleet/link_config.py)
     source: str = "defaults"
 
     def token(self) -> str | None:
@@ -266,6 +268,7 @@ def parse_config(raw: dict[str, Any], source: str = "defaults") -> AgentConfig:
     agent.finish()
     exporter = _exporter(root.table("exporter"))
     sessions = _sessions(root.table("sessions"))
+    fleet = parse_fleet(root.table("fleet"))
     root.finish()
     config = AgentConfig(
         listen=listen,
@@ -274,6 +277,7 @@ def parse_config(raw: dict[str, Any], source: str = "defaults") -> AgentConfig:
         bpf_stats=bpf_stats,
         exporter=exporter,
         sessions=sessions,
+        fleet=fleet,
         source=source,
     )
     config.token()  # a token file that cannot serve is a config error now, not at the first session

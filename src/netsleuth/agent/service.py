@@ -13,6 +13,7 @@ import contextlib
 import logging
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -33,6 +34,9 @@ from netsleuth.agent.softnet_collector import InterruptsCollector, SoftnetCollec
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.stats import RunTimeStats
 from netsleuth.kernel.reasons import load_drop_reasons
+
+if TYPE_CHECKING:
+    from netsleuth.fleet.agent_link import FleetLink
 
 __all__ = ["Agent"]
 
@@ -58,6 +62,7 @@ class Agent:
         self._sessions: SessionManager | None = None
         self.tcp_server: TcpServer | None = None
         self.unix_server: UnixServer | None = None
+        self.fleet: FleetLink | None = None  # [fleet]: the link to NATS and the controller (fleet/)
 
     # -- state -----------------------------------------------------------------------------------------
     @property
@@ -154,6 +159,13 @@ class Agent:
         self._attach_exporter(context)
         self._sessions = SessionManager(self.config.sessions, context, self.ledger, self.bpf_stats_enabled)
         self._register_collectors(context)
+        if self.config.fleet is not None:
+            from netsleuth.fleet.agent_link import FleetLink  # nats-py is loaded by fleet agents only
+
+            self.fleet = FleetLink(
+                self.config.fleet, self.config.sessions, context, self.ledger, self.bpf_stats_enabled
+            )
+            self.fleet.start()
         self.tcp_server = bind_tcp(self.config.listen, self, self.config.token())
         self._serve(self.tcp_server, "netsleuth-http")
         if self.config.socket is not None:
@@ -171,6 +183,9 @@ class Agent:
     def stop(self, timeout: float = 20.0) -> None:
         """Graceful: sessions end with their summary, responses in flight finish, then detach."""
         self._ready.clear()
+        if self.fleet is not None:
+            self.fleet.stop(timeout)
+            self.fleet = None
         if self._sessions is not None and not self._sessions.stop_all(timeout):
             _LOG.warning("some sessions did not end within %.0f s", timeout)
         for server in self._servers:

@@ -1,0 +1,207 @@
+"""Whether this agent runs a task, decided before anything touches the kernel.
+
+In order, each refusal one sentence the controller records in its audit: the message parses; the Ed25519
+signature is the configured controller key's over the task exactly as received; the task is for this host;
+it is not expired, not issued in the future, not longer-lived than `fleet.max_task_lifetime`, and its id
+was not seen before (ids are remembered until their expiry, which is what bounds the memory); the diagnostic
+is in this agent's catalogue; the scope can be enforced in the kernel and stays within this host. The
+accepted task comes back with its effective config: the scope pushed into the diagnostic's own filters
+(netns forced to the host's namespace, addresses narrowed), budgets capped by the agent's [sessions] limits.
+
+A NATS user who may publish on this host's task subject still cannot make it run anything the controller did
+not sign; the signature, not the transport, is what is trusted.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from netsleuth.agent.config import SessionLimits
+from netsleuth.fleet.protocol import Budgets, ProtocolError, SignedTask, Task, decode
+
+__all__ = ["AcceptedTask", "ReplayGuard", "TaskAdmission", "TaskRefused"]
+
+_CLOCK_SKEW_S = 30.0  # a task issued this far in our future is refused: our clock or theirs is wrong
+_MAX_REMEMBERED = 100_000
+
+
+class TaskRefused(Exception):
+    """The task will not run; str() is the reason sent back and audited. `task` is set once it parsed."""
+
+    def __init__(self, reason: str, task: Task | None = None) -> None:
+        super().__init__(reason)
+        self.task = task
+
+
+@dataclass(frozen=True)
+class AcceptedTask:
+    task: Task
+    config: dict[str, Any]  # the diagnostic's config with the scope pushed in
+    budgets: Budgets  # the task's budgets capped by the agent's own limits
+    deadline_s: float
+
+
+class ReplayGuard:
+    """Task ids seen, each kept until its task's expiry (after which it is refused as expired anyway)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, task_id: str, expires_at: float) -> bool:
+        """False when the id was seen already (a replay)."""
+        now = self._clock()
+        with self._lock:
+            if task_id in self._seen:
+                return False
+            if len(self._seen) >= _MAX_REMEMBERED:
+                for known, expiry in list(self._seen.items()):
+                    if expiry < now:
+                        del self._seen[known]
+            if len(self._seen) >= _MAX_REMEMBERED:
+                raise TaskRefused(f"this agent already holds {_MAX_REMEMBERED} unexpired task ids")
+            self._seen[task_id] = expires_at
+            return True
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+def _network(text: str, where: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise TaskRefused(f"{where} {text!r} is not an address or CIDR") from None
+
+
+def _within(
+    inner: ipaddress.IPv4Network | ipaddress.IPv6Network,
+    outer: ipaddress.IPv4Network | ipaddress.IPv6Network,
+) -> bool:
+    return inner.version == outer.version and inner.subnet_of(outer)  # type: ignore[arg-type]
+
+
+class TaskAdmission:
+    def __init__(
+        self,
+        host_id: str,
+        controller_key: Ed25519PublicKey,
+        catalogue: Callable[[], Collection[str]],
+        limits: SessionLimits,
+        host_netns: str,
+        known_netns: Callable[[str], bool],
+        max_task_lifetime: float = 300.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.host_id = host_id
+        self._key = controller_key
+        self._catalogue = catalogue
+        self._limits = limits
+        self._host_netns = host_netns
+        self._known_netns = known_netns
+        self._max_lifetime = max_task_lifetime
+        self._clock = clock
+        self.replays = ReplayGuard(clock)
+
+    def admit(self, data: bytes) -> AcceptedTask:
+        """The task to run, or TaskRefused with the reason."""
+        try:
+            signed = SignedTask.from_json(decode(data, "task"))
+        except ProtocolError as error:
+            raise TaskRefused(f"malformed task: {error}") from None
+        task = signed.task
+        try:
+            signed.verify(self._key)
+        except ProtocolError as error:
+            raise TaskRefused(str(error), task) from None
+        # From here on the task is the controller's own: its fields can be trusted as its intent.
+        if task.host != self.host_id:
+            raise TaskRefused(f"the task is for host {task.host!r}, this agent is {self.host_id!r}", task)
+        now = self._clock()
+        if task.expires_at <= now:
+            raise TaskRefused(f"the task expired {now - task.expires_at:.1f} s ago", task)
+        if task.issued_at > now + _CLOCK_SKEW_S:
+            raise TaskRefused(f"the task is issued {task.issued_at - now:.0f} s in this agent's future", task)
+        if task.expires_at - task.issued_at > self._max_lifetime:
+            raise TaskRefused(
+                f"the task lives {task.expires_at - task.issued_at:.0f} s, over this agent's maximum of "
+                f"{self._max_lifetime:g} s",
+                task,
+            )
+        try:
+            fresh = self.replays.remember(task.id, task.expires_at)
+        except TaskRefused as refused:
+            raise TaskRefused(str(refused), task) from None
+        if not fresh:
+            raise TaskRefused(f"task {task.id} was already received: a replay", task)
+        catalogue = self._catalogue()
+        if task.diagnostic not in catalogue:
+            names = ", ".join(sorted(catalogue))
+            raise TaskRefused(f"unknown diagnostic {task.diagnostic!r}: this agent runs {names}", task)
+        if not self._limits.enabled:
+            raise TaskRefused("sessions are disabled in this agent's config", task)
+        if task.deadline_s > self._limits.max_duration:
+            raise TaskRefused(
+                f"the task asks for {task.deadline_s:g} s, over this agent's sessions.max_duration of "
+                f"{self._limits.max_duration:g} s",
+                task,
+            )
+        config = self._scoped_config(task)
+        budgets = Budgets(
+            max_events=min(task.budgets.max_events, self._limits.max_events),
+            max_bytes=min(task.budgets.max_bytes, self._limits.max_bytes),
+            cpu_percent=min(task.budgets.cpu_percent, self._limits.cpu_budget_percent),
+        )
+        return AcceptedTask(task, config, budgets, task.deadline_s)
+
+    def _scoped_config(self, task: Task) -> dict[str, Any]:
+        """The diagnostic's config with the scope enforced by its kernel-side filters."""
+        scope = task.scope
+        config = dict(task.config)
+        if scope.cgroups:
+            # The programs filter by netns, addresses, ports and pid; a cgroup filter is not in the kernel
+            # side, and a scope the kernel does not enforce would be a promise this agent cannot keep.
+            raise TaskRefused("a cgroup scope cannot be enforced in the kernel by this agent", task)
+        asked = config.get("netns")
+        if asked is not None and not isinstance(asked, str):
+            raise TaskRefused("config.netns must be a namespace name", task)
+        if self._host_netns:
+            # This agent's world is one namespace: every task is pinned to it and nothing else is allowed.
+            named = [*scope.netns, *([asked] if asked else [])]
+            outside = [name for name in named if name != self._host_netns]
+            if outside:
+                raise TaskRefused(
+                    f"netns {outside[0]!r} is outside this host (its namespace is {self._host_netns!r})", task
+                )
+            config["netns"] = self._host_netns
+        else:
+            if len(scope.netns) > 1:
+                raise TaskRefused("the kernel filter takes one network namespace per task", task)
+            if scope.netns:
+                (allowed,) = scope.netns
+                if asked and asked != allowed:
+                    raise TaskRefused(f"config.netns {asked!r} is outside the task's scope {allowed!r}", task)
+                config["netns"] = allowed
+            target = config.get("netns")
+            if isinstance(target, str) and not self._known_netns(target):
+                raise TaskRefused(f"network namespace {target!r} does not exist on this host", task)
+        if scope.addresses:
+            allowed_networks = [_network(text, "scope address") for text in scope.addresses]
+            hosts = config.get("host") or []
+            if not isinstance(hosts, list) or not all(isinstance(item, str) for item in hosts):
+                raise TaskRefused("config.host must be a list of addresses", task)
+            for text in hosts:
+                network = _network(text, "config.host")
+                if not any(_within(network, outer) for outer in allowed_networks):
+                    raise TaskRefused(f"config.host {text!r} is outside the task's address scope", task)
+            # No address filter asked: the scope itself becomes the filter ("either address" in the kernel).
+            config["host"] = hosts or [str(network) for network in allowed_networks]
+        return config

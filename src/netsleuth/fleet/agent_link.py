@@ -1,0 +1,377 @@
+"""The agent's link to the fleet: dials out to NATS, keeps its registry entry fresh, takes signed tasks.
+
+It runs an asyncio loop (nats-py) on one thread inside the agent process rather than as a separate
+process: a fleet session needs what the agent already holds - the loaded drop reasons and symbols, the
+program ledger its self-metrics and CPU budgets read, the [sessions] limits - and a second privileged
+process would be a second thing to grant capabilities to and to leave programs behind. The loop only does
+I/O; every session's BPF work (attach, poll, detach) runs on that session's own thread
+(session_runner.py), so a slow attach never delays a heartbeat, and the sessions' deadlines do not depend on
+the loop, NATS or the controller being alive.
+
+NATS outages: nats-py reconnects by itself (forever, every second); on reconnect the entry is written again
+at once, so a restarted server (or one that lost its store) learns of the host within a second, not at the
+next heartbeat. While disconnected, publishes are dropped, not queued without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+
+from netsleuth.agent.config import SessionLimits
+from netsleuth.agent.programs import ProgramLedger
+from netsleuth.agent.session_diagnostics import DiagnosticContext
+from netsleuth.fleet.admission import TaskAdmission, TaskRefused
+from netsleuth.fleet.clock import OffsetEstimator, parse_nats_time
+from netsleuth.fleet.diagnostic_source import catalogue, open_diagnostic
+from netsleuth.fleet.host_registry import host_entry, probe_features
+from netsleuth.fleet.link_config import FleetConfig
+from netsleuth.fleet.protocol import (
+    HOSTS_BUCKET,
+    Control,
+    HostStatus,
+    PingReply,
+    ProtocolError,
+    TaskReply,
+    control_subject,
+    decode,
+    ping_subject,
+    status_subject,
+    task_subject,
+)
+from netsleuth.fleet.session_runner import FleetSession
+from netsleuth.kernel.netns import NetnsNames
+
+__all__ = ["FleetLink"]
+
+_LOG = logging.getLogger("netsleuth.agent.fleet")
+_RECONNECT_WAIT_S = 1.0
+
+
+class FleetLink:
+    def __init__(
+        self,
+        config: FleetConfig,
+        limits: SessionLimits,
+        context: DiagnosticContext,
+        ledger: ProgramLedger,
+        cpu_accounting: Callable[[], bool],
+    ) -> None:
+        self.config = config
+        self._limits = limits
+        self._context = context
+        self._ledger = ledger
+        self._cpu_accounting = cpu_accounting
+        self._names = NetnsNames()
+        self._clock = OffsetEstimator()
+        self.admission = TaskAdmission(
+            host_id=config.host_id,
+            controller_key=config.controller_key,
+            catalogue=catalogue,
+            limits=limits,
+            host_netns=config.netns,
+            known_netns=lambda name: self._names.inode_of_name(name) is not None,
+            max_task_lifetime=config.max_task_lifetime,
+        )
+        self._features: dict[str, Any] = {}
+        self._sessions: dict[str, FleetSession] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._nc: Client | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping: asyncio.Event | None = None
+        self._register_now: asyncio.Event | None = None
+        self.last_error: str | None = None
+        self.registrations = 0
+        self.connected = threading.Event()
+        self.refused = 0
+
+    # -- lifecycle (agent thread) ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the link's thread; returns at once (NATS being down is not an agent start failure)."""
+        if self.config.netns and self._names.inode_of_name(self.config.netns) is None:
+            _LOG.warning(
+                "fleet.netns %r does not exist (yet): tasks are refused until it does", self.config.netns
+            )
+        self._features = probe_features()
+        self._thread = threading.Thread(target=self._thread_main, name="netsleuth-fleet", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End every session (agent_stopping: they send their end status), mark the entry stopping, close."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            session.stop("agent_stopping", "the agent is shutting down")
+        for session in sessions:
+            session.thread.join(timeout)
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stopping.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def sessions(self) -> list[FleetSession]:
+        with self._lock:
+            return list(self._sessions.values())
+
+    # -- the loop's thread -----------------------------------------------------------------------------
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main())
+        finally:
+            loop.close()
+
+    async def _connect(self) -> Client:
+        config = self.config
+        options: dict[str, Any] = {
+            "servers": list(config.urls),
+            "name": f"netsleuth-agent-{config.host_id}",
+            # Replies to this agent's own requests come on its own inbox prefix, which is all its NATS
+            # permissions let it subscribe to besides its task subjects: no agent can read another's replies.
+            "inbox_prefix": f"_INBOX_{config.host_id}",
+            "allow_reconnect": True,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": _RECONNECT_WAIT_S,
+            "connect_timeout": 2,
+            "ping_interval": 10,
+            "max_outstanding_pings": 2,
+            "pending_size": 4 << 20,
+            "disconnected_cb": self._on_disconnected,
+            "reconnected_cb": self._on_reconnected,
+            "error_cb": self._on_error,
+        }
+        if config.password_file is not None:
+            options["user"] = config.user
+            options["password"] = config.password()
+        elif config.creds_file is not None:
+            options["user_credentials"] = str(config.creds_file)
+        elif config.nkey_seed_file is not None:
+            options["nkeys_seed"] = str(config.nkey_seed_file)
+        elif config.user:
+            options["user"] = config.user
+        return await nats.connect(**options)
+
+    async def _main(self) -> None:
+        self._stopping = asyncio.Event()
+        self._register_now = asyncio.Event()
+        nc: Client | None = None
+        while not self._stopping.is_set():
+            try:
+                nc = await self._connect()
+                break
+            except (TimeoutError, OSError, NatsError) as error:
+                self._set_error(f"cannot reach NATS at {', '.join(self.config.urls)}: {error or type(error)}")
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), _RECONNECT_WAIT_S)
+        if nc is None:
+            return
+        self._nc = nc
+        self.connected.set()
+        host = self.config.host_id
+        await nc.subscribe(task_subject(host), cb=self._on_task)
+        await nc.subscribe(control_subject(host), cb=self._on_control)
+        await nc.subscribe(ping_subject(host), cb=self._on_ping)
+        _LOG.info(
+            "fleet: connected to %s as host %s", nc.connected_url.netloc if nc.connected_url else "?", host
+        )
+        try:
+            await self._heartbeats()
+        finally:
+            with contextlib.suppress(Exception):
+                await self._register("stopping")
+            with contextlib.suppress(Exception):
+                await nc.drain()
+            self.connected.clear()
+
+    async def _heartbeats(self) -> None:
+        assert self._stopping is not None and self._register_now is not None
+        while not self._stopping.is_set():
+            await self._register("up")
+            self._register_now.clear()
+            waits = [
+                asyncio.ensure_future(self._stopping.wait()),
+                asyncio.ensure_future(self._register_now.wait()),
+            ]
+            _done, pending = await asyncio.wait(
+                waits, timeout=self.config.heartbeat_seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+            for waiter in pending:
+                waiter.cancel()
+
+    async def _register(self, status: str) -> None:
+        """Write this host's entry (a JetStream publish to its own KV key) and measure the clock on it."""
+        nc = self._nc
+        if nc is None or not nc.is_connected:
+            return
+        entry = await asyncio.get_running_loop().run_in_executor(
+            None,
+            lambda: host_entry(
+                self.config.host_id,
+                self._features,
+                dict(self.config.labels),
+                self.config.netns,
+                self._names,
+                self.last_error,
+                catalogue(),
+                self.config.controller_key_id,
+                self._clock.offset_ns,
+                status,
+            ),
+        )
+        key_subject = f"$KV.{HOSTS_BUCKET}.{self.config.host_id}"
+        try:
+            sent = time.time_ns()
+            ack = await nc.request(key_subject, entry.encode(), timeout=2)
+            received = time.time_ns()
+            reply = decode(ack.data, "registry acknowledgement")
+            if not isinstance(reply, dict) or "error" in reply:
+                raise ProtocolError(f"the registry refused the entry: {reply}")
+            await self._measure_clock(nc, sent, received)
+        except (TimeoutError, NatsError, ProtocolError) as error:
+            text = str(error) or type(error).__name__
+            if "no responders" in text.lower():
+                text = f"the KV bucket {HOSTS_BUCKET} does not exist: start the controller (it creates it)"
+            self._set_error(f"cannot register in {HOSTS_BUCKET}: {text}")
+            return
+        if self.last_error and self.last_error.startswith("cannot re"):
+            self.last_error = None  # registering worked again; errors of sessions stay
+        self.registrations += 1
+
+    async def _measure_clock(self, nc: Client, sent: int, received: int) -> None:
+        # The server's own timestamp of the entry just stored (direct get: one message, no consumer).
+        subject = f"$JS.API.DIRECT.GET.KV_{HOSTS_BUCKET}.$KV.{HOSTS_BUCKET}.{self.config.host_id}"
+        with contextlib.suppress(NatsError, asyncio.TimeoutError, ValueError):
+            stored = await nc.request(subject, b"", timeout=2)
+            stamp = (stored.headers or {}).get("Nats-Time-Stamp")
+            if stamp:
+                self._clock.add(sent, received, parse_nats_time(stamp))
+
+    def _set_error(self, text: str) -> None:
+        if text != self.last_error:
+            _LOG.warning("fleet: %s", text)
+        self.last_error = text
+
+    async def _on_disconnected(self) -> None:
+        self._set_error("disconnected from NATS; reconnecting")
+
+    async def _on_reconnected(self) -> None:
+        _LOG.info("fleet: reconnected to NATS; registering again")
+        if self._register_now is not None:
+            self._register_now.set()
+
+    async def _on_error(self, error: Exception) -> None:
+        self._set_error(f"NATS: {error or type(error).__name__}")
+
+    # -- messages --------------------------------------------------------------------------------------
+    def publish_threadsafe(self, subject: str, data: bytes) -> None:
+        """From a session's thread: queue a publish on the loop, never wait for it."""
+        loop, nc = self._loop, self._nc
+        if loop is None or nc is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has just stopped
+            loop.call_soon_threadsafe(self._publish_now, subject, data)
+
+    def _publish_now(self, subject: str, data: bytes) -> None:
+        nc = self._nc
+        if nc is None or not nc.is_connected:
+            return  # NATS is away: a status or batch is lost, the session ends at its deadline regardless
+        task = asyncio.ensure_future(nc.publish(subject, data))
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    async def _on_ping(self, msg: Msg) -> None:
+        if msg.reply:
+            await msg.respond(PingReply(time.time_ns()).encode())
+
+    async def _on_task(self, msg: Msg) -> None:
+        try:
+            accepted = self.admission.admit(msg.data)
+            if not self._cpu_accounting():
+                raise TaskRefused(
+                    "BPF run-time accounting is off, so the CPU budget cannot be enforced: give the agent "
+                    "CAP_SYS_ADMIN or set kernel.bpf_stats_enabled=1",
+                    accepted.task,
+                )
+            with self._lock:
+                if accepted.task.session in self._sessions:
+                    raise TaskRefused(f"session {accepted.task.session} already runs here", accepted.task)
+                if len(self._sessions) >= self._limits.max_concurrent:
+                    raise TaskRefused(
+                        f"{self._limits.max_concurrent} fleet sessions are running, this agent's maximum",
+                        accepted.task,
+                    )
+                session = FleetSession(
+                    accepted,
+                    self.config.host_id,
+                    lambda: open_diagnostic(accepted.task.diagnostic, accepted.config, self._context),
+                    self.publish_threadsafe,
+                    self._ledger,
+                    lambda: self._clock.offset_ns,
+                    self._session_ended,
+                )
+                self._sessions[session.id] = session
+        except TaskRefused as refused:
+            await self._refuse(msg, refused)
+            return
+        if msg.reply:
+            await msg.respond(TaskReply(True, "", self._clock.offset_ns).encode())
+        _LOG.info(
+            "fleet: task %s accepted: session %s, %s for %s, %.3g s",
+            accepted.task.id,
+            session.id,
+            accepted.task.diagnostic,
+            accepted.task.user,
+            accepted.deadline_s,
+        )
+        session.begin()
+
+    async def _refuse(self, msg: Msg, refused: TaskRefused) -> None:
+        self.refused += 1
+        reason = str(refused)
+        _LOG.warning("fleet: task refused: %s", reason)
+        if msg.reply:
+            await msg.respond(TaskReply(False, reason, self._clock.offset_ns).encode())
+        task = refused.task
+        if task is not None and task.host == self.config.host_id:
+            # Also as a status on the session's subject, where the controller audits outcomes. A task that did
+            # not parse names no session: its refusal is the reply alone.
+            status = HostStatus(self.config.host_id, task.session, "rejected", reason, self._clock.offset_ns)
+            assert self._nc is not None
+            with contextlib.suppress(NatsError):
+                await self._nc.publish(status_subject(task.session, self.config.host_id), status.encode())
+
+    async def _on_control(self, msg: Msg) -> None:
+        try:
+            control = Control.from_json(decode(msg.data, "control message"))
+        except ProtocolError as error:
+            _LOG.warning("fleet: control message ignored: %s", error)
+            return
+        with self._lock:
+            session = self._sessions.get(control.session)
+        if session is None:
+            _LOG.info("fleet: %s for session %s, which does not run here", control.action, control.session)
+            return
+        if control.action == "start":
+            session.start_at(control.t0_ns)
+        else:
+            session.cancel()
+
+    def _session_ended(self, session: FleetSession) -> None:
+        with self._lock:
+            self._sessions.pop(session.id, None)
+        if session.state == "failed":
+            self.last_error = f"session {session.id} failed: {session.reason}"
+        _LOG.info("fleet: session %s %s: %s", session.id, session.state, session.reason)

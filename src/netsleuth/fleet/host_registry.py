@@ -1,0 +1,100 @@
+"""The host registry: a JetStream KV bucket with one entry per host, kept fresh by its agent's heartbeat.
+
+The entry says what the controller needs to choose hosts and to explain a refusal before sending anything:
+kernel, probed BPF features, version, labels, the namespaces (and containers) the agent covers, when it was
+last heard from and its last error.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+
+from netsleuth import __version__
+from netsleuth.fleet.protocol import HOSTS_BUCKET, HostEntry
+from netsleuth.kernel.netns import NetnsNames
+from netsleuth.kernel.process import container_of
+
+__all__ = ["ensure_hosts_bucket", "host_entry", "probe_features"]
+
+_MAX_CONTAINERS = 256
+
+
+async def ensure_hosts_bucket(js: JetStreamContext) -> None:
+    """Create the bucket if missing (the controller and the lab do; agents are not allowed to).
+    history=1: only the latest entry matters; direct gets on, for the agents' clock measurement."""
+    await js.create_key_value(
+        KeyValueConfig(bucket=HOSTS_BUCKET, history=1, storage=StorageType.FILE, direct=True)
+    )
+
+
+def probe_features() -> dict[str, Any]:
+    """Probed once per agent start: the probes load programs, which is not for every heartbeat."""
+    try:
+        from netsleuth.bpf.features import probe_all
+
+        return dict(probe_all())
+    except Exception as error:  # a host that cannot probe is still listed, saying why
+        return {"error": str(error)}
+
+
+def _namespaces(names: NetnsNames, scope_netns: str) -> list[dict[str, Any]]:
+    known = names.names()
+    if scope_netns:
+        inode = known.get(scope_netns)
+        return [{"name": scope_netns, "inode": inode}] if inode is not None else []
+    return [{"name": name, "inode": inode} for name, inode in sorted(known.items())]
+
+
+def _containers(names: NetnsNames, namespaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for namespace in namespaces:
+        inode = namespace.get("inode")
+        if not isinstance(inode, int):
+            continue
+        for pid in names.pids_of(inode):
+            container = container_of(pid)
+            if container and container not in found:
+                found[container] = {"id": container, "netns": namespace["name"]}
+            if len(found) >= _MAX_CONTAINERS:
+                return list(found.values())
+    return list(found.values())
+
+
+def host_entry(
+    host_id: str,
+    features: dict[str, Any],
+    labels: dict[str, str],
+    scope_netns: str,
+    names: NetnsNames,
+    last_error: str | None,
+    diagnostics: tuple[str, ...],
+    key_id: str,
+    offset_ns: int,
+    status: str = "up",
+) -> HostEntry:
+    names.refresh()
+    namespaces = _namespaces(names, scope_netns)
+    now_ns = time.time_ns()
+    return HostEntry(
+        host=host_id,
+        hostname=socket.gethostname(),
+        kernel=os.uname().release,
+        features={**features, "clock_offset_ns": offset_ns},
+        version=__version__,
+        labels=labels,
+        namespaces=namespaces,
+        containers=_containers(names, namespaces),
+        heartbeat=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now_ns / 1e9))
+        + f".{now_ns // 1_000_000 % 1000:03d}Z",
+        heartbeat_ns=now_ns,
+        last_error=last_error,
+        status="stopping" if status == "stopping" else "up",
+        diagnostics=diagnostics,
+        key_id=key_id,
+    )

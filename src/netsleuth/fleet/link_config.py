@@ -1,0 +1,122 @@
+"""The agent's `[fleet]` section: where NATS is, who this agent is there, which controller it obeys.
+
+    [fleet]
+    url = "nats://nats.example:4222"        # or several, comma-separated
+    host_id = "node-a"                      # [a-z0-9-], this host's NATS subject token and registry key
+    user = "agent-node-a"                   # user/password, or ...
+    password_file = "/etc/netsleuth/fleet.password"
+    # creds_file = "/etc/netsleuth/node-a.creds"   # ... a NATS .creds file (JWT + nkey), or
+    # nkey_seed_file = "/etc/netsleuth/node-a.nk"  # ... an nkey seed
+    controller_key = "ed25519:BASE64..."    # the controller's Ed25519 public key: tasks must be signed by it
+    controller_key_id = "controller-1"
+    netns = ""                              # empty: the whole host; a name: this agent's world is that netns
+    heartbeat_seconds = 5
+    [fleet.labels]
+    zone = "a"
+
+No `[fleet]` section: the agent never dials out. Secrets are read from files (never inline) and a file other
+users can read is refused, like sessions.token_file.
+"""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from netsleuth.errors import UsageError
+from netsleuth.fleet.protocol import ProtocolError, public_key_from_text, validate_host_id
+
+if TYPE_CHECKING:
+    from netsleuth.agent.config import _Table
+
+__all__ = ["FleetConfig", "parse_fleet"]
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    urls: tuple[str, ...]
+    host_id: str
+    controller_key: Ed25519PublicKey = field(repr=False)
+    controller_key_id: str = "controller-1"
+    user: str = ""
+    password_file: Path | None = None
+    creds_file: Path | None = None
+    nkey_seed_file: Path | None = None
+    netns: str = ""
+    heartbeat_seconds: float = 5.0
+    labels: tuple[tuple[str, str], ...] = ()
+    max_task_lifetime: float = 300.0  # expires_at - issued_at; bounds the replay memory
+
+    def password(self) -> str | None:
+        if self.password_file is None:
+            return None
+        return _read_secret(self.password_file, "fleet.password_file")
+
+
+def _read_secret(path: Path, key: str) -> str:
+    try:
+        status = path.stat()
+        text = path.read_text().strip()
+    except OSError as error:
+        raise UsageError(f"{key} {path}: {error.strerror}") from None
+    if status.st_mode & (stat.S_IROTH | stat.S_IWOTH):
+        raise UsageError(f"{key} {path} is readable by other users: chmod 600 it")
+    if not text:
+        raise UsageError(f"{key} {path} is empty")
+    return text
+
+
+def parse_fleet(table: _Table) -> FleetConfig | None:
+    """The [fleet] table (empty = no fleet link) -> FleetConfig, or a UsageError naming the key."""
+    if not table._raw:
+        table.finish()
+        return None
+    url_text = table.string("url", "")
+    urls = tuple(part.strip() for part in url_text.split(",") if part.strip())
+    if not urls or not all(url.startswith(("nats://", "tls://")) for url in urls):
+        raise table.error("fleet.url", "must be one or more nats:// or tls:// URLs", url_text)
+    host_text = table.string("host_id", "")
+    try:
+        host_id = validate_host_id(host_text)
+    except ProtocolError:
+        raise table.error("fleet.host_id", "must be 1-63 of a-z, 0-9 and '-'", host_text) from None
+    key_text = table.string("controller_key", "")
+    try:
+        controller_key = public_key_from_text(key_text)
+    except ProtocolError as error:
+        raise table.error("fleet.controller_key", f"is not an Ed25519 public key ({error})") from None
+    files = {}
+    for name in ("password_file", "creds_file", "nkey_seed_file"):
+        text = table.string(name, "")
+        files[name] = Path(text) if text else None
+    user = table.string("user", "")
+    if files["password_file"] is not None and not user:
+        raise table.error("fleet.user", "must be set with fleet.password_file")
+    if sum(1 for path in files.values() if path is not None) > 1:
+        raise table.error("fleet", "takes one of password_file, creds_file or nkey_seed_file")
+    labels_table = table.table("labels")
+    labels = []
+    for name in list(labels_table._raw):
+        labels.append((name, labels_table.string(name, "")))
+    labels_table.finish()
+    config = FleetConfig(
+        urls=urls,
+        host_id=host_id,
+        controller_key=controller_key,
+        controller_key_id=table.string("controller_key_id", "controller-1"),
+        user=user,
+        password_file=files["password_file"],
+        creds_file=files["creds_file"],
+        nkey_seed_file=files["nkey_seed_file"],
+        netns=table.string("netns", ""),
+        heartbeat_seconds=table.number("heartbeat_seconds", 5.0, 0.2, 3600, "seconds"),
+        labels=tuple(labels),
+        max_task_lifetime=table.number("max_task_lifetime", 300.0, 1, 3600, "seconds"),
+    )
+    table.finish()
+    config.password()  # an unreadable secret is a config error now, not at the first connect
+    return config

@@ -1,0 +1,294 @@
+"""One fleet session on this host, run on its own thread: prepare, wait for T0, stream, end - and end by
+itself whatever happens to NATS or the controller.
+
+    preparing -> (open + load + attach) -> ready(offset) -> [start T0] -> running(skew) -> ended(reason)
+                                  \\-> failed(why)           \\-> ended(start_timeout | cancelled | ...)
+
+Programs attach in *prepare* so that at T0 every host is already watching: records are read from the ring
+buffer all along, and those stamped before T0 are discarded, so the window each host reports starts at the
+same wall-clock instant (corrected by its clock offset), not at whenever its start message arrived. The
+totals reported are the window's: the exact kernel counters at the end minus those at T0.
+
+Every limit is local: the deadline (T0 + deadline_s on this host's monotonic clock, or the task's expiry if
+no start comes), the event and byte caps (agent/record_caps.py, the same as local sessions), the CPU budget
+of the session's programs (agent/cpu_budget.py, bpf_stats). Publishing never blocks the session: when NATS
+is gone the messages are dropped by the link, the session still ends at its deadline and detaches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from netsleuth.agent.cpu_budget import CpuBudget
+from netsleuth.agent.programs import ProgramLedger
+from netsleuth.agent.record_caps import take_within_caps
+from netsleuth.diagnostics.totals import EventTotals
+from netsleuth.errors import NetsleuthError
+from netsleuth.fleet.admission import AcceptedTask
+from netsleuth.fleet.diagnostic_source import FleetDiagnostic
+from netsleuth.fleet.protocol import HostState, HostStatus, RecordBatch, records_subject, status_subject
+
+__all__ = ["FleetSession", "record_wall_ns"]
+
+_LOG = logging.getLogger("netsleuth.agent.fleet")
+_POLL_MS = 50
+_BATCH_RECORDS = 256  # records per message: bounded, so one message stays well under NATS's 1 MB max_payload
+_BATCH_BYTES = 256 << 10
+
+Publish = Callable[[str, bytes], None]
+
+
+def record_wall_ns(record: dict[str, Any], mono_to_wall_ns: int) -> int | None:
+    """When the event happened on this host's wall clock: from its monotonic stamp (bpf_ktime_get_ns) when
+    the record has one, else from its ISO time; None if neither."""
+    mono = record.get("monotonic_ns")
+    if isinstance(mono, int) and mono > 0:
+        return mono + mono_to_wall_ns
+    text = record.get("time")
+    if isinstance(text, str):
+        with contextlib.suppress(ValueError):
+            stamp = datetime.datetime.fromisoformat(text)
+            if stamp.tzinfo is None:
+                stamp = stamp.replace(tzinfo=datetime.UTC)
+            return int(stamp.timestamp() * 1e9)
+    return None
+
+
+def _minus(after: EventTotals, before: EventTotals) -> EventTotals:
+    return EventTotals(
+        after.seen - before.seen,
+        after.matched - before.matched,
+        after.emitted - before.emitted,
+        after.sampled - before.sampled,
+        after.lost - before.lost,
+        after.ungrouped - before.ungrouped,
+    )
+
+
+class FleetSession:
+    def __init__(
+        self,
+        accepted: AcceptedTask,
+        host: str,
+        open_diagnostic: Callable[[], FleetDiagnostic],
+        publish: Publish,
+        ledger: ProgramLedger,
+        offset_ns: Callable[[], int],
+        on_end: Callable[[FleetSession], None],
+        wall_ns: Callable[[], int] = time.time_ns,
+        mono_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.accepted = accepted
+        self.task = accepted.task
+        self.id = accepted.task.session
+        self.host = host
+        self._open = open_diagnostic
+        self._publish = publish
+        self._ledger = ledger
+        self._offset_ns = offset_ns
+        self._on_end = on_end
+        self._wall_ns = wall_ns
+        self._mono_ns = mono_ns
+        self._start = threading.Event()
+        self._cancel = threading.Event()
+        self._stop = threading.Event()
+        self._t0_ns = 0
+        self._stop_reason = ("agent_stopping", "the agent is shutting down")
+        self.state: HostState = "preparing"
+        self.reason = ""
+        self.events = 0
+        self.bytes = 0
+        self._batches = 0
+        self._skew_ns: int | None = None
+        self._window = EventTotals()
+        self.thread = threading.Thread(target=self._run, name=f"fleet-{self.id}", daemon=True)
+
+    # -- control, from the link's thread ----------------------------------------------------------------
+    def start_at(self, t0_ns: int) -> None:
+        if not self._start.is_set():
+            self._t0_ns = t0_ns
+            self._start.set()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def stop(self, reason: str, detail: str) -> None:
+        self._stop_reason = (reason, detail)
+        self._stop.set()
+
+    def begin(self) -> None:
+        self.thread.start()
+
+    # -- messages ---------------------------------------------------------------------------------------
+    def _status(self, state: HostState, reason: str = "", totals: EventTotals | None = None) -> None:
+        self.state, self.reason = state, reason
+        status = HostStatus(
+            host=self.host,
+            session=self.id,
+            state=state,
+            reason=reason,
+            offset_ns=self._offset_ns(),
+            start_skew_ns=self._skew_ns,
+            totals=totals.to_json() if totals is not None else {},
+            lost=totals.lost if totals is not None else 0,
+            sampled=totals.sampled if totals is not None else 0,
+            events=self.events,
+            sent_bytes=self.bytes,
+        )
+        self._publish(status_subject(self.id, self.host), status.encode())
+
+    def _send(self, records: list[dict[str, Any]]) -> tuple[str, str] | None:
+        """Publish within the caps, in bounded batches; returns why the session must end, if it must."""
+        if not records:
+            return None
+        budgets = self.accepted.budgets
+        encoded = (json.dumps(record, separators=(",", ":")).encode() for record in records)
+        lines, ended = take_within_caps(
+            encoded, self.events, self.bytes, budgets.max_events, budgets.max_bytes
+        )
+        for chunk in _chunks(records[: len(lines)], lines):
+            batch = RecordBatch(self.host, self.id, self._batches, chunk)
+            self._publish(records_subject(self.id, self.host), batch.encode())
+            self._batches += 1
+        self.events += len(lines)
+        self.bytes += sum(len(line) for line in lines)
+        return ended
+
+    # -- the session's life -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        diagnostic: FleetDiagnostic | None = None
+        handles: list[int] = []
+        try:
+            self._status("preparing")
+            diagnostic = self._open()
+            diagnostic.start()
+            # The first read pays for lazy set-up (symbol tables, enrichers): in prepare, not after T0, where
+            # it would delay the baseline of the window's totals.
+            diagnostic.poll(0)
+            fds = diagnostic.program_fds()
+            handles = [self._ledger.attached("fleet", name, fd) for name, fd in fds.items()]
+            budget = CpuBudget(
+                self.accepted.budgets.cpu_percent,
+                list(fds.values()),
+                stats_of=self._ledger.stats_of,
+                clock=lambda: self._mono_ns() / 1e9,
+            )
+            budget.check()
+            self._status("ready")
+            reason, detail = self._wait_and_stream(diagnostic, budget)
+            self._finish(diagnostic, reason, detail)
+        except NetsleuthError as error:
+            self._status("failed", str(error))
+        except Exception as error:  # a bug: this session fails, the agent keeps serving the others
+            _LOG.exception("fleet session %s failed", self.id)
+            self._status("failed", f"internal error: {error}")
+        finally:
+            for handle in handles:
+                self._ledger.detaching(handle)
+            if diagnostic is not None:
+                diagnostic.close()
+            self._on_end(self)
+
+    def _mono_to_wall(self) -> int:
+        return self._wall_ns() - self._mono_ns()
+
+    def _wait_and_stream(self, diagnostic: FleetDiagnostic, budget: CpuBudget) -> tuple[str, str]:
+        # Until start: keep the ring buffer empty (those events are before any T0) and watch the clock. The
+        # task's expiry is the local deadline for a start that never comes (controller or NATS gone).
+        expires_mono = self._mono_ns() + int((self.task.expires_at * 1e9) - self._wall_ns())
+        while not self._start.is_set():
+            if self._cancel.is_set():
+                return "cancelled", "the controller cancelled the session before it started"
+            if self._stop.is_set():
+                return self._stop_reason
+            if self._mono_ns() >= expires_mono:
+                return "start_timeout", "no start came before the task expired"
+            diagnostic.poll(_POLL_MS)
+            over = budget.check()
+            if over:
+                return "cpu_budget", over
+        t0_ns = self._t0_ns
+        # Ring-buffer events are discarded until the wall clock reaches T0, and events stamped before T0 are
+        # discarded after it too (they were still in the ring when T0 passed).
+        while self._wall_ns() < t0_ns:
+            if self._cancel.is_set():
+                return "cancelled", "the controller cancelled the session"
+            if self._stop.is_set():
+                return self._stop_reason
+            wait_ms = max(1, min(_POLL_MS, math.ceil((t0_ns - self._wall_ns()) / 1e6)))
+            diagnostic.poll(wait_ms)
+        started_wall = self._wall_ns()
+        self._skew_ns = started_wall - t0_ns
+        baseline = diagnostic.totals()
+        deadline_mono = self._mono_ns() + int(self.accepted.deadline_s * 1e9) - max(0, self._skew_ns)
+        self._status("running")
+        mono_to_wall = self._mono_to_wall()
+
+        def in_window(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            kept = []
+            for record in records:
+                stamp = record_wall_ns(record, mono_to_wall)
+                if stamp is None or stamp >= t0_ns:
+                    kept.append(record)
+            return kept
+
+        try:
+            while True:
+                if self._cancel.is_set():
+                    return "cancelled", "the controller cancelled the session"
+                if self._stop.is_set():
+                    return self._stop_reason
+                remaining_ns = deadline_mono - self._mono_ns()
+                if remaining_ns <= 0:
+                    ended = self._send(in_window(diagnostic.drain()))
+                    return ended or ("duration", f"ran for its {self.accepted.deadline_s:g} s")
+                timeout_ms = max(1, min(_POLL_MS, math.ceil(remaining_ns / 1e6)))
+                ended = self._send(in_window(diagnostic.poll(timeout_ms)))
+                if ended:
+                    return ended
+                over = budget.check()
+                if over:
+                    return "cpu_budget", over
+        finally:
+            self._window = _minus(diagnostic.totals(), baseline)
+
+    def _finish(self, diagnostic: FleetDiagnostic, reason: str, detail: str) -> None:
+        if self._skew_ns is not None:
+            summary = diagnostic.summary(interrupted=reason != "duration")
+            # The summary's own totals count from attach; the window's (from T0) are what this host saw.
+            summary.update(self._window.to_json())
+            summary["notes"] = diagnostic.notes()
+            self._send_summary(summary)
+        self._status("ended", f"{reason}: {detail}" if detail else reason, self._window)
+
+    def _send_summary(self, summary: dict[str, Any]) -> None:
+        # Always sent, like a local session's summary: outside the event cap, its groups cut to fit a message.
+        groups = summary.get("groups")
+        body = json.dumps(summary, separators=(",", ":")).encode()
+        if isinstance(groups, list) and len(body) > _BATCH_BYTES:
+            kept = groups[: max(1, len(groups) * _BATCH_BYTES // len(body) // 2)]
+            summary = {**summary, "groups": kept, "groups_omitted": len(groups) - len(kept)}
+        batch = RecordBatch(self.host, self.id, self._batches, [summary])
+        self._publish(records_subject(self.id, self.host), batch.encode())
+        self._batches += 1
+
+
+def _chunks(records: list[dict[str, Any]], lines: list[bytes]) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for record, line in zip(records, lines, strict=True):
+        if chunk and (len(chunk) >= _BATCH_RECORDS or size + len(line) > _BATCH_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(record)
+        size += len(line)
+    if chunk:
+        yield chunk

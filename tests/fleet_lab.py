@@ -1,0 +1,562 @@
+"""A fleet on one machine: nats-server with JetStream, hosts as network namespaces on a bridge, one real
+`netsleuth agent` per host. Used by the fleet tests (agent, controller, web UI) and `make fleet-demo`.
+
+    from tests.fleet_lab import FleetLab
+
+    with FleetLab(hosts=("client", "lb", "server")) as lab:
+        lab.nats_url                      # nats://127.0.0.1:PORT
+        lab.controller_credentials        # {"user": "controller", "password": ...}: nats.connect(**creds)
+        lab.admin_credentials             # no permission limits (lab set-up, tests that play an attacker)
+        lab.controller_key                # the Ed25519 private key the agents trust (controller_key_text too)
+        lab.controller_public_key_text    # "ed25519:...", what an agent's [fleet] controller_key holds
+        lab.key_id                        # "lab-controller"
+        lab.hosts["lb"].netns             # the namespace name (a tests.netlab.Host: .run(...), .popen(...))
+        lab.hosts["lb"].address           # 198.18.1.10
+        lab.agent("lb")                   # its AgentProcess: .pid, .log_text(), .config_path
+        lab.kill_agent("lb")              # SIGKILL (a crashed agent); lab.stop_agent("lb") = SIGTERM
+        lab.start_agent("lb")             # again, e.g. after a kill
+        lab.stop_nats(); lab.start_nats(); lab.restart_nats()   # same port, same JetStream store
+        lab.registry()                    # {host: HostEntry} from the KV bucket
+        lab.wait_registered(["lb"], since_ns=t)  # until each host wrote an entry after t
+        lab.task("lb", session="s1", diagnostic="drops", config={...}, deadline_s=3)  -> Task
+        lab.sign(task)                    # -> SignedTask, signed with the controller key
+        lab.nats_request(subject, data)   # one request as the controller (sync; from any thread or loop)
+
+Topology (every address in 198.18.0.0/16, one L2 segment on a bridge inside a "fabric" namespace):
+    client 198.18.0.5   lb 198.18.1.10   server 198.18.2.7   any other host 198.18.3.<n>
+    lb:     nftables DNAT 198.18.1.10:80 -> 198.18.2.7:8080 and 198.18.1.10:81 -> 198.18.2.7:8081, no SNAT
+            (so a reply from the server on 8081 goes straight to the client: the DNAT-bypass reset)
+    server: iptables -A INPUT -p tcp --dport 8080 -j DROP (the firewall drop on a far host)
+
+Agents run in the root namespace (BPF programs see every namespace) and are scoped to their host's
+namespace by their config (`[fleet] netns`). nats-server listens on a free loopback port; each agent has
+its own NATS user whose permissions reach only its own host's subjects (netsleuth.fleet.nats_config).
+Everything the lab starts it stops, also when the block raises: agents, nats-server, namespaces, files.
+Run `python -m tests.fleet_lab` to bring one up and print it (`make fleet-demo`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Coroutine, Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import nats
+from nats.aio.client import Client
+
+from netsleuth.fleet.nats_config import NatsUser, agent_user, controller_permissions, render_server_config
+from netsleuth.fleet.protocol import (
+    HOSTS_BUCKET,
+    Budgets,
+    HostEntry,
+    Scope,
+    SignedTask,
+    Task,
+    decode,
+    generate_private_key,
+    new_task_id,
+    private_key_to_text,
+    public_key_to_text,
+)
+from tests.netlab import Host, run, wait_for
+
+__all__ = ["AgentProcess", "FleetLab", "LabHost"]
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
+ADDRESSES = {"client": "198.18.0.5", "lb": "198.18.1.10", "server": "198.18.2.7"}
+VIP = "198.18.1.10"
+_T = TypeVar("_T")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class _LoopThread:
+    """An asyncio loop on a thread, so the lab's sync API works from plain tests and from inside a loop."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="fleet-lab-io", daemon=True)
+        self.thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, _T], timeout: float = 30) -> _T:
+        future: Future[_T] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        return future.result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+@dataclass
+class AgentProcess:
+    host: str
+    config_path: Path
+    log_path: Path
+    ready_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class LabHost:
+    name: str  # the host id (NATS subject token, registry key)
+    netns: str  # its network namespace
+    address: str
+    ns: Host = field(repr=False)
+    user: NatsUser = field(repr=False)
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.ns.run(*argv, check=check)
+
+
+class FleetLab:
+    def __init__(
+        self,
+        hosts: Sequence[str] = ("client", "lb", "server"),
+        agents: bool = True,
+        heartbeat_seconds: float = 1.0,
+        agent_settings: str = "",
+        workdir: Path | None = None,
+    ) -> None:
+        self.host_names = tuple(hosts)
+        self.start_agents = agents
+        self.heartbeat_seconds = heartbeat_seconds
+        self.agent_settings = agent_settings  # extra TOML appended to each agent's config (e.g. [sessions])
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="netsleuth-fleet-lab-"))
+        self.prefix = f"nsf{os.getpid() % 100000}"
+        self.port = 0
+        self.monitor_port = 0
+        self.key_id = "lab-controller"
+        self.controller_key = generate_private_key()
+        self.controller_key_text = private_key_to_text(self.controller_key)
+        self.controller_public_key_text = public_key_to_text(self.controller_key.public_key())
+        self.controller_user = NatsUser("controller", f"c-{os.urandom(12).hex()}", controller_permissions())
+        self.admin_user = NatsUser("admin", f"a-{os.urandom(12).hex()}", None)
+        self.hosts: dict[str, LabHost] = {}
+        self._agents: dict[str, AgentProcess] = {}
+        self._nats: subprocess.Popen[bytes] | None = None
+        self._namespaces: list[str] = []
+        self._io: _LoopThread | None = None
+        self._admin: Client | None = None
+
+    # -- addresses and credentials ---------------------------------------------------------------------
+    @property
+    def nats_url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def controller_credentials(self) -> dict[str, str]:
+        return {"user": self.controller_user.user, "password": self.controller_user.password}
+
+    @property
+    def admin_credentials(self) -> dict[str, str]:
+        return {"user": self.admin_user.user, "password": self.admin_user.password}
+
+    def agent_credentials(self, host: str) -> dict[str, str]:
+        user = self.hosts[host].user
+        return {"user": user.user, "password": user.password}
+
+    @property
+    def nats_config_path(self) -> Path:
+        return self.workdir / "nats.conf"
+
+    # -- context manager -------------------------------------------------------------------------------
+    def __enter__(self) -> FleetLab:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self._io = _LoopThread()
+        self._build_hosts()
+        self.port, self.monitor_port = free_port(), free_port()
+        users = [self.admin_user, self.controller_user, *(host.user for host in self.hosts.values())]
+        self.nats_config_path.write_text(
+            render_server_config(
+                users, self.workdir / "jetstream", port=self.port, monitor_port=self.monitor_port
+            )
+        )
+        self.nats_config_path.chmod(0o600)
+        self.start_nats()
+        self._run(self._create_bucket())
+        if self.start_agents:
+            for name in self.host_names:
+                self.start_agent(name, wait=False)
+            self.wait_registered(self.host_names, timeout=30)
+
+    def close(self) -> None:
+        for name in list(self._agents):
+            with contextlib.suppress(Exception):
+                self.stop_agent(name)
+        if self._io is not None:
+            if self._admin is not None:
+                with contextlib.suppress(Exception):
+                    self._io.run(self._admin.close(), timeout=5)
+                self._admin = None
+            self._io.close()
+            self._io = None
+        with contextlib.suppress(Exception):
+            self.stop_nats()
+        for name in reversed(self._namespaces):
+            for pid in run("ip", "netns", "pids", name, check=False).stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            run("ip", "netns", "del", name, check=False)
+        self._namespaces.clear()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- hosts -----------------------------------------------------------------------------------------
+    def _netns(self, short: str) -> Host:
+        host = Host(f"{self.prefix}{short}")
+        run("ip", "netns", "add", host.name)
+        self._namespaces.append(host.name)
+        host.run("ip", "link", "set", "lo", "up")
+        return host
+
+    def _build_hosts(self) -> None:
+        fabric = self._netns("fab")
+        fabric.run("ip", "link", "add", "br0", "type", "bridge")
+        fabric.run("ip", "link", "set", "br0", "up")
+        others = 0
+        for index, name in enumerate(self.host_names):
+            if name in ADDRESSES:
+                address = ADDRESSES[name]
+            else:
+                others += 1
+                address = f"198.18.3.{others}"
+            ns = self._netns(name)
+            outer = f"{self.prefix}p{index}"[:15]
+            run("ip", "link", "add", outer, "type", "veth", "peer", "name", f"{self.prefix}q{index}"[:15])
+            run("ip", "link", "set", outer, "netns", fabric.name)
+            run("ip", "link", "set", f"{self.prefix}q{index}"[:15], "netns", ns.name)
+            fabric.run("ip", "link", "set", outer, "master", "br0")
+            fabric.run("ip", "link", "set", outer, "up")
+            ns.run("ip", "link", "set", f"{self.prefix}q{index}"[:15], "name", "eth0")
+            ns.run("ip", "addr", "add", f"{address}/16", "dev", "eth0")
+            ns.run("ip", "link", "set", "eth0", "up")
+            self.hosts[name] = LabHost(name, ns.name, address, ns, agent_user(name))
+        if "lb" in self.hosts:
+            lb = self.hosts["lb"].ns
+            # Namespace-local sysctls: they vanish with the namespace.
+            lb.run("sysctl", "-qw", "net.ipv4.ip_forward=1")
+            lb.run("sysctl", "-qw", "net.ipv4.conf.all.send_redirects=0")
+            lb.run("sysctl", "-qw", "net.ipv4.conf.eth0.send_redirects=0")
+            server = ADDRESSES["server"]
+            rules = (
+                "table ip lab_nat {\n"
+                " chain prerouting {\n"
+                "  type nat hook prerouting priority dstnat; policy accept;\n"
+                f"  ip daddr {VIP} tcp dport 80 dnat to {server}:8080\n"
+                f"  ip daddr {VIP} tcp dport 81 dnat to {server}:8081\n"
+                " }\n"
+                "}\n"
+            )
+            run(*lb.argv("nft", "-f", "-"), input_text=rules)
+        if "server" in self.hosts:
+            self.hosts["server"].ns.run(
+                "iptables", "-A", "INPUT", "-p", "tcp", "--dport", "8080", "-j", "DROP"
+            )
+
+    # -- nats-server -----------------------------------------------------------------------------------
+    def start_nats(self, timeout: float = 15) -> None:
+        if self._nats is not None and self._nats.poll() is None:
+            return
+        if shutil.which("nats-server") is None:
+            raise RuntimeError("nats-server is not installed: apt-get install nats-server (make deps does)")
+        log = (self.workdir / "nats.log").open("ab")
+        self._nats = subprocess.Popen(
+            ["nats-server", "-c", str(self.nats_config_path)], stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+        wait_for(self._nats_healthy, timeout, "nats-server with JetStream to be ready")
+
+    def _nats_healthy(self) -> bool:
+        if self._nats is None or self._nats.poll() is not None:
+            log = (self.workdir / "nats.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"nats-server exited: {log}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.monitor_port), timeout=0.5) as conn:
+                conn.sendall(b"GET /healthz?js-enabled-only=true HTTP/1.0\r\n\r\n")
+                return b" 200 " in conn.recv(4096).split(b"\r\n", 1)[0] + b" "
+        except OSError:
+            return False
+
+    def stop_nats(self, kill: bool = False) -> None:
+        if self._nats is None:
+            return
+        if self._nats.poll() is None:
+            self._nats.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self._nats.wait(10)
+            except subprocess.TimeoutExpired:
+                self._nats.kill()
+                self._nats.wait(5)
+        self._nats = None
+
+    def restart_nats(self) -> None:
+        self.stop_nats()
+        self.start_nats()
+
+    def nats_running(self) -> bool:
+        return self._nats is not None and self._nats.poll() is None
+
+    # -- agents ----------------------------------------------------------------------------------------
+    def _agent_config(self, host: LabHost) -> str:
+        password_file = self.workdir / f"{host.name}.password"
+        password_file.write_text(host.user.password + "\n")
+        password_file.chmod(0o600)
+        return (
+            "[agent]\n"
+            'listen = "127.0.0.1:0"\n'
+            'socket = ""\n'
+            "[exporter.drops]\n"
+            "enabled = false\n"
+            "[fleet]\n"
+            f'url = "{self.nats_url}"\n'
+            f'host_id = "{host.name}"\n'
+            f'user = "{host.user.user}"\n'
+            f'password_file = "{password_file}"\n'
+            f'controller_key = "{self.controller_public_key_text}"\n'
+            f'controller_key_id = "{self.key_id}"\n'
+            f'netns = "{host.netns}"\n'
+            f"heartbeat_seconds = {self.heartbeat_seconds}\n"
+            "[fleet.labels]\n"
+            f'role = "{host.name}"\n'
+            f"{self.agent_settings}"
+        )
+
+    def start_agent(self, name: str, wait: bool = True, timeout: float = 30) -> AgentProcess:
+        host = self.hosts[name]
+        agent = self._agents.get(name)
+        if agent is not None and agent.running():
+            return agent
+        config_path = self.workdir / f"agent-{name}.toml"
+        config_path.write_text(self._agent_config(host))
+        agent = AgentProcess(
+            name, config_path, self.workdir / f"agent-{name}.log", self.workdir / f"{name}.ready"
+        )
+        agent.ready_path.unlink(missing_ok=True)
+        log = agent.log_path.open("ab")
+        agent.process = subprocess.Popen(
+            [
+                PYTHON,
+                "-m",
+                "netsleuth",
+                "agent",
+                "--config",
+                str(config_path),
+                "--ready-file",
+                str(agent.ready_path),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+        log.close()
+        self._agents[name] = agent
+        if wait:
+            since = time.time_ns()
+            self.wait_registered([name], since_ns=since - 1, timeout=timeout)
+        return agent
+
+    def agent(self, name: str) -> AgentProcess:
+        return self._agents[name]
+
+    def kill_agent(self, name: str) -> None:
+        """SIGKILL: the agent dies without any goodbye (its programs go with its fds)."""
+        agent = self._agents[name]
+        if agent.process is not None and agent.process.poll() is None:
+            agent.process.kill()
+            agent.process.wait(10)
+
+    def stop_agent(self, name: str, timeout: float = 20) -> int | None:
+        """SIGTERM and wait: returns the exit code."""
+        agent = self._agents.get(name)
+        if agent is None or agent.process is None:
+            return None
+        if agent.process.poll() is None:
+            agent.process.terminate()
+            try:
+                agent.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                agent.process.kill()
+                agent.process.wait(5)
+        return agent.process.returncode
+
+    # -- NATS as the controller or admin ---------------------------------------------------------------
+    def _run(self, coroutine: Coroutine[Any, Any, _T], timeout: float = 30) -> _T:
+        assert self._io is not None, "the lab is not started"
+        return self._io.run(coroutine, timeout)
+
+    async def _admin_client(self) -> Client:
+        if self._admin is None or self._admin.is_closed:
+            self._admin = await nats.connect(
+                self.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2, **self.admin_credentials
+            )
+        return self._admin
+
+    async def _create_bucket(self) -> None:
+        from netsleuth.fleet.host_registry import ensure_hosts_bucket
+
+        client = await self._admin_client()
+        await ensure_hosts_bucket(client.jetstream())
+
+    async def _registry(self) -> dict[str, HostEntry]:
+        client = await self._admin_client()
+        kv = await client.jetstream().key_value(HOSTS_BUCKET)
+        entries: dict[str, HostEntry] = {}
+        try:
+            keys = await kv.keys()
+        except Exception as error:  # nats-py raises NoKeysError for an empty bucket
+            if type(error).__name__ == "NoKeysError":
+                return entries
+            raise
+        for key in keys:
+            entry = await kv.get(key)
+            if entry.value:
+                entries[key] = HostEntry.from_json(decode(entry.value, "host entry"))
+        return entries
+
+    def registry(self) -> dict[str, HostEntry]:
+        return self._run(self._registry())
+
+    def wait_registered(
+        self, names: Iterable[str], since_ns: int = 0, timeout: float = 20
+    ) -> dict[str, HostEntry]:
+        """Until every named host has an "up" entry with a heartbeat after `since_ns`."""
+        wanted = list(names)
+        found: dict[str, HostEntry] = {}
+
+        def registered() -> bool:
+            for name in wanted:
+                agent = self._agents.get(name)
+                if agent is not None and agent.process is not None and agent.process.poll() is not None:
+                    raise RuntimeError(f"the agent of {name} exited: {agent.log_text()[-3000:]}")
+            try:
+                entries = self.registry()
+            except Exception:
+                return False  # NATS not back yet
+            found.update(entries)
+            return all(
+                name in entries and entries[name].status == "up" and entries[name].heartbeat_ns > since_ns
+                for name in wanted
+            )
+
+        wait_for(registered, timeout, f"hosts {', '.join(wanted)} to register")
+        return found
+
+    def nats_request(self, subject: str, data: bytes, timeout: float = 5, admin: bool = False) -> bytes:
+        """One request/reply as the controller (or the admin): the reply's data."""
+
+        async def request() -> bytes:
+            creds = self.admin_credentials if admin else self.controller_credentials
+            client = await nats.connect(self.nats_url, **creds)
+            try:
+                reply = await client.request(subject, data, timeout=timeout)
+                return bytes(reply.data)
+            finally:
+                await client.close()
+
+        return self._run(request(), timeout + 10)
+
+    def task(
+        self,
+        host: str,
+        session: str,
+        diagnostic: str = "drops",
+        config: dict[str, Any] | None = None,
+        deadline_s: float = 3.0,
+        lifetime_s: float = 30.0,
+        scope: Scope | None = None,
+        budgets: Budgets | None = None,
+        user: str = "lab",
+    ) -> Task:
+        now = time.time()
+        return Task(
+            id=new_task_id(),
+            session=session,
+            host=host,
+            diagnostic=diagnostic,
+            config=config if config is not None else {},
+            scope=scope if scope is not None else Scope(netns=(self.hosts[host].netns,)),
+            issued_at=now,
+            expires_at=now + lifetime_s,
+            deadline_s=deadline_s,
+            budgets=budgets or Budgets(),
+            user=user,
+        )
+
+    def sign(self, task: Task) -> SignedTask:
+        return SignedTask.sign(task, self.controller_key, self.key_id)
+
+
+def _main() -> int:
+    """`make fleet-demo`: bring the lab up, show each host's registry entry, keep it up until Ctrl-C."""
+    if os.geteuid() != 0:
+        print(
+            "the fleet lab needs root (network namespaces, BPF): run `sudo make fleet-demo`", file=sys.stderr
+        )
+        return 1
+    with FleetLab() as lab:
+        print(f"NATS {lab.nats_url} (config {lab.nats_config_path})")
+        for name, entry in sorted(lab.registry().items()):
+            host = lab.hosts[name]
+            print(
+                f"  {name:<8} {host.address:<12} netns {host.netns:<14} agent pid {lab.agent(name).pid:<7} "
+                f"kernel {entry.kernel} diagnostics {','.join(entry.diagnostics)} "
+                f"clock offset {entry.features.get('clock_offset_ns', 0) / 1e6:+.3f} ms"
+            )
+        print(
+            json.dumps(
+                {"nats_url": lab.nats_url, **lab.controller_credentials, "key": lab.controller_key_text}
+            )
+        )
+        if sys.stdin.isatty():
+            with contextlib.suppress(KeyboardInterrupt):
+                input("the lab is up; press Enter (or Ctrl-C) to tear it down\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
