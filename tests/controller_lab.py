@@ -1,0 +1,146 @@
+"""A real `netsleuth controller` process for a FleetLab: its config (users, roles, the lab's signing key and
+NATS credentials) written to the lab's workdir, started on a free port, stopped (or killed) by the test.
+
+    with FleetLab() as lab, ControllerProcess(lab) as controller:
+        controller.url                       # http://127.0.0.1:PORT
+        controller.tokens["alice"]           # operator: drops/conn/resets/diagnose on every host's own netns
+        controller.tokens["bob"]             # only drops, only on host client, only in netns "web"
+        controller.tokens["root"]            # admin
+        controller.kill()                    # SIGKILL mid-session (agents must stop on their own)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from types import TracebackType
+
+from netsleuth.controller.auth import hash_token, new_token
+from tests.fleet_lab import REPO, FleetLab, free_port
+from tests.netlab import wait_for
+
+__all__ = ["ControllerProcess"]
+
+ROLES = """
+[roles.operators]
+diagnostics = ["drops", "conn", "resets", "diagnose", "tcp.states"]
+hosts = ["*"]
+netns = ["host"]
+max_concurrent = 2
+max_duration = 30
+max_hosts = 5
+
+[roles.web-readonly]
+diagnostics = ["drops"]
+hosts = ["client"]
+netns = ["web"]
+max_concurrent = 1
+max_duration = 10
+
+[roles.admins]
+admin = true
+diagnostics = ["*"]
+hosts = ["*"]
+netns = ["*"]
+max_concurrent = 10
+max_duration = 300
+max_hosts = 1000
+"""
+
+
+class ControllerProcess:
+    def __init__(
+        self, lab: FleetLab, extra_config: str = "", extra_users: dict[str, list[str]] | None = None
+    ) -> None:
+        """`extra_users`: more users, name -> roles (defined in `extra_config` as [roles.NAME] tables or
+        among ROLES); each gets a token in `tokens` like the built-in three."""
+        self.lab = lab
+        self.workdir = lab.workdir / "controller"
+        self.workdir.mkdir(exist_ok=True)
+        self.user_roles = {"alice": ["operators"], "bob": ["web-readonly"], "root": ["admins"]}
+        self.user_roles.update(extra_users or {})
+        self.tokens = {name: new_token() for name in self.user_roles}
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra_config = extra_config
+        self.process: subprocess.Popen[bytes] | None = None
+        self.config_path = self.workdir / "controller.toml"
+        self.ready_path = self.workdir / "ready.json"
+        self.log_path = self.workdir / "controller.log"
+
+    def _config(self) -> str:
+        key_file = self.workdir / "signing.key"
+        key_file.write_text(self.lab.controller_key_text + "\n")
+        key_file.chmod(0o600)
+        creds = self.lab.controller_credentials
+        users = "".join(
+            f'[[users]]\nname = "{name}"\ntoken_hash = "{hash_token(token)}"\n'
+            f"roles = {json.dumps(self.user_roles[name])}\n\n"
+            for name, token in self.tokens.items()
+        )
+        return (
+            f'[http]\nlisten = "127.0.0.1:{self.port}"\n\n'
+            f'[nats]\nurl = "{self.lab.nats_url}"\nuser = "{creds["user"]}"\n'
+            f'password = "{creds["password"]}"\n\n'
+            f'[signing]\nkey_file = "{key_file}"\nkey_id = "{self.lab.key_id}"\n\n'
+            "[sessions]\nprepare_timeout = 8\nstart_margin = 0.3\nhost_silence = 3\n\n"
+            f"{users}{ROLES}\n{self.extra_config}"
+        )
+
+    def start(self, timeout: float = 30) -> None:
+        self.config_path.write_text(self._config())
+        self.config_path.chmod(0o600)
+        self.ready_path.unlink(missing_ok=True)
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "netsleuth", "controller", "--config", str(self.config_path),
+             "--ready-file", str(self.ready_path)],
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+        )  # fmt: skip
+        log.close()
+
+        def ready() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"the controller exited: {self.log_text()[-3000:]}")
+            return self.ready_path.exists()
+
+        wait_for(ready, timeout, "the controller to listen")
+        assert json.loads(self.ready_path.read_text())["port"] == self.port
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.process = None
+
+    def env(self, user: str) -> dict[str, str]:
+        """The environment a `netsleuth fleet` child needs to act as `user`."""
+        return {**os.environ, "NETSLEUTH_CONTROLLER": self.url, "NETSLEUTH_TOKEN": self.tokens[user]}
+
+    def __enter__(self) -> ControllerProcess:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
