@@ -32,6 +32,7 @@ _COMMAND_MODULES = {
     "tcp": "netsleuth.commands.tcp",
     "conn": "netsleuth.commands.conn",
     "agent": "netsleuth.commands.agent",
+    "dns": "netsleuth.commands.dns",
     "controller": "netsleuth.commands.controller",
     "fleet": "netsleuth.commands.fleet",
 }

@@ -1,0 +1,890 @@
+"""`dns`: every DNS query a process sends, joined with its answer in the kernel (bpf/dns.bpf.c).
+
+The kernel counts queries and answers exactly by (process, server, name, type) with answers by response code
+and a latency histogram, and sends each joined answer (the query's facts + the answer's bytes) and every
+dropped DNS packet. Here: answers are parsed with dnspython, the process that asked is named the way drops
+names a socket's owner, queries older than `--timeout` are swept out of the kernel's pending table and become
+timeout records, and a timeout is joined with the drop of its query or answer on this host (the firewall rule,
+a full receive buffer) - also when the answer did reach the socket but the kernel dropped it there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from netsleuth.bpf.btf import vmlinux_btf
+from netsleuth.bpf.program_session import ProgramSession
+from netsleuth.diagnostics.attribution import Owner, OwnerFacts
+from netsleuth.diagnostics.dns_abi import (
+    DnsConfigC,
+    DnsEvent,
+    DnsEventKind,
+    DnsGroupKey,
+    DnsGroupValue,
+    DnsPendingKey,
+    DnsQueryC,
+    DnsStat,
+)
+from netsleuth.diagnostics.dns_summary import DnsGroupStats, DnsSummaryRow, summary_rows
+from netsleuth.diagnostics.dns_wire import (
+    dns_in_packet,
+    name_from_wire,
+    parse_answer,
+    rcode_name,
+    rcode_number,
+    type_name,
+)
+from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
+from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
+from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
+from netsleuth.diagnostics.packet_abi import decode_tuple
+from netsleuth.diagnostics.totals import EventTotals
+from netsleuth.errors import EnvironmentProblem, UsageError
+from netsleuth.kernel.kconfig import thread_size
+from netsleuth.packet import PacketTuple
+
+if TYPE_CHECKING:
+    from netsleuth.bpf.object import BpfObject
+    from netsleuth.diagnostics.drops_enrich import DropEnricher
+    from netsleuth.kernel.context import KernelContext
+    from netsleuth.kernel.reasons import DropReasons
+
+__all__ = [
+    "DIAGNOSTIC",
+    "DNS_KEYS",
+    "DnsAnswer",
+    "DnsConfig",
+    "DnsDiagnostic",
+    "DnsDrop",
+    "DnsSummary",
+    "DnsTimeout",
+    "DnsTotals",
+    "DnsUnmatched",
+    "read_dns_config",
+]
+
+_EVENT_SIZE = ctypes.sizeof(DnsEvent)
+_QUERY_SIZE = ctypes.sizeof(DnsQueryC)
+_SWEEP_S = 0.2
+_TCP = 6
+_TCP_RETRY_WINDOW_NS = 10_000_000_000
+_TIMEOUT_PSEUDO_RCODE = "TIMEOUT"  # --rcode TIMEOUT keeps timeouts when filtering by response code
+_SCHEMA_V = 1
+
+
+# -- config ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DnsConfig:
+    packet_filter: PacketFilter = field(default_factory=PacketFilter)
+    names: tuple[str, ...] = ()  # --name: a name or a suffix (`example.com` keeps `www.example.com`)
+    rcodes: frozenset[int] = frozenset()  # --rcode
+    filter_rcodes: bool = False  # --rcode given (maybe only TIMEOUT, then no answer is shown)
+    keep_timeouts: bool = True  # with --rcode: only when TIMEOUT is listed
+    slow_ms: float = 0.0  # --slow: only answers at least this slow (timeouts always are)
+    timeout_s: float = 5.0
+    dns_port: int = 53
+    summary_only: bool = False
+    sample_every: int = 1
+    duration: float | None = None
+
+    def run_options(self) -> RunOptions:
+        return RunOptions(summary=self.summary_only, sample=self.sample_every, duration=self.duration)
+
+    def name_wanted(self, name: str | None) -> bool:
+        if not self.names:
+            return True
+        if name is None:
+            return False
+        lowered = name.lower().rstrip(".")
+        return any(lowered == wanted or lowered.endswith("." + wanted) for wanted in self.names)
+
+
+DNS_KEYS = (*FILTER_KEYS, *RunOptions.KEYS, "name", "rcode", "slow", "timeout", "dns_port")
+
+
+def read_dns_config(values: ConfigInput) -> DnsConfig:
+    options = RunOptions.read(values)
+    names = []
+    for text in values.texts("name"):
+        name = text.strip().lower().rstrip(".")
+        if not name or len(name) > 253 or any(not 0 < len(label) <= 63 for label in name.split(".")):
+            raise UsageError(f"--name {text!r} is not a DNS name (labels of 1 to 63 characters)")
+        names.append(name)
+    rcodes = set()
+    keep_timeouts = True
+    rcode_texts = values.texts("rcode")
+    if rcode_texts:
+        keep_timeouts = False
+        for text in rcode_texts:
+            if text.upper() == _TIMEOUT_PSEUDO_RCODE:
+                keep_timeouts = True
+                continue
+            number = rcode_number(text)
+            if number is None:
+                raise UsageError(
+                    f"--rcode {text!r} is not a DNS response code (e.g. NOERROR, NXDOMAIN, SERVFAIL, "
+                    "REFUSED, a number 0-15, or TIMEOUT)"
+                )
+            rcodes.add(number)
+    slow = values.number("slow")
+    if slow is not None and slow < 0:
+        raise UsageError("--slow must be a number of milliseconds, 0 or more")
+    timeout = values.number("timeout")
+    if timeout is not None and not 0 < timeout <= 3600:
+        raise UsageError("--timeout must be a number of seconds between 0 and 3600")
+    dns_port = values.integer("dns_port", default=53)
+    if not 0 < dns_port <= 65535:
+        raise UsageError(f"--dns-port {dns_port} is not a port: give a number from 1 to 65535")
+    return DnsConfig(
+        packet_filter=read_packet_filter(values),
+        names=tuple(names),
+        rcodes=frozenset(rcodes),
+        filter_rcodes=bool(rcode_texts),
+        keep_timeouts=keep_timeouts,
+        slow_ms=slow or 0.0,
+        timeout_s=timeout if timeout is not None else 5.0,
+        dns_port=dns_port,
+        summary_only=options.summary,
+        sample_every=options.sample,
+        duration=options.duration,
+    )
+
+
+# -- records ---------------------------------------------------------------------------------------------
+
+
+def _iso(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="microseconds")
+
+
+@dataclass(frozen=True)
+class DnsQueryFacts:
+    """Who asked what of whom: common to answers and timeouts."""
+
+    time: float  # the query's first send, seconds since the epoch
+    owner: Owner
+    netns: int
+    netns_name: str | None
+    proto: str  # "udp" | "tcp"
+    family: int
+    client: str
+    client_port: int
+    server: str
+    server_port: int
+    id: int
+    name: str
+    qtype: str
+    retransmits: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time": _iso(self.time),
+            "pid": self.owner.pid,
+            "comm": self.owner.comm,
+            "owner": self.owner.source,
+            "container": self.owner.container,
+            "netns": self.netns,
+            "netns_name": self.netns_name,
+            "proto": self.proto,
+            "family": self.family,
+            "client": self.client,
+            "client_port": self.client_port,
+            "server": self.server,
+            "server_port": self.server_port,
+            "id": self.id,
+            "name": self.name,
+            "qtype": self.qtype,
+            "retransmits": self.retransmits,
+        }
+
+
+@dataclass(frozen=True)
+class DnsDrop:
+    """A DNS packet the kernel dropped on this host, named (reason, place, rule, owner)."""
+
+    time: float
+    direction: str  # "query" | "answer"
+    reason: str
+    location: str
+    packet: PacketTuple
+    id: int | None
+    name: str | None
+    owner: Owner
+    netns: int
+    netns_name: str | None
+    rule: str | None  # the firewall rule, when the reason is NETFILTER_DROP and it is found
+    hook: str | None
+
+    def cause(self) -> str:
+        where = f" (netns {self.netns_name or self.netns})"
+        if self.rule:
+            return f'{self.direction} dropped by firewall rule "{self.rule}" ({self.hook} hook){where}'
+        if self.reason in ("SOCKET_RCVBUFF", "UDP_RCVBUFF", "SOCKET_RCV_SHUTDOWN") or "RCVBUF" in self.reason:
+            who = f"{self.owner.comm}[{self.owner.pid}]" if self.owner.pid else "the client"
+            return f"{self.direction} dropped: the receive buffer of {who} was full{where}"
+        return f"{self.direction} dropped by the kernel: {self.reason} at {self.location}{where}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "dns_drop",
+            "v": _SCHEMA_V,
+            "time": _iso(self.time),
+            "direction": self.direction,
+            "reason": self.reason,
+            "location": self.location,
+            "proto": self.packet.proto_name,
+            "saddr": self.packet.saddr,
+            "daddr": self.packet.daddr,
+            "sport": self.packet.sport,
+            "dport": self.packet.dport,
+            "id": self.id,
+            "name": self.name,
+            "pid": self.owner.pid,
+            "comm": self.owner.comm,
+            "owner": self.owner.source,
+            "netns": self.netns,
+            "netns_name": self.netns_name,
+            "rule": self.rule,
+            "hook": self.hook,
+            "cause": self.cause(),
+        }
+
+
+@dataclass(frozen=True)
+class DnsAnswer:
+    query: DnsQueryFacts
+    latency_ms: float
+    rcode: str
+    answer_count: int
+    answers: tuple[str, ...]
+    truncated: bool
+    tcp_retry: bool  # a TCP query retrying a truncated UDP answer to the same process, name and type
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "dns",
+            "v": _SCHEMA_V,
+            **self.query.to_json(),
+            "latency_ms": round(self.latency_ms, 3),
+            "rcode": self.rcode,
+            "answer_count": self.answer_count,
+            "answers": list(self.answers),
+            "truncated": self.truncated,
+            "tcp_retry": self.tcp_retry,
+        }
+
+
+@dataclass(frozen=True)
+class DnsTimeout:
+    """No answer reached the process within --timeout: none came, or the kernel dropped it on the way."""
+
+    query: DnsQueryFacts
+    waited_ms: float
+    drop: DnsDrop | None  # the drop of this query or its answer on this host, when one was seen
+    answer_arrived_ms: float | None  # the answer reached the socket after this long, then was dropped
+
+    @property
+    def cause(self) -> str:
+        if self.drop is not None:
+            return self.drop.cause()
+        return "no answer arrived on this host (lost on the way, or the server did not answer)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "dns_timeout",
+            "v": _SCHEMA_V,
+            **self.query.to_json(),
+            "waited_ms": round(self.waited_ms, 3),
+            "answer_arrived_ms": None if self.answer_arrived_ms is None else round(self.answer_arrived_ms, 3),
+            "cause": self.cause,
+            "drop": self.drop.to_json() if self.drop is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class DnsUnmatched:
+    """An answer for which no query was pending: asked before the trace started, or a late answer to a
+    query already reported as a timeout (`late`)."""
+
+    time: float
+    owner: Owner
+    netns: int
+    proto: str
+    client: str
+    client_port: int
+    server: str
+    id: int
+    name: str | None
+    rcode: str
+    late: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "dns_unmatched",
+            "v": _SCHEMA_V,
+            "time": _iso(self.time),
+            "pid": self.owner.pid,
+            "comm": self.owner.comm,
+            "netns": self.netns,
+            "proto": self.proto,
+            "client": self.client,
+            "client_port": self.client_port,
+            "server": self.server,
+            "id": self.id,
+            "name": self.name,
+            "rcode": self.rcode,
+            "late": self.late,
+        }
+
+
+@dataclass(frozen=True)
+class DnsTotals:
+    """The kernel's exact DNS counters (bpf/dns.h enum dns_stat) plus userspace's timeouts."""
+
+    events: EventTotals
+    queries: int
+    answers: int
+    unmatched: int
+    untracked: int
+    retransmits: int
+    drops: int
+    timeouts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.events.to_json(),
+            "queries": self.queries,
+            "answers": self.answers,
+            "unmatched": self.unmatched,
+            "untracked": self.untracked,
+            "retransmits": self.retransmits,
+            "dns_drops": self.drops,
+            "timeouts": self.timeouts,
+        }
+
+
+@dataclass(frozen=True)
+class DnsSummary:
+    totals: DnsTotals
+    attach: str
+    interrupted: bool
+    rows: tuple[DnsSummaryRow, ...]
+    clock: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "summary",
+            "v": _SCHEMA_V,
+            "diagnostic": "dns",
+            **self.totals.to_json(),
+            "attach": self.attach,
+            "interrupted": self.interrupted,
+            "clock": self.clock,
+            "rows": [row.to_json() for row in self.rows],
+        }
+
+
+DnsRecord = DnsAnswer | DnsTimeout | DnsUnmatched | DnsDrop
+
+
+# -- the session -----------------------------------------------------------------------------------------
+
+
+def cgroup2_root(mountinfo: str = "/proc/self/mountinfo") -> str:
+    """The mount point of the cgroup v2 hierarchy's root (`/sys/fs/cgroup` or, on hybrid hosts,
+    `/sys/fs/cgroup/unified`): programs attached there see every socket of every process."""
+    try:
+        with open(mountinfo) as lines:
+            for line in lines:
+                fields = line.split()
+                separator = fields.index("-")
+                if fields[separator + 1] == "cgroup2" and fields[3] == "/":
+                    return fields[4]
+    except (OSError, ValueError, IndexError):
+        pass
+    raise EnvironmentProblem(
+        "no cgroup v2 hierarchy is mounted, which netsleuth dns attaches to: "
+        "mount one with `mount -t cgroup2 none /sys/fs/cgroup/unified`"
+    )
+
+
+@dataclass
+class _HeldAnswer:
+    """An answer event kept one poll round, so a drop of that answer in the socket (the kernel writes it
+    to the ring right after the answer) turns it into a timeout."""
+
+    event: DnsEvent
+    payload: bytes
+    held_at: float
+
+
+class DnsDiagnostic:
+    """`dns` as a session of the diagnostic model."""
+
+    attach_kind: str
+
+    def __init__(self, config: DnsConfig, context: KernelContext | None = None) -> None:
+        self.config = config
+        self._context = context
+        self._program = ProgramSession(
+            "dns",
+            ("dns_drop",),
+            mirrors=(
+                ("dns_event", DnsEvent),
+                ("dns_group", DnsGroupValue),
+                ("dns_group_key", DnsGroupKey),
+                ("dns_query", DnsQueryC),
+                ("dns_pending_key", DnsPendingKey),
+                ("dns_config", DnsConfigC),
+            ),
+        )
+        self._owners = OwnerInodeSync(config.packet_filter)
+        self._cgroup_fd = -1
+        self._reasons: DropReasons | None = None
+        self._drop_enricher: DropEnricher | None = None
+        self._last_sweep = 0.0
+        self._timeouts = 0
+        self._group_timeouts: dict[bytes, int] = {}
+        self._held: list[_HeldAnswer] = []
+        # Recent drops by (client, client port, server, id): what a timeout is joined with.
+        self._drops: OrderedDict[tuple[str | None, int, str | None, int], DnsDrop] = OrderedDict()
+        self._timed_out: OrderedDict[tuple[int, int], float] = OrderedDict()  # (cookie, id) -> when
+        self._truncated: OrderedDict[tuple[int | None, str, int], int] = OrderedDict()
+        self.attach_kind = ""
+
+    # -- start -----------------------------------------------------------------------------------------
+    @property
+    def context(self) -> KernelContext:
+        if self._context is None:
+            from netsleuth.kernel.context import KernelContext
+
+            self._context = KernelContext(firewall=True)
+        return self._context
+
+    def _kernel_config(self, reasons: DropReasons) -> DnsConfigC:
+        packet_filter = self.config.packet_filter
+        cfg = DnsConfigC()
+        none = 0xFFFFFFFF
+        cfg.netns = packet_filter.netns or 0
+        cfg.sample_every = self.config.sample_every
+        cfg.pid = packet_filter.pid or 0
+        # Bit 16 matches no response code: `--rcode TIMEOUT` alone shows timeouts and no answer.
+        cfg.rcode_mask = sum(1 << rcode for rcode in self.config.rcodes) or (
+            1 << 16 if self.config.filter_rcodes else 0
+        )
+        cfg.slow_ns = int(self.config.slow_ms * 1e6)
+        cfg.thread_size = thread_size()
+        cfg.consumed_reason = none if reasons.consumed is None else reasons.consumed
+        cfg.not_dropped_reason = none if reasons.not_dropped is None else reasons.not_dropped
+        cfg.dns_port = self.config.dns_port
+        cfg.port = packet_filter.port or 0
+        cfg.sport = packet_filter.sport or 0
+        cfg.dport = packet_filter.dport or 0
+        if packet_filter.proto is not None:
+            cfg.filter_l4proto = 1
+            cfg.l4proto = packet_filter.proto
+        cfg.family = packet_filter.family or 0
+        cfg.filter_host = int(bool(packet_filter.hosts))
+        cfg.filter_src = int(bool(packet_filter.sources))
+        cfg.filter_dst = int(bool(packet_filter.destinations))
+        cfg.filter_owner = int(packet_filter.filters_owner)
+        cfg.emit_events = int(not self.config.summary_only)
+        arity = vmlinux_btf().tracepoint_arity("kfree_skb")
+        cfg.has_rx_sk = int(arity is not None and arity >= 4)
+        if packet_filter.dev:
+            cfg.filter_dev = 1
+            cfg.dev = packet_filter.dev.encode()
+        cfg.comm = (packet_filter.comm or "").encode()
+        return cfg
+
+    def start(self) -> None:
+        from netsleuth.kernel.reasons import load_drop_reasons
+
+        self._reasons = load_drop_reasons()
+        root = cgroup2_root()
+        try:
+            self._cgroup_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as error:
+            raise EnvironmentProblem(f"cannot open the cgroup v2 root {root}: {error.strerror}") from None
+
+        def prepare(bpf_object: BpfObject) -> None:
+            fill_address_maps(bpf_object, self.config.packet_filter)
+            self._owners.refresh(bpf_object, force=True)
+            # The socket programs attach here, before the drop tracepoint: through BPF links owned by this
+            # process, so they go away with it (never bpf_prog_attach, which would outlive a crash).
+            bpf_object.attach_cgroup("dns_egress", self._cgroup_fd)
+            bpf_object.attach_cgroup("dns_ingress", self._cgroup_fd)
+
+        self._program.start(["dns_drop"], ("cfg", self._kernel_config(self._reasons)), prepare, ring="events")
+        self.attach_kind = f"cgroup_skb+{self._program.attach_kind}"
+
+    # -- decoding --------------------------------------------------------------------------------------
+    def _owner(self, query: DnsQueryC, sock_ino: int) -> Owner:
+        in_task = bool(query.in_task) and not query.kthread and query.group.tgid
+        return self.context.owner(
+            OwnerFacts(
+                task_pid=query.group.tgid if in_task else None,
+                task_comm=query.group.comm.decode(errors="replace"),
+                tracked_pid=0,
+                tracked_comm="",
+                sock_ino=sock_ino,
+            )
+        )
+
+    def _query_facts(self, query: DnsQueryC) -> DnsQueryFacts:
+        group = query.group
+        family = group.family
+        return DnsQueryFacts(
+            time=self.context.wall_time(query.sent_ns),
+            owner=self._owner(query, query.sock_ino),
+            netns=group.netns,
+            netns_name=self.context.netns_name(group.netns),
+            proto="tcp" if group.l4proto == _TCP else "udp",
+            family=family,
+            client=PacketTuple.address_text(family, bytes(query.client)) or "?",
+            client_port=query.client_port,
+            server=PacketTuple.address_text(family, bytes(group.server)) or "?",
+            server_port=group.server_port,
+            id=0,
+            name=name_from_wire(bytes(group.qname[: group.qname_len])),
+            qtype=type_name(group.qtype),
+            retransmits=query.retransmits,
+        )
+
+    def _drop(self, event: DnsEvent, frames: tuple[int, ...], packet: bytes) -> DnsDrop:
+        from netsleuth.diagnostics.drops import RawDrop
+        from netsleuth.diagnostics.drops_enrich import DropEnricher
+
+        assert self._reasons is not None
+        if self._drop_enricher is None:
+            self._drop_enricher = DropEnricher(self._reasons, context=self.context)
+            self._drop_enricher.prepare(self.config.packet_filter.netns)
+        tuple_ = decode_tuple(event.tuple, event.tuple.l3_len)
+        record = self._drop_enricher.enrich(
+            RawDrop(
+                monotonic_ns=event.time_ns,
+                location=event.location,
+                reason=event.reason,
+                netns=event.netns,
+                pid=event.pid,
+                tid=event.tid,
+                in_task=bool(event.in_task),
+                kthread=bool(event.kthread),
+                comm=event.comm.decode(errors="replace"),
+                sock_ino=event.sock_ino,
+                sk_state=None,
+                ifindex=event.ifindex,
+                ifname="",
+                skb_len=event.tuple.l3_len,
+                cpu=0,
+                packet=tuple_,
+                frames=frames,
+                packet_bytes=packet,
+            )
+        )
+        parsed = dns_in_packet(packet, tuple_.family, tuple_.proto)
+        to_server = tuple_.dport == self.config.dns_port
+        netfilter = record.netfilter or {}
+        return DnsDrop(
+            time=record.time,
+            direction="query" if to_server else "answer",
+            reason=record.reason,
+            location=record.location,
+            packet=tuple_,
+            id=parsed.id if parsed else None,
+            name=parsed.qname if parsed else None,
+            owner=record.owner,
+            netns=record.netns,
+            netns_name=record.netns_name,
+            rule=netfilter.get("rule"),
+            hook=netfilter.get("hook"),
+        )
+
+    def _remember_drop(self, drop: DnsDrop) -> None:
+        packet = drop.packet
+        if drop.id is None:
+            return
+        if drop.direction == "query":
+            key = (packet.saddr, packet.sport or 0, packet.daddr, drop.id)
+        else:
+            key = (packet.daddr, packet.dport or 0, packet.saddr, drop.id)
+        self._drops[key] = drop
+        self._drops.move_to_end(key)
+        while len(self._drops) > 4096:
+            self._drops.popitem(last=False)
+
+    def _drop_for(self, facts: DnsQueryFacts, query_id: int) -> DnsDrop | None:
+        return self._drops.get((facts.client, facts.client_port, facts.server, query_id))
+
+    def _answer(self, held: _HeldAnswer) -> DnsRecord | None:
+        event = held.event
+        facts = self._query_facts(event.query)
+        facts = _with_id(facts, event.id)
+        drop = self._drop_for(facts, event.id)
+        if drop is not None and drop.direction == "answer" and facts.proto == "udp":
+            # The answer reached the socket and the kernel dropped it there: the process never saw it.
+            return DnsTimeout(facts, self.config.timeout_s * 1000, drop, event.latency_ns / 1e6)
+        parsed = parse_answer(held.payload, event.rcode, event.flags_hi, 0)
+        name = parsed.qname or facts.name
+        facts = _with_name(facts, name)
+        if not self.config.name_wanted(name):
+            return None
+        answer_count = parsed.answer_count if parsed.complete else _ancount(held.payload)
+        tcp_retry = False
+        process = facts.owner.pid
+        retry_key = (process, name.lower(), event.query.group.qtype)
+        if parsed.truncated and facts.proto == "udp":
+            self._truncated[retry_key] = event.time_ns
+            while len(self._truncated) > 1024:
+                self._truncated.popitem(last=False)
+        elif facts.proto == "tcp":
+            truncated_at = self._truncated.pop(retry_key, None)
+            tcp_retry = truncated_at is not None and event.time_ns - truncated_at < _TCP_RETRY_WINDOW_NS
+        return DnsAnswer(
+            query=facts,
+            latency_ms=event.latency_ns / 1e6,
+            rcode=rcode_name(parsed.rcode),
+            answer_count=answer_count,
+            answers=parsed.answers,
+            truncated=parsed.truncated,
+            tcp_retry=tcp_retry,
+        )
+
+    def _unmatched(self, event: DnsEvent, payload: bytes) -> DnsUnmatched | None:
+        tuple_ = decode_tuple(event.tuple, event.tuple.l3_len)
+        parsed = parse_answer(payload, event.rcode, event.flags_hi, 0)
+        if not self.config.name_wanted(parsed.qname):
+            return None
+        owner = self.context.owner(OwnerFacts(None, "", 0, "", event.sock_ino))
+        return DnsUnmatched(
+            time=self.context.wall_time(event.time_ns),
+            owner=owner,
+            netns=event.netns,
+            proto=tuple_.proto_name,
+            client=tuple_.daddr or "?",
+            client_port=tuple_.dport or 0,
+            server=tuple_.saddr or "?",
+            id=event.id,
+            name=parsed.qname,
+            rcode=rcode_name(parsed.rcode),
+            late=(event.cookie, event.id) in self._timed_out,
+        )
+
+    def _decode(self, raw_records: Sequence[bytes], final: bool) -> list[DnsRecord]:
+        records: list[DnsRecord] = []
+        held_now: list[_HeldAnswer] = []
+        for raw in raw_records:
+            event = DnsEvent.from_buffer_copy(raw[:_EVENT_SIZE])
+            frames_end = _EVENT_SIZE + 8 * event.nr_frames
+            payload = raw[frames_end : frames_end + event.caplen]
+            if event.kind == DnsEventKind.DROP:
+                frames = tuple(
+                    int.from_bytes(raw[i : i + 8], "little") for i in range(_EVENT_SIZE, frames_end, 8)
+                )
+                drop = self._drop(event, frames, payload)
+                self._remember_drop(drop)
+                if self.config.name_wanted(drop.name) and not self.config.summary_only:
+                    records.append(drop)
+            elif event.kind == DnsEventKind.ANSWER:
+                held_now.append(_HeldAnswer(event, payload, time.monotonic()))
+            elif event.kind == DnsEventKind.UNMATCHED:
+                unmatched = self._unmatched(event, payload)
+                if unmatched is not None:
+                    records.append(unmatched)
+        # Answers from the previous round are settled now that their drops (if any) have arrived.
+        settle, self._held = self._held, held_now
+        if final:
+            settle.extend(self._held)
+            self._held = []
+        for held in settle:
+            record = self._answer(held)
+            if record is None:
+                continue
+            if isinstance(record, DnsTimeout):
+                self._count_timeout(bytes(held.event.query.group))
+                if not self.config.keep_timeouts:
+                    continue
+            records.append(record)
+        return records
+
+    # -- timeouts --------------------------------------------------------------------------------------
+    def _count_timeout(self, group_key: bytes) -> None:
+        self._timeouts += 1
+        self._group_timeouts[group_key] = self._group_timeouts.get(group_key, 0) + 1
+
+    def _sweep(self, force: bool = False) -> list[DnsRecord]:
+        """Pending queries older than --timeout: deleted from the kernel's table and reported. Whoever
+        deletes the entry owns it, so an answer racing with the sweep is counted once (as unmatched)."""
+        now = time.monotonic()
+        if not force and now - self._last_sweep < _SWEEP_S:
+            return []
+        self._last_sweep = now
+        if not self._program.started:
+            return []
+        pending = self._program.map("pending")
+        deadline_ns = time.monotonic_ns() - int(self.config.timeout_s * 1e9)
+        records: list[DnsRecord] = []
+        for key_bytes, value_bytes in list(pending.items()):
+            query = DnsQueryC.from_buffer_copy(value_bytes[:_QUERY_SIZE])
+            if query.sent_ns > deadline_ns or not pending.delete(key_bytes):
+                continue
+            key = DnsPendingKey.from_buffer_copy(key_bytes)
+            self._count_timeout(bytes(query.group))
+            self._timed_out[(key.cookie, key.id)] = now
+            while len(self._timed_out) > 4096:
+                self._timed_out.popitem(last=False)
+            facts = _with_id(self._query_facts(query), key.id)
+            if not self.config.name_wanted(facts.name) or not self.config.keep_timeouts:
+                continue
+            if self.config.summary_only:
+                continue
+            waited = (time.monotonic_ns() - query.sent_ns) / 1e6
+            records.append(DnsTimeout(facts, waited, self._drop_for(facts, key.id), None))
+        return records
+
+    # -- the session protocol --------------------------------------------------------------------------
+    def poll(self, timeout_ms: int) -> list[DnsRecord]:
+        if self._program.started:
+            self._owners.refresh(self._program.bpf_object)
+        records = self._decode(self._program.poll(timeout_ms), final=False)
+        records.extend(self._sweep())
+        return records
+
+    def drain(self) -> list[DnsRecord]:
+        records = self._decode(self._program.drain(), final=True)
+        records.extend(self._sweep(force=True))
+        return records
+
+    def _counters(self) -> list[int]:
+        return self._program.counter_sums("dns_stats", DnsStat.COUNT)
+
+    def totals(self) -> EventTotals:
+        sums = self._counters()
+        return EventTotals(
+            seen=sums[DnsStat.SEEN],
+            matched=sums[DnsStat.MATCHED],
+            emitted=sums[DnsStat.EMITTED],
+            sampled=sums[DnsStat.SAMPLED],
+            lost=sums[DnsStat.LOST],
+            ungrouped=sums[DnsStat.UNGROUPED],
+        )
+
+    def dns_totals(self) -> DnsTotals:
+        sums = self._counters()
+        return DnsTotals(
+            events=self.totals(),
+            queries=sums[DnsStat.QUERIES],
+            answers=sums[DnsStat.ANSWERS],
+            unmatched=sums[DnsStat.UNMATCHED],
+            untracked=sums[DnsStat.UNTRACKED],
+            retransmits=sums[DnsStat.RETRANSMITS],
+            drops=sums[DnsStat.DROPS],
+            timeouts=self._timeouts,
+        )
+
+    def groups(self) -> list[DnsGroupStats]:
+        """The kernel's groups, named, with the timeouts userspace found for each."""
+        groups = []
+        for key_bytes, value_bytes in self._program.entries("dns_groups"):
+            key = DnsGroupKey.from_buffer_copy(key_bytes)
+            value = DnsGroupValue.from_buffer_copy(value_bytes)
+            query = DnsQueryC()
+            query.group = key
+            query.in_task = 1 if key.tgid else 0
+            owner = self._owner(query, 0)
+            groups.append(
+                DnsGroupStats(
+                    pid=owner.pid,
+                    comm=owner.comm,
+                    server=PacketTuple.address_text(key.family, bytes(key.server)) or "?",
+                    server_port=key.server_port,
+                    proto=key.l4proto,
+                    netns=key.netns,
+                    name=name_from_wire(bytes(key.qname[: key.qname_len])),
+                    qtype=key.qtype,
+                    queries=value.queries,
+                    answers=value.answers,
+                    retransmits=value.retransmits,
+                    truncated=value.truncated,
+                    rcodes={rcode: count for rcode, count in enumerate(value.rcodes) if count},
+                    histogram=tuple(value.latency),
+                    latency_sum_ns=value.latency_sum_ns,
+                    timeouts=self._group_timeouts.get(key_bytes, 0),
+                )
+            )
+        return [group for group in groups if self.config.name_wanted(group.name)]
+
+    def summary(self, interrupted: bool) -> DnsSummary:
+        return DnsSummary(
+            totals=self.dns_totals(),
+            attach=self.attach_kind,
+            interrupted=interrupted,
+            rows=tuple(summary_rows(self.groups())),
+            clock=self.context.clock.to_json(),
+        )
+
+    def program_fds(self) -> dict[str, int]:
+        return self._program.program_fds()
+
+    def notes(self) -> list[str]:
+        totals = self.dns_totals()
+        notes = []
+        if totals.untracked:
+            notes.append(
+                f"{totals.untracked} queries were not tracked (pending table full): no timeout for them"
+            )
+        if totals.events.ungrouped:
+            notes.append(f"{totals.events.ungrouped} queries/answers did not fit the summary table")
+        return notes
+
+    def close(self) -> None:
+        self._program.close()
+        if self._cgroup_fd >= 0:
+            os.close(self._cgroup_fd)
+            self._cgroup_fd = -1
+        if self._drop_enricher is not None:
+            self._drop_enricher.close()
+            self._drop_enricher = None
+
+    def __enter__(self) -> DnsDiagnostic:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _with_id(facts: DnsQueryFacts, query_id: int) -> DnsQueryFacts:
+    return replace(facts, id=query_id)
+
+
+def _with_name(facts: DnsQueryFacts, name: str) -> DnsQueryFacts:
+    return facts if facts.name == name else replace(facts, name=name)
+
+
+def _ancount(payload: bytes) -> int:
+    return int.from_bytes(payload[6:8], "big") if len(payload) >= 8 else 0
+
+
+def _open(config: DnsConfig, context: KernelContext | None) -> DnsDiagnostic:
+    return DnsDiagnostic(config, context)
+
+
+DIAGNOSTIC: DiagnosticSpec[DnsConfig] = DiagnosticSpec(
+    name="dns",
+    help="every DNS query and its answer: which process asked, which server, how long, what came back, "
+    "what never came back",
+    keys=DNS_KEYS,
+    read=read_dns_config,
+    open=_open,
+    objects=("dns",),
+    records=("dns", "dns_timeout", "dns_unmatched", "dns_drop", "summary"),
+)
