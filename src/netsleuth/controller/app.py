@@ -178,6 +178,21 @@ def create_app(config: ControllerConfig) -> FastAPI:
             },
         }
 
+    @app.get("/api/v1/diagnostics")
+    async def diagnostics(request: Request) -> list[str]:
+        await principal(request)
+        return list(diagnostic_names())
+
+    @app.get("/api/v1/auth")
+    async def auth_methods() -> dict[str, Any]:
+        """Unauthenticated: what a sign-in page may offer. OIDC here is token validation only (the
+        controller is no OIDC client), so the page takes a pasted JWT."""
+        oidc = config.oidc
+        return {
+            "token": True,
+            "oidc": None if oidc is None else {"issuer": oidc.issuer, "audience": oidc.audience},
+        }
+
     @app.get("/api/v1/hosts")
     async def hosts(request: Request) -> list[dict[str, Any]]:
         who = await principal(request)

@@ -22,6 +22,7 @@ from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
 
 from netsleuth.controller.config import ControllerConfig
+from netsleuth.fleet.host_registry import ensure_hosts_bucket
 from netsleuth.fleet.protocol import (
     AUDIT_STREAM,
     AUDIT_SUBJECTS,
@@ -105,7 +106,7 @@ async def ensure_streams(js: JetStreamContext, config: ControllerConfig) -> None
     try:
         await js.key_value(HOSTS_BUCKET)
     except (NotFoundError, BadRequestError):
-        await js.create_key_value(js_api.KeyValueConfig(bucket=HOSTS_BUCKET, history=1))
+        await ensure_hosts_bucket(js)  # the agents' registry: they may write their key, not create it
 
 
 async def read_stream(

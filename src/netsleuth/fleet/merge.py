@@ -1,39 +1,35 @@
-"""One merged timeline per fleet session: every host's records on the controller's clock, joined by flow
-across hosts and across NAT, ending in one per-hop verdict per flow.
+"""One merged timeline per fleet session: every host's records on one clock, joined by flow across hosts and
+across NAT, ending in one per-hop verdict per flow.
 
 Time: each record's wall-clock `time` is the host's; subtracting the host's measured clock offset (agent minus
-controller, NTP-style from the ping exchange) puts all hosts on one clock, so "SYN left a" sorts before
-"dropped on c" even when c's clock runs ahead.
+controller) puts all hosts on the controller's clock, so "SYN left a" sorts before "dropped on c" even when
+c's clock runs ahead.
 
-Flows: a flow is identified like `conn` does on one host, by its unordered pair of endpoints (the same from
-either side). Across NAT the pair changes on the NAT host; its conntrack entry has the pre-NAT pair (the orig
-tuple) and the post-NAT pair (the reply tuple, read backwards), and the two are joined (union-find). The
-agents ship their conntrack entries as "conntrack" records at the end of a session (FLEET-CONTRACT.md).
-Hops are ordered by how many NATs lie between them and the client, then by corrected time: conntrack entries
-are read at the end, so their own time says nothing about where in the path they sit.
+Flows across NAT: the agents ship their conntrack entries as `conntrack` records at the end of a session
+(FLEET-CONTRACT.md). `netsleuth.diagnostics.nat_join` - the same join the single-host `conn` uses - places
+every packet seen anywhere on its flow's NAT path: the client's original tuple, then the tuple after each NAT.
+A flow is named by that original tuple; flows no NAT touched are keyed by their unordered pair of endpoints
+(the same from either side, as `conn` does). Hops are ordered by their position on the path (how many NATs
+lie between them and the client), then by corrected time: conntrack entries are read at the end of the
+session, so their own time says nothing about where in the path they sit.
 """
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = [
-    "ConntrackTuple",
-    "FlowKey",
-    "MergedTimeline",
-    "conntrack_from_record",
-    "endpoint_text",
-    "parse_time_ns",
-]
+from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, NatHop, NatIndex, endpoint_text
+
+__all__ = ["MergedTimeline", "iso_from_ns", "parse_time_ns"]
 
 Endpoint = tuple[str, int]
-FlowKey = tuple[str, frozenset[Endpoint]]  # (proto, {endpoint, endpoint})
+_PairKey = tuple[str, frozenset[Endpoint]]
 
 _BENIGN_DROPS = frozenset({"QUEUE_PURGE"})  # a closed socket's queues purged: part of a normal close
-_FLOW_TYPES = frozenset({"drop", "reset", "abort", "state", "retrans", "connect", "life", "queue"})
+_OUTCOME_ORDER = {"dropped": 0, "reset": 1, "unanswered": 2, "established": 3, "seen": 4}
 
 
 def parse_time_ns(text: object) -> int | None:
@@ -52,14 +48,8 @@ def parse_time_ns(text: object) -> int | None:
 
 def iso_from_ns(ns: int) -> str:
     seconds, rest = divmod(ns, 1_000_000_000)
-    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC) + datetime.timedelta(
-        microseconds=rest // 1000
-    )
-    return moment.isoformat(timespec="microseconds")
-
-
-def endpoint_text(address: str, port: int) -> str:
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return (moment + datetime.timedelta(microseconds=rest // 1000)).isoformat(timespec="microseconds")
 
 
 def _endpoint(address: object, port: object) -> Endpoint | None:
@@ -78,128 +68,20 @@ def _split(text: object) -> Endpoint | None:
     return (address.strip("[]"), int(port))
 
 
-@dataclass(frozen=True)
-class ConntrackTuple:
-    """One conntrack entry as an agent read it: the orig tuple (as the first packet arrived) and the reply
-    tuple (as the answer is expected). DNAT shows as orig.dst != reply.src, SNAT as orig.src != reply.dst."""
-
-    host: str
-    netns: str
-    proto: str
-    orig_src: Endpoint
-    orig_dst: Endpoint
-    reply_src: Endpoint
-    reply_dst: Endpoint
-    state: str | None
-
-    @property
-    def orig_key(self) -> FlowKey:
-        return (self.proto, frozenset((self.orig_src, self.orig_dst)))
-
-    @property
-    def reply_key(self) -> FlowKey:
-        return (self.proto, frozenset((self.reply_src, self.reply_dst)))
-
-    @property
-    def dnat(self) -> bool:
-        return self.orig_dst != self.reply_src
-
-    @property
-    def snat(self) -> bool:
-        return self.orig_src != self.reply_dst
-
-    def nat_text(self) -> str:
-        parts = []
-        if self.dnat:
-            parts.append(f"DNAT {endpoint_text(*self.orig_dst)} -> {endpoint_text(*self.reply_src)}")
-        if self.snat:
-            parts.append(f"SNAT {endpoint_text(*self.orig_src)} -> {endpoint_text(*self.reply_dst)}")
-        return ", ".join(parts)
-
-
-def conntrack_from_record(host: str, record: Mapping[str, Any]) -> ConntrackTuple | None:
-    orig, reply = record.get("orig"), record.get("reply")
-    if not isinstance(orig, dict) or not isinstance(reply, dict):
-        return None
-    points = [
-        _endpoint(orig.get("src"), orig.get("sport")),
-        _endpoint(orig.get("dst"), orig.get("dport")),
-        _endpoint(reply.get("src"), reply.get("sport")),
-        _endpoint(reply.get("dst"), reply.get("dport")),
-    ]
-    if any(point is None for point in points):
-        return None
-    orig_src, orig_dst, reply_src, reply_dst = (point for point in points if point is not None)
-    state = record.get("state")
-    return ConntrackTuple(
-        host=host,
-        netns=str(record.get("netns") or ""),
-        proto=str(record.get("proto") or "tcp"),
-        orig_src=orig_src,
-        orig_dst=orig_dst,
-        reply_src=reply_src,
-        reply_dst=reply_dst,
-        state=state if isinstance(state, str) else None,
-    )
-
-
-@dataclass(frozen=True)
-class _Observation:
-    """One thing one host saw of one flow, on the controller's clock."""
-
-    host: str
-    time_ns: int
-    key: FlowKey
-    kind: str  # sent | state | retransmit | drop | reset | established | nat | conntrack | other
-    text: str
-    source: Endpoint | None = None  # who sent the packet, where known (drops, resets)
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-class _UnionFind:
-    def __init__(self) -> None:
-        self._parent: dict[FlowKey, FlowKey] = {}
-
-    def find(self, key: FlowKey) -> FlowKey:
-        parent = self._parent.setdefault(key, key)
-        if parent != key:
-            parent = self._parent[key] = self.find(parent)
-        return parent
-
-    def union(self, first: FlowKey, second: FlowKey) -> None:
-        a, b = self.find(first), self.find(second)
-        if a != b:
-            # Deterministic root (the smaller key), so the same input always names flows the same way.
-            low, high = sorted((a, b), key=_key_sort)
-            self._parent[high] = low
-
-
-def _key_sort(key: FlowKey) -> tuple[str, list[Endpoint]]:
-    return (key[0], sorted(key[1]))
-
-
-def _record_key(record: Mapping[str, Any]) -> tuple[FlowKey, Endpoint, Endpoint] | None:
-    """(key, source, destination) of a record that names one packet or socket pair."""
+def _record_tuple(record: Mapping[str, Any]) -> FlowTuple | None:
+    """The packet or socket pair a record names, in the direction the record gives it."""
     proto = str(record.get("proto") or "tcp")
     kind = record.get("type")
     if kind == "conn":
         client, server = _split(record.get("client")), _split(record.get("server"))
-        if client is None or server is None:
-            return None
-        return ((proto, frozenset((client, server))), client, server)
+        return FlowTuple(proto, client, server) if client and server else None
     if kind == "conntrack":
-        entry = record.get("orig")
-        if isinstance(entry, dict):
-            src = _endpoint(entry.get("src"), entry.get("sport"))
-            dst = _endpoint(entry.get("dst"), entry.get("dport"))
-            if src is not None and dst is not None:
-                return ((proto, frozenset((src, dst))), src, dst)
-        return None
+        return FlowTuple.from_json(proto, record.get("orig") or {})
     src = _endpoint(record.get("saddr"), record.get("sport"))
     dst = _endpoint(record.get("daddr"), record.get("dport"))
     if src is None or dst is None or src == dst:
         return None
-    return ((proto, frozenset((src, dst))), src, dst)
+    return FlowTuple(proto, src, dst)
 
 
 def _drop_text(record: Mapping[str, Any], host: str) -> str:
@@ -211,14 +93,16 @@ def _drop_text(record: Mapping[str, Any], host: str) -> str:
     return f"dropped on host {host}: {reason}{location}"
 
 
-def _packet_name(flags: object) -> str:
-    """`SYN` / `SYN-ACK` / `RST` from the drops record's `SYN|ACK` style flags."""
-    names = set(flags.split("|")) if isinstance(flags, str) else set()
-    if "SYN" in names:
-        return "SYN-ACK" if "ACK" in names else "SYN"
-    if "RST" in names:
-        return "RST"
-    return "packet"
+@dataclass(frozen=True)
+class _Observation:
+    """One thing one host saw of one flow, on the controller's clock."""
+
+    host: str
+    time_ns: int
+    flow: FlowTuple  # as the host saw it
+    kind: str  # sent | retransmit | drop | reset | established
+    text: str
+    directed: bool = False  # `flow` is known to be client -> server (a SYN sent, a conn report)
 
 
 class MergedTimeline:
@@ -229,7 +113,8 @@ class MergedTimeline:
         self._offsets: dict[str, int] = {}
         self._entries: list[dict[str, Any]] = []
         self._observations: list[_Observation] = []
-        self._conntrack: list[ConntrackTuple] = []
+        self._conntrack: list[ConntrackEntry] = []
+        self._conntrack_time: dict[ConntrackEntry, int] = {}
         self._max_entries = max_entries
         self.dropped_entries = 0  # beyond max_entries: counted, never silently forgotten
         self._sequence = 0
@@ -243,24 +128,22 @@ class MergedTimeline:
     # -- input ------------------------------------------------------------------------------------------
     def add(self, host: str, record: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Takes one record as the host sent it; returns the merged entries it became (a `conn` report
-        becomes one entry per event of its timeline plus the report)."""
+        becomes one entry per event of its timeline, then the report)."""
         entries = []
-        kind = record.get("type")
-        if kind == "conn" and isinstance(record.get("timeline"), list):
+        if record.get("type") == "conn" and isinstance(record.get("timeline"), list):
             for event in record["timeline"]:
                 if isinstance(event, dict):
                     entries.append(self._entry(host, {"type": "conn_event", **event}, record))
         entries.append(self._entry(host, record, None))
-        return [entry for entry in entries if entry]
+        return entries
 
     def _entry(self, host: str, record: Mapping[str, Any], conn: Mapping[str, Any] | None) -> dict[str, Any]:
         host_ns = parse_time_ns(record.get("time"))
         if host_ns is None and record.get("type") == "conn":
             times = [parse_time_ns(e.get("time")) for e in record.get("timeline", []) if isinstance(e, dict)]
-            known = [t for t in times if t is not None]
-            host_ns = max(known) if known else None
+            host_ns = max((t for t in times if t is not None), default=None)
         corrected = None if host_ns is None else host_ns - self.offset(host)
-        keyed = _record_key(conn if conn is not None else record)
+        flow = _record_tuple(conn if conn is not None else record)
         entry: dict[str, Any] = dict(record)
         entry["host"] = host
         if host_ns is not None and corrected is not None:
@@ -269,140 +152,77 @@ class MergedTimeline:
         self._sequence += 1
         entry["_seq"] = self._sequence
         entry["_ns"] = corrected if corrected is not None else 0
-        if keyed is not None:
-            key, _src, _dst = keyed
-            entry["_key"] = key
-            entry["flow"] = self._flow_text(key)
+        if flow is not None:
+            entry["_flow"] = flow
+            entry["flow"] = f"{flow.proto} {flow.text()}"
         if record.get("type") == "conntrack":
-            entry_ct = conntrack_from_record(host, record)
-            if entry_ct is not None:
-                self._conntrack.append(entry_ct)
-        if keyed is not None and corrected is not None:
-            self._observe(host, corrected, record, conn, keyed)
+            conntrack = ConntrackEntry.from_record(record, where=host)
+            if conntrack is not None:
+                self._conntrack.append(conntrack)
+                self._conntrack_time[conntrack] = corrected or 0
+        elif flow is not None and corrected is not None:
+            self._observe(host, corrected, record, flow)
         if len(self._entries) < self._max_entries:
             self._entries.append(entry)
         else:
             self.dropped_entries += 1
         return self._public(entry)
 
-    def _observe(
-        self,
-        host: str,
-        time_ns: int,
-        record: Mapping[str, Any],
-        conn: Mapping[str, Any] | None,
-        keyed: tuple[FlowKey, Endpoint, Endpoint],
-    ) -> None:
-        key, src, _dst = keyed
+    def _observe(self, host: str, time_ns: int, record: Mapping[str, Any], flow: FlowTuple) -> None:
+        """A conn report's events carry the report's flow (client -> server); drops and resets their own."""
         kind = record.get("type")
+        event = record.get("event") if kind == "conn_event" else kind
+        new_state = record.get("new_state")
         observation: _Observation | None = None
-        if kind == "drop":
-            if record.get("reason") not in _BENIGN_DROPS:
-                observation = _Observation(
-                    host,
-                    time_ns,
-                    key,
-                    "drop",
-                    _drop_text(record, host),
-                    src,
-                    {"netfilter": record.get("netfilter"), "packet": _packet_name(record.get("tcp_flags"))},
-                )
-        elif kind == "reset":
-            direction = record.get("direction")
-            cause = record.get("cause") or ""
-            verb = "sent by" if direction in ("sent", "out", "tx") else "received on"
+        if event == "state" and new_state == "SYN_SENT":
+            observation = _Observation(host, time_ns, flow, "sent", f"SYN left {self._where(host)}", True)
+        elif event == "state" and new_state == "ESTABLISHED":
+            observation = _Observation(host, time_ns, flow, "established", f"established on host {host}")
+        elif event == "drop" and record.get("reason") not in _BENIGN_DROPS:
+            observation = _Observation(host, time_ns, flow, "drop", _drop_text(record, host))
+        elif event == "reset" and kind == "reset":
+            verb = "sent by" if record.get("direction") in ("sent", "out", "tx") else "received on"
             observation = _Observation(
-                host, time_ns, key, "reset", f"reset {verb} host {host} ({cause})", src
+                host,
+                time_ns,
+                flow,
+                "reset",
+                f"reset {verb} host {host} ({record.get('cause') or 'no cause'})",
             )
-        elif kind == "state" and record.get("new_state") == "SYN_SENT":
-            observation = _Observation(host, time_ns, key, "sent", f"SYN left {self._where(host)}", src)
-        elif kind == "state" and record.get("new_state") == "ESTABLISHED":
-            observation = _Observation(host, time_ns, key, "established", f"established on host {host}", src)
-        elif kind == "conn_event" and conn is not None:
-            client = _split(conn.get("client"))
-            event, text = record.get("event"), str(record.get("text") or "")
-            if event == "state" and record.get("new_state") == "SYN_SENT":
-                observation = _Observation(
-                    host, time_ns, key, "sent", f"SYN left {self._where(host)}", client
-                )
-            elif event == "state" and record.get("new_state") == "ESTABLISHED":
-                observation = _Observation(host, time_ns, key, "established", f"established on host {host}")
-            elif event == "drop" and record.get("reason") not in _BENIGN_DROPS:
-                observation = _Observation(host, time_ns, key, "drop", _drop_text(record, host))
-            elif event == "reset":
-                observation = _Observation(host, time_ns, key, "reset", f"{text} on host {host}")
-            elif event in ("retransmit", "synack_retransmit"):
-                observation = _Observation(host, time_ns, key, "retransmit", f"{text} on host {host}")
-        elif kind == "conntrack":
-            entry = conntrack_from_record(host, record)
-            if entry is not None and (entry.dnat or entry.snat):
-                observation = _Observation(
-                    host,
-                    time_ns,
-                    entry.orig_key,
-                    "nat",
-                    f"{entry.nat_text()} on {self._where(host, 'on')}",
-                    entry.orig_src,
-                    {"reply_key": entry.reply_key},
-                )
-            elif entry is not None:
-                state = f" ({entry.state})" if entry.state else ""
-                observation = _Observation(
-                    host,
-                    time_ns,
-                    key,
-                    "conntrack",
-                    f"tracked by conntrack on host {host}{state}",
-                    entry.orig_src,
-                )
+        elif event == "reset":
+            observation = _Observation(host, time_ns, flow, "reset", f"{record.get('text')} on host {host}")
+        elif event in ("retransmit", "synack_retransmit", "retrans"):
+            text = record.get("text") or f"{record.get('kind', '')} retransmit".strip()
+            observation = _Observation(host, time_ns, flow, "retransmit", f"{text} on host {host}")
         if observation is not None:
             self._observations.append(observation)
 
-    def _where(self, host: str, style: str = "left") -> str:
+    def _where(self, host: str) -> str:
         name = self._hostnames.get(host)
-        if style == "on":
-            return f"{name} (host {host})" if name else f"host {host}"
         return f"{name} (host {host})" if name else f"host {host}"
 
     # -- flows ------------------------------------------------------------------------------------------
-    def _groups(self) -> _UnionFind:
-        groups = _UnionFind()
-        for entry in self._conntrack:
-            groups.union(entry.orig_key, entry.reply_key)
-        return groups
+    def _place(self, index: NatIndex, flow: FlowTuple) -> tuple[FlowTuple | _PairKey, int]:
+        """(the flow's identity, the packet's position on its NAT path)."""
+        placement = index.place(flow)
+        if placement is not None:
+            return placement.path.original, placement.position
+        return (flow.proto, flow.pair), 0
 
-    def _flow_text(self, key: FlowKey, groups: _UnionFind | None = None) -> str:
-        """The flow as the client sees it: the orig tuple of the first NAT (or the pair as it is)."""
-        groups = groups or self._groups()
-        root = groups.find(key)
-        replies = {entry.reply_key for entry in self._conntrack}
-        for entry in sorted(self._conntrack, key=lambda e: _key_sort(e.orig_key)):
-            if groups.find(entry.orig_key) == root and entry.orig_key not in replies:
-                return f"{entry.proto} {endpoint_text(*entry.orig_src)} > {endpoint_text(*entry.orig_dst)}"
-        for observation in sorted(self._observations, key=lambda o: o.time_ns):
-            if groups.find(observation.key) == root and observation.source is not None:
-                other = next(iter(observation.key[1] - {observation.source}), observation.source)
-                return f"{key[0]} {endpoint_text(*observation.source)} > {endpoint_text(*other)}"
-        first, second = sorted(key[1])
-        return f"{key[0]} {endpoint_text(*first)} > {endpoint_text(*second)}"
+    def _flow_name(self, identity: FlowTuple | _PairKey, observations: list[_Observation]) -> str:
+        if isinstance(identity, FlowTuple):
+            return f"{identity.proto} {identity.text()}"
+        directed = [o for o in observations if o.directed]
+        first = min(directed or observations, key=lambda o: o.time_ns)
+        return f"{first.flow.proto} {first.flow.text()}"
 
-    def _depths(self, groups: _UnionFind) -> dict[FlowKey, int]:
-        """How many NATs lie between the client and each pair: 0 for the client's pair, +1 per NAT."""
-        depth: dict[FlowKey, int] = {}
-        replies = {entry.reply_key for entry in self._conntrack}
-        nat = [entry for entry in self._conntrack if entry.dnat or entry.snat]
-        frontier = [entry.orig_key for entry in nat if entry.orig_key not in replies]
-        for key in frontier:
-            depth[key] = 0
-        while frontier:
-            following = []
-            for key in frontier:
-                for entry in nat:
-                    if entry.orig_key == key and entry.reply_key not in depth:
-                        depth[entry.reply_key] = depth[key] + 1
-                        following.append(entry.reply_key)
-            frontier = following
-        return depth
+    def _nat_text(self, hop: NatHop) -> str:
+        parts = []
+        if hop.entry.dnat:
+            parts.append(f"DNAT {endpoint_text(*hop.before.dst)} -> {endpoint_text(*hop.after.dst)}")
+        if hop.entry.snat:
+            parts.append(f"SNAT {endpoint_text(*hop.before.src)} -> {endpoint_text(*hop.after.src)}")
+        return f"{', '.join(parts)} on {self._where(hop.where)}"
 
     # -- output -----------------------------------------------------------------------------------------
     @staticmethod
@@ -410,100 +230,97 @@ class MergedTimeline:
         return {key: value for key, value in entry.items() if not key.startswith("_")}
 
     def timeline(self) -> list[dict[str, Any]]:
-        """Every kept entry, ordered by corrected time, with its flow named after the NAT join."""
-        groups = self._groups()
-        names: dict[FlowKey, str] = {}
-        ordered = sorted(self._entries, key=lambda e: (e["_ns"], e["_seq"]))
+        """Every kept entry, ordered by corrected time, its `flow` named after the NAT join (the client's
+        original tuple), so the legs of one connection on different hosts share one name."""
+        index = NatIndex(self._conntrack)
         result = []
-        for entry in ordered:
+        for entry in sorted(self._entries, key=lambda e: (e["_ns"], e["_seq"])):
             public = self._public(entry)
-            key = entry.get("_key")
-            if key is not None:
-                root = groups.find(key)
-                if root not in names:
-                    names[root] = self._flow_text(key, groups)
-                public["flow"] = names[root]
+            flow = entry.get("_flow")
+            if isinstance(flow, FlowTuple):
+                placement = index.place(flow)
+                if placement is not None:
+                    public["flow"] = f"{flow.proto} {placement.path.original.text()}"
             result.append(public)
         return result
 
     def verdicts(self, host_states: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
-        """One verdict per flow that any host saw something of; missing hosts are named."""
-        groups = self._groups()
-        depths = self._depths(groups)
-        by_flow: dict[FlowKey, list[_Observation]] = {}
+        """One verdict per flow any host saw something of; hosts that did not end normally are named."""
+        index = NatIndex(self._conntrack)
+        by_flow: dict[FlowTuple | _PairKey, list[tuple[_Observation, float]]] = {}
         for observation in self._observations:
-            by_flow.setdefault(groups.find(observation.key), []).append(observation)
+            identity, position = self._place(index, observation.flow)
+            by_flow.setdefault(identity, []).append((observation, float(position)))
         missing = sorted(
             (host, state) for host, state in (host_states or {}).items() if state.get("state") != "ended"
         )
+        suffix = ""
+        if missing:
+            suffix = (
+                " (partial: "
+                + "; ".join(
+                    f"host {host} {state.get('state')}"
+                    + (f": {state['reason']}" if state.get("reason") else "")
+                    for host, state in missing
+                )
+                + ")"
+            )
         verdicts: list[dict[str, Any]] = []
-        for root, observations in by_flow.items():
-            hops = self._hops(observations, depths)
+        for identity, placed in by_flow.items():
+            hops = self._hops(identity, placed, index)
             if not hops:
                 continue
-            outcome = self._outcome(hops)
-            text = " -> ".join(hop["detail"] for hop in hops)
-            if missing:
-                text += (
-                    " (partial: "
-                    + "; ".join(
-                        f"host {host} {state.get('state')}"
-                        + (f": {state.get('reason')}" if state.get("reason") else "")
-                        for host, state in missing
-                    )
-                    + ")"
-                )
             verdicts.append(
                 {
                     "type": "verdict",
-                    "flow": self._flow_text(root, groups),
-                    "outcome": outcome,
+                    "flow": self._flow_name(identity, [o for o, _ in placed]),
+                    "outcome": self._outcome(hops),
                     "hops": hops,
                     "missing_hosts": [host for host, _ in missing],
-                    "text": text,
+                    "text": " -> ".join(hop["detail"] for hop in hops) + suffix,
                 }
             )
-        order = {"dropped": 0, "reset": 1, "unanswered": 2, "established": 3, "seen": 4}
-        verdicts.sort(key=lambda v: (order.get(v["outcome"], 9), v["flow"]))
+        verdicts.sort(key=lambda v: (_OUTCOME_ORDER.get(v["outcome"], 9), v["flow"]))
         return verdicts
 
-    def _hops(self, observations: list[_Observation], depths: Mapping[FlowKey, int]) -> list[dict[str, Any]]:
-        chosen: dict[tuple[str, str, str], _Observation] = {}
+    def _hops(
+        self, identity: FlowTuple | _PairKey, placed: list[tuple[_Observation, float]], index: NatIndex
+    ) -> list[dict[str, Any]]:
+        # One hop per (host, what, text): a SYN retransmitted five times is one hop "(x5)".
+        chosen: dict[tuple[str, str, str], tuple[_Observation, float]] = {}
         counts: dict[tuple[str, str, str], int] = {}
-        observed_hosts = {o.host for o in observations if o.kind not in ("conntrack",)}
-        for observation in observations:
-            if observation.kind == "conntrack" and observation.host in observed_hosts:
-                continue  # the host said something better about this flow
-            # One hop per (host, what, text): a SYN retransmitted five times is one hop "x5".
-            hop_key = (observation.host, observation.kind, observation.text)
-            counts[hop_key] = counts.get(hop_key, 0) + 1
-            if hop_key not in chosen or observation.time_ns < chosen[hop_key].time_ns:
-                chosen[hop_key] = observation
-
-        def position(observation: _Observation) -> tuple[float, int, int]:
-            depth: float = depths.get(observation.key, 0)
-            if observation.kind == "nat":
-                depth += 0.5  # between the pair it came in on and the pair it leaves with
-            elif observation.kind == "sent":
-                depth = -1  # the client's own send precedes everything else on its pair
-            rank = {"sent": 0, "retransmit": 1}.get(observation.kind, 2)
-            return (depth, rank, observation.time_ns)
-
-        hops = []
-        for hop_key, observation in sorted(chosen.items(), key=lambda item: position(item[1])):
-            detail = observation.text
-            if counts[hop_key] > 1:
-                detail += f" (x{counts[hop_key]})"
-            hops.append(
-                {
-                    "host": observation.host,
-                    "event": observation.kind,
-                    "detail": detail,
-                    "time": iso_from_ns(observation.time_ns),
+        for observation, position in placed:
+            key = (observation.host, observation.kind, observation.text)
+            counts[key] = counts.get(key, 0) + 1
+            if key not in chosen or observation.time_ns < chosen[key][0].time_ns:
+                # The client's own send comes before anything else seen of its tuple.
+                chosen[key] = (observation, -1.0 if observation.kind == "sent" else position)
+        rows: list[tuple[float, int, int, dict[str, Any]]] = []
+        rank = {"sent": 0, "retransmit": 1}
+        for key, (observation, position) in chosen.items():
+            detail = observation.text + (f" (x{counts[key]})" if counts[key] > 1 else "")
+            hop = {
+                "host": observation.host,
+                "event": observation.kind,
+                "detail": detail,
+                "time": iso_from_ns(observation.time_ns),
+            }
+            rows.append((position, rank.get(observation.kind, 2), observation.time_ns, hop))
+        if isinstance(identity, FlowTuple):
+            for number, nat in enumerate(index.path(identity).hops):
+                # Between the tuple it came in with (position n) and the one it leaves with (n + 1).
+                time_ns = self._conntrack_time.get(nat.entry, 0)
+                hop = {
+                    "host": nat.where,
+                    "event": "nat",
+                    "detail": self._nat_text(nat),
+                    "time": iso_from_ns(time_ns),
                 }
-            )
-        # Retransmits on the client are evidence, not a hop of the path: keep them only when nothing
-        # further along the path explains the flow.
+                rows.append((number + 0.5, 2, time_ns, hop))
+        rows.sort(key=lambda row: row[:3])
+        hops = [row[3] for row in rows]
+        # The client's retransmits are evidence, not a hop of the path: keep them only when nothing further
+        # along the path explains the flow.
         if any(hop["event"] in ("drop", "reset", "established") for hop in hops):
             hops = [hop for hop in hops if hop["event"] != "retransmit"]
         return hops
