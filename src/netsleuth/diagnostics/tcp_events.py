@@ -17,14 +17,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
-from netsleuth.diagnostics.causes import cause
-from netsleuth.diagnostics.reset_causes import duration_text, netns_prefix
-from netsleuth.diagnostics.tcp_abi import (
+from netsleuth._generated.tcp_abi import (
     TCP_REASON_SYN_ACCEPT_QUEUE_FULL,
     EventKind,
     RetransKind,
 )
+from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
+from netsleuth.diagnostics.causes import cause
+from netsleuth.diagnostics.reset_causes import duration_text, netns_prefix
 from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
 from netsleuth.diagnostics.tcp_names import errno_name, errno_text
 from netsleuth.diagnostics.tcp_session import RawTcpEvent, RawTcpGroup
@@ -258,21 +258,51 @@ class TcpGroupRecord:
     max1: int
     example: TcpRecord
 
+    # What the kernel summed per kind (tcp.bpf.c): life sums durations (ns) and bytes acked/received,
+    # connect sums latencies (ns), state sums the time spent in the previous state (ns).
+    @property
+    def mean_duration_s(self) -> float:
+        return self.sum1 / self.count / 1e9
+
+    @property
+    def max_duration_s(self) -> float:
+        return self.max1 / 1e9
+
+    @property
+    def bytes_acked(self) -> int:
+        return self.sum2
+
+    @property
+    def bytes_received(self) -> int:
+        return self.sum3
+
+    @property
+    def mean_latency_ms(self) -> float:
+        return self.sum1 / self.count / 1e6
+
+    @property
+    def max_latency_ms(self) -> float:
+        return self.max1 / 1e6
+
+    @property
+    def mean_previous_state_s(self) -> float:
+        return self.sum1 / self.count / 1e9
+
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"count": self.count, "example": self.example.to_json()}
         if self.kind == EventKind.LIFE:
             data.update(
                 {
-                    "mean_duration_s": self.sum1 / self.count / 1e9,
-                    "max_duration_s": self.max1 / 1e9,
-                    "bytes_acked": self.sum2,
-                    "bytes_received": self.sum3,
+                    "mean_duration_s": self.mean_duration_s,
+                    "max_duration_s": self.max_duration_s,
+                    "bytes_acked": self.bytes_acked,
+                    "bytes_received": self.bytes_received,
                 }
             )
         elif self.kind == EventKind.CONNECT:
-            data.update({"mean_latency_ms": self.sum1 / self.count / 1e6, "max_latency_ms": self.max1 / 1e6})
+            data.update({"mean_latency_ms": self.mean_latency_ms, "max_latency_ms": self.max_latency_ms})
         elif self.kind == EventKind.STATE:
-            data["mean_previous_state_s"] = self.sum1 / self.count / 1e9
+            data["mean_previous_state_s"] = self.mean_previous_state_s
         return data
 
 
