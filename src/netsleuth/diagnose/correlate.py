@@ -36,6 +36,7 @@ def finding_verdict(finding: Finding) -> Verdict:
             ),
         ),
         absorbed=(finding.id,),
+        cause_code=finding.cause_code,
     )
 
 

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from netsleuth.diagnose.verdicts import Severity, Verdict
+from netsleuth.diagnostics.causes import cause as cause_entry
 from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord
 from netsleuth.netns_command import in_netns  # re-exported: tcp_rules and listeners import it from here
 from netsleuth.render.drops_text import endpoints
 
-__all__ = ["DropContext", "drop_verdicts", "in_netns"]
+__all__ = ["LISTEN_OVERFLOW_FINDINGS", "DropContext", "drop_verdicts", "in_netns", "listen_overflow_fix"]
 
 # Losses that mean data a process was waiting for never arrived.
 _LOSS_REASONS = {
@@ -123,7 +124,7 @@ def _firewall(group: DropGroup, context: DropContext) -> Verdict:
             )
             + "   # if this traffic should pass"
         )
-    fix.append("if the drop is intended, fix the client that keeps sending this traffic")
+    fix.extend(cause_entry("firewall_drop").fixes)
     return Verdict(
         "firewall",
         _severity(group, context.seconds, loss=False),
@@ -131,6 +132,7 @@ def _firewall(group: DropGroup, context: DropContext) -> Verdict:
         _evidence(group, context.seconds, netfilter=netfilter),
         tuple(fix),
         group.count,
+        cause_code="firewall_drop",
     )
 
 
@@ -142,10 +144,8 @@ def _no_listener(group: DropGroup, context: DropContext) -> Verdict:
         f"nothing listens on {packet.proto_name} port {packet.dport} of {packet.daddr} ({_where(group)}): "
         f"{group.count} packet(s) refused{refused}"
     )
-    fix = (
-        "start the service on that port, or point the client at the port the service really uses",
-        in_netns("ss -ltnup", group.netns_name) + "   # what does listen there",
-    )
+    start, look = cause_entry("no_listener").fixes
+    fix = (start, in_netns(look, group.netns_name) + "   # what does listen there")
     return Verdict(
         "no-listener",
         _severity(group, context.seconds, loss=False),
@@ -153,46 +153,53 @@ def _no_listener(group: DropGroup, context: DropContext) -> Verdict:
         _evidence(group, context.seconds, resets_sent=resets),
         fix,
         group.count,
+        cause_code="no_listener",
     )
 
 
 def _listen_overflow(group: DropGroup, context: DropContext) -> Verdict:
     example = group.example
     somaxconn = context.sysctls.get("net.core.somaxconn")
+    why = cause_entry("listen_overflow").summary
     cause = (
         f"the accept queue of {_who(example)} listening on port {example.packet.dport} ({_where(group)}) "
-        "is full: "
-        f"{group.count} connection attempt(s) dropped because the application does not accept() fast enough"
-    )
-    fix = (
-        f"make {example.owner.comm or 'the application'} accept connections faster (more workers, "
-        "no blocking "
-        "before accept())",
-        f"raise its listen() backlog and net.core.somaxconn (now {somaxconn}): "
-        + in_netns("sysctl -w net.core.somaxconn=4096", group.netns_name),
+        f"is full: {group.count} connection attempt(s) dropped because {why}"
     )
     return Verdict(
         "listen-overflow",
         _severity(group, context.seconds, loss=True),
         cause,
         _evidence(group, context.seconds, somaxconn=somaxconn),
-        fix,
+        listen_overflow_fix(example.owner.comm, somaxconn, group.netns_name),
         group.count,
-        ("listen-overflow", "syn-queue-full"),
+        LISTEN_OVERFLOW_FINDINGS,
+        cause_code="listen_overflow",
     )
+
+
+LISTEN_OVERFLOW_FINDINGS = ("listen-overflow", "syn-queue-full")  # doctor findings of the same cause
+
+
+def listen_overflow_fix(comm: str | None, somaxconn: str | None, netns_name: str | None) -> tuple[str, ...]:
+    """The fix of a full accept queue, seen as drops or as a full listener."""
+    faster, larger = cause_entry("listen_overflow").fixes_for(
+        comm=comm or "the application", somaxconn=somaxconn
+    )
+    return (faster, f"{larger}: " + in_netns("sysctl -w net.core.somaxconn=4096", netns_name))
 
 
 def _udp_rcvbuf(group: DropGroup, context: DropContext) -> Verdict:
     example = group.example
     rmem_max = context.sysctls.get("net.core.rmem_max")
+    rcvbuf = cause_entry("rcvbuf")
     cause = (
         f"the receive buffer of {_who(example)} on {example.packet.proto_name} port {example.packet.dport} "
-        f"({_where(group)}) overflowed: {group.count} datagram(s) dropped because it reads slower than "
-        "they arrive"
+        f"({_where(group)}) overflowed: {group.count} datagram(s) dropped because {rcvbuf.summary}"
     )
+    faster, larger = rcvbuf.fixes_for(comm=example.owner.comm or "the receiver", rmem_max=rmem_max)
     fix = (
-        f"make {example.owner.comm or 'the receiver'} read faster, or give its socket a larger SO_RCVBUF",
-        f"allow larger buffers (net.core.rmem_max is {rmem_max}): "
+        faster,
+        f"{larger}: "
         + in_netns("sysctl -w net.core.rmem_max=26214400 net.core.rmem_default=26214400", group.netns_name),
     )
     return Verdict(
@@ -203,51 +210,46 @@ def _udp_rcvbuf(group: DropGroup, context: DropContext) -> Verdict:
         fix,
         group.count,
         ("udp-rcvbuf-errors",),
+        cause_code=rcvbuf.code,
     )
 
 
 def _cpu_backlog(group: DropGroup, context: DropContext) -> Verdict:
     backlog = context.sysctls.get("net.core.netdev_max_backlog")
+    cpu_backlog = cause_entry("cpu_backlog")
     cause = (
         f"the per-CPU input backlog overflowed (netdev_max_backlog={backlog}): {group.count} packet(s) "
-        "dropped "
-        f"before the stack could process them (CPU {group.example.cpu} in the example)"
-    )
-    fix = (
-        "sysctl -w net.core.netdev_max_backlog=" + str(max(2 * int(backlog or 1000), 2000)),
-        "spread receive work over more CPUs (RSS queues, or RPS: "
-        "echo f > /sys/class/net/DEV/queues/rx-0/rps_cpus)",
+        f"{cpu_backlog.summary} (CPU {group.example.cpu} in the example)"
     )
     return Verdict(
         "cpu-backlog",
         _severity(group, context.seconds, loss=True),
         cause,
         _evidence(group, context.seconds, netdev_max_backlog=backlog),
-        fix,
+        cpu_backlog.fixes_for(backlog=max(2 * int(backlog or 1000), 2000)),
         group.count,
         ("backlog-drops",),
+        cause_code=cpu_backlog.code,
     )
 
 
 def _rp_filter(group: DropGroup, context: DropContext) -> Verdict:
     packet = group.example.packet
+    rp_filter = cause_entry("rp_filter")
     cause = (
         f"reverse-path filtering dropped {group.count} packet(s) from {packet.saddr} "
-        f"on {group.example.ifname} "
-        f"({_where(group)}): the route back to the source leaves through another interface"
+        f"on {group.example.ifname} ({_where(group)}): {rp_filter.summary}"
     )
-    fix = (
-        in_netns(f"sysctl -w net.ipv4.conf.{group.example.ifname or 'all'}.rp_filter=2", group.netns_name)
-        + "   # loose mode, for asymmetric routing",
-    )
+    [loose] = rp_filter.fixes_for(device=group.example.ifname or "all")
     return Verdict(
         "rp-filter",
         _severity(group, context.seconds, loss=False),
         cause,
         _evidence(group, context.seconds),
-        fix,
+        (in_netns(loose, group.netns_name) + f"   # {rp_filter.remedy}",),
         group.count,
         ("rp-filter-drops",),
+        cause_code=rp_filter.code,
     )
 
 

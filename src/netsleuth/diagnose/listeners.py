@@ -12,8 +12,9 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from netsleuth.diagnose.drop_rules import in_netns
+from netsleuth.diagnose.drop_rules import LISTEN_OVERFLOW_FINDINGS, listen_overflow_fix
 from netsleuth.diagnose.verdicts import Severity, Verdict
+from netsleuth.diagnostics.causes import cause as cause_entry
 from netsleuth.kernel.netns_exec import call_in_netns
 from netsleuth.kernel.process import SocketOwners
 
@@ -64,6 +65,7 @@ def listener_verdicts(
 ) -> list[Verdict]:
     """One verdict per full listener, naming the process that owns it (by socket inode)."""
     owners = SocketOwners()
+    why = cause_entry("listen_overflow").summary
     verdicts = []
     for listener in listeners:
         owner = owners.owner(listener.inode)
@@ -72,13 +74,7 @@ def listener_verdicts(
         cause = (
             f"the accept queue of {who} listening on port {listener.port}{where} is full "
             f"({listener.queued} waiting, backlog {listener.backlog}): {overflows} connection attempt(s) "
-            "were refused because the application does not accept() fast enough"
-        )
-        fix = (
-            f"make {owner.comm if owner else 'the application'} accept connections faster (more workers, "
-            "no blocking before accept())",
-            f"raise its listen() backlog and net.core.somaxconn (now {somaxconn}): "
-            + in_netns("sysctl -w net.core.somaxconn=4096", netns_name),
+            f"were refused because {why}"
         )
         evidence = {
             "listen_overflows": overflows,
@@ -96,9 +92,10 @@ def listener_verdicts(
                 severity,
                 cause,
                 evidence,
-                fix,
+                listen_overflow_fix(owner.comm if owner else None, somaxconn, netns_name),
                 overflows,
-                ("listen-overflow", "syn-queue-full"),
+                LISTEN_OVERFLOW_FINDINGS,
+                cause_code="listen_overflow",
             )
         )
     return verdicts

@@ -20,6 +20,7 @@ class Verdict:
     fix: tuple[str, ...]
     events: int = 0  # how many kernel events back it (drops, resets...), the tie-breaker within a severity
     absorbed: tuple[str, ...] = field(default=())  # doctor finding ids this verdict explains
+    cause_code: str | None = None  # the cause's code in netsleuth.diagnostics.causes, when it has one
 
     def to_json(self, rank: int) -> dict[str, Any]:
         return {
@@ -28,6 +29,7 @@ class Verdict:
             "severity": self.severity.label,
             "category": self.category,
             "cause": self.cause,
+            "cause_code": self.cause_code,
             "evidence": self.evidence,
             "fix": list(self.fix),
             "absorbed_findings": list(self.absorbed),

@@ -7,8 +7,8 @@ from TCP_LISTEN_OVERFLOW, a full listener seen over sock_diag and a `tcp queues`
 
 An entry holds what does not depend on the event: a title, `summary` (a clause that follows the event's
 facts: "...: 12 connection attempt(s) dropped because <summary>"), `explanation` (the paragraph a report
-prints), and `checks`/`fixes`/`remedy` (commands and advice). Text with `{name}` fields is a template the caller
-fills with the event's facts (`explain`, `checks_for`, `fixes_for`).
+prints), and `checks`/`fixes`/`remedy` (commands and advice). Text with `{name}` fields is a template the
+caller fills with the event's facts (`explain`, `checks_for`, `fixes_for`).
 
 Codes are snake_case and never change meaning; the reset codes are those `resets --json` has always
 printed as `cause_code`.
@@ -168,7 +168,8 @@ _ENTRIES = (
             "policy routing that is legitimate traffic: loose mode (2) keeps spoofing protection for "
             "unroutable sources."
         ),
-        fixes=("sysctl -w net.ipv4.conf.{device}.rp_filter=2   # loose mode, for asymmetric routing",),
+        fixes=("sysctl -w net.ipv4.conf.{device}.rp_filter=2",),
+        remedy="loose mode, for asymmetric routing",
     ),
     Cause(
         "firewall_drop",
@@ -216,7 +217,7 @@ _ENTRIES = (
         "nothing listens on the port",
         fixes=(
             "start the service on that port, or point the client at the port the service really uses",
-            "ss -ltnup   # what does listen there",
+            "ss -ltnup",
         ),
         checks=("ss -ltnp 'sport = :{port}' — is the service running and bound to this address and port?",),
     ),

@@ -71,6 +71,7 @@ class Finding:
     persistent: tuple[str, ...] = ()
     actions: tuple[FixAction, ...] = ()
     apply_command: str = ""  # the `netsleuth doctor [--netns NS] --fix ID --yes` line, when actions exist
+    cause_code: str | None = None  # the cause's code in netsleuth.diagnostics.causes, when it has one
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +85,7 @@ class Finding:
             "persistent": list(self.persistent),
             "actions": [action.to_json() for action in self.actions],
             "apply": self.apply_command or None,
+            "cause_code": self.cause_code,
         }
 
 

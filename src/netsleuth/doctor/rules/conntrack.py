@@ -8,6 +8,7 @@ out-of-window packets instead (a trade-off: it also stops marking genuinely bogu
 
 from __future__ import annotations
 
+from netsleuth.diagnostics.causes import cause
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import sysctl_fix
 from netsleuth.doctor.rules import Rule, Verdict
@@ -46,16 +47,11 @@ def check_conntrack_fill(window: Window) -> Verdict:
                 "max": record.max,
                 "drops_per_s": round(window.per_second(dropped), 1),
             },
-            explanation=(
-                "When the table is full the kernel drops the first packet of every new flow ('nf_conntrack: "
-                "table "
-                "full, dropping packet' in dmesg). Raise nf_conntrack_max (each entry costs ~300 bytes of "
-                "kernel "
-                "memory), shorten timeouts for short-lived flows, or exempt high-volume traffic with NOTRACK."
-            ),
+            explanation=cause("conntrack_full").explain(),
             fix_commands=fix.commands,
             persistent=fix.persistent,
             actions=fix.actions,
+            cause_code="conntrack_full",
         )
     ], ""
 
@@ -78,12 +74,7 @@ def check_conntrack_invalid(window: Window) -> Verdict:
             title=f"conntrack marks {rate:.1f} packets/s INVALID",
             evidence={"invalid_per_s": round(rate, 1), "nf_conntrack_tcp_be_liberal": liberal},
             explanation=(
-                "Conntrack could not match these packets to a known flow state, usually TCP segments outside "
-                "the "
-                "window it expects (after retransmits, asymmetric routing, or a middlebox rewriting sequence "
-                "numbers). INVALID packets skip NAT and are often dropped by `ct state invalid drop` rules "
-                "or "
-                "answered with a RST from a listener (seed 001). "
+                cause("conntrack_invalid").explain()
                 + (
                     "nf_conntrack_tcp_be_liberal = 1 makes conntrack accept out-of-window segments; prefer "
                     "fixing "
@@ -95,6 +86,7 @@ def check_conntrack_invalid(window: Window) -> Verdict:
             fix_commands=fix.commands if fix else (),
             persistent=fix.persistent if fix else (),
             actions=fix.actions if fix else (),
+            cause_code="conntrack_invalid",
         )
     ], ""
 

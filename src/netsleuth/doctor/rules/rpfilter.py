@@ -8,6 +8,7 @@ and policy routing trip strict mode.
 
 from __future__ import annotations
 
+from netsleuth.diagnostics.causes import cause
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import combine, sysctl_fix
 from netsleuth.doctor.rules import Rule, Verdict
@@ -39,16 +40,11 @@ def check_rp_filter(window: Window) -> Verdict:
         subject=", ".join(key.split(".")[3] for key in sorted(strict)) or "rp_filter",
         title=f"reverse-path filter drops {rate:.1f} packets/s",
         evidence={"IPReversePathFilter_per_s": round(rate, 1), "strict_rp_filter": sorted(strict)},
-        explanation=(
-            "Packets arrived on an interface that is not the one this host would use to reach their source, "
-            "and "
-            "strict reverse-path filtering (rp_filter = 1) dropped them. With asymmetric or policy routing "
-            "that "
-            "is legitimate traffic: loose mode (2) keeps spoofing protection for unroutable sources."
-        ),
+        explanation=cause("rp_filter").explain(),
         fix_commands=fix.commands,
         persistent=fix.persistent,
         actions=fix.actions,
+        cause_code="rp_filter",
     )
     return [finding], ""
 

@@ -10,6 +10,7 @@ netdata tcp_listen.conf / udp_errors.conf alarm on any sustained rate of these; 
 
 from __future__ import annotations
 
+from netsleuth.diagnostics.causes import cause
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import combine, sysctl_fix
 from netsleuth.doctor.rules import Rule, Verdict
@@ -51,19 +52,11 @@ def check_listen_queue(window: Window) -> Verdict:
                     "somaxconn": somaxconn,
                     "tcp_max_syn_backlog": syn_backlog,
                 },
-                explanation=(
-                    "Clients completed the handshake but the server's accept queue was full, so the kernel "
-                    "dropped "
-                    "the connection (clients see SYN retries and 1 s/3 s stalls). The queue is "
-                    f"min(the backlog the application passes to listen(), net.core.somaxconn = {somaxconn}): "
-                    "raise "
-                    "somaxconn, make sure the application asks for a large backlog, and check that it "
-                    "accepts fast "
-                    "enough (`ss -ltn`: Recv-Q near Send-Q). `netsleuth drops` names the socket."
-                ),
+                explanation=cause("listen_overflow").explain(somaxconn=somaxconn),
                 fix_commands=fix.commands,
                 persistent=fix.persistent,
                 actions=fix.actions,
+                cause_code="listen_overflow",
             )
         )
     syn_full = window.netstat_delta("TcpExt.TCPReqQFullDrop")
@@ -77,13 +70,11 @@ def check_listen_queue(window: Window) -> Verdict:
                 subject="TCP listeners",
                 title=f"SYN queue full: {rate:.1f} SYNs/s dropped",
                 evidence={"TCPReqQFullDrop_per_s": round(rate, 1), "tcp_max_syn_backlog": syn_backlog},
-                explanation=(
-                    "New connection requests were dropped because the half-open (SYN) queue was full and SYN "
-                    "cookies were not used. Raise tcp_max_syn_backlog, keep net.ipv4.tcp_syncookies = 1."
-                ),
+                explanation=cause("syn_queue_full").explain(),
                 fix_commands=fix.commands,
                 persistent=fix.persistent,
                 actions=fix.actions,
+                cause_code="syn_queue_full",
             )
         )
     return findings, "TCP accept/SYN queues: no overflow"
@@ -109,25 +100,20 @@ def check_tcp_receive(window: Window) -> Verdict:
             "TCPRcvQDrop_per_s": round(window.per_second(rcvq), 1),
             "tcp_rmem": " ".join(tcp_rmem),
         },
-        explanation=(
-            "Segments arrived for sockets whose receive buffer was full (the application reads too slowly, "
-            "or "
-            "the buffer limit is small for the bandwidth-delay product); they are dropped and retransmitted. "
-            "A larger tcp_rmem maximum lets autotuning grow the window; a slow reader needs fixing in the "
-            "app."
-        ),
+        explanation=cause("tcp_receive_full").explain(),
         fix_commands=fix.commands,
         persistent=fix.persistent,
         actions=fix.actions,
+        cause_code="tcp_receive_full",
     )
     return [finding], ""
 
 
 def check_udp_buffers(window: Window) -> Verdict:
     findings: list[Finding] = []
-    for direction, counter, max_key, default_key in (
-        ("receive", "RcvbufErrors", "net.core.rmem_max", "net.core.rmem_default"),
-        ("send", "SndbufErrors", "net.core.wmem_max", "net.core.wmem_default"),
+    for direction, counter, max_key, default_key, code in (
+        ("receive", "RcvbufErrors", "net.core.rmem_max", "net.core.rmem_default", "rcvbuf"),
+        ("send", "SndbufErrors", "net.core.wmem_max", "net.core.wmem_default", "sndbuf"),
     ):
         errors = window.netstat_delta(f"Udp.{counter}") + window.netstat_delta(f"Udp6.{counter}")
         if errors < MIN_EVENTS:
@@ -150,17 +136,11 @@ def check_udp_buffers(window: Window) -> Verdict:
                     max_key: current_max,
                     default_key: current_default,
                 },
-                explanation=(
-                    f"Datagrams were dropped because a UDP socket's {direction} buffer was full: the "
-                    "application "
-                    f"does not keep up with bursts (DNS, syslog, metrics, QUIC). Sockets get {default_key} "
-                    "unless "
-                    f"they ask for more with SO_{'RCV' if direction == 'receive' else 'SND'}BUF, capped by "
-                    f"{max_key}. `netsleuth drops` shows which socket."
-                ),
+                explanation=cause(code).explain(default_key=default_key, max_key=max_key),
                 fix_commands=fix.commands,
                 persistent=fix.persistent,
                 actions=fix.actions,
+                cause_code=code,
             )
         )
     return findings, "UDP: no datagram dropped for a full socket buffer"

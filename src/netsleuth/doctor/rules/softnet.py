@@ -9,6 +9,7 @@ one that binds (netdata#1076, #4624), so the rule says which one does.
 
 from __future__ import annotations
 
+from netsleuth.diagnostics.causes import cause
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import sysctl_fix
 from netsleuth.doctor.rules import Rule, Verdict
@@ -44,17 +45,11 @@ def check_backlog_drops(window: Window) -> Verdict:
             "netdev_max_backlog": backlog,
             "flow_limit_per_s": round(window.per_second(sum(row.flow_limit_count for row in deltas)), 1),
         },
-        explanation=(
-            "Packets handed to a CPU's input queue (RPS, veth, tunnels, netif_rx drivers) were refused "
-            "because "
-            f"the queue already held net.core.netdev_max_backlog = {backlog} packets. Doubling it absorbs "
-            "bursts "
-            "(RHEL network tuning guide, 'softnet_stat column 2'); if drops continue, the CPU is simply too "
-            "busy."
-        ),
+        explanation=cause("cpu_backlog").explain(backlog=backlog),
         fix_commands=fix.commands,
         persistent=fix.persistent,
         actions=fix.actions,
+        cause_code="cpu_backlog",
     )
     return [finding], ""
 

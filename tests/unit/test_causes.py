@@ -1,0 +1,95 @@
+"""The cause catalogue: one entry per code, templates that fill, and one listen-overflow wherever it is seen
+(doctor finding, drop verdict, full-listener verdict, `tcp queues` record)."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import pytest
+
+from netsleuth._generated.tcp_abi import TCP_REASON_SYN_ACCEPT_QUEUE_FULL, EventKind
+from netsleuth.diagnose.drop_rules import DropContext, drop_verdicts
+from netsleuth.diagnose.listeners import FullListener, listener_verdicts
+from netsleuth.diagnostics.causes import CATALOGUE, cause
+from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord, Owner
+from netsleuth.diagnostics.reset_causes import ResetCause
+from netsleuth.diagnostics.tcp_events import QueueRecord, TcpEventEnricher
+from netsleuth.doctor.rules import diagnose
+from netsleuth.kernel.reasons import DropReasons
+from netsleuth.packet import PacketTuple
+from tests.fixtures.doctor import scenario_window
+from tests.unit.tcp_fakes import fake_context, raw_event
+
+# The facts consumers fill templates with; a template naming anything else would fail at run time.
+FACTS = {"somaxconn", "port", "comm", "rmem_max", "default_key", "max_key", "backlog", "device"}
+
+
+def _fields(template: str) -> set[str]:
+    return {field for _, field, _, _ in string.Formatter().parse(template) if field}
+
+
+@pytest.mark.parametrize("code", sorted(CATALOGUE))
+def test_entry_templates_name_only_known_facts(code: str) -> None:
+    entry = cause(code)
+    assert entry.code == code and entry.title
+    for template in (entry.summary, entry.explanation, *entry.checks, *entry.fixes, entry.remedy):
+        assert _fields(template) <= FACTS, (code, template)
+        template.format(**dict.fromkeys(FACTS, "X"))  # no stray braces
+
+
+def test_a_record_cannot_carry_a_code_outside_the_catalogue() -> None:
+    with pytest.raises(KeyError):
+        ResetCause("made_up", "text", "check")
+
+
+def _overflow_group() -> DropGroup:
+    example = DropRecord(
+        time=0.0,
+        reason="TCP_LISTEN_OVERFLOW",
+        reason_code=0,
+        location="tcp_v4_syn_recv_sock+0x9a",
+        location_address=0,
+        packet=PacketTuple(4, 6, "198.18.0.1", "198.18.0.2", 40000, 80, 0x10, length=60),
+        owner=Owner(42, "nginx", "socket"),
+        netns=4026532999,
+        netns_name="srv",
+        ifname="veth0",
+        ifindex=2,
+        cpu=0,
+        sk_state="LISTEN",
+        stack=None,
+        source=None,
+        netfilter=None,
+        packet_bytes=b"",
+    )
+    return DropGroup(example.reason, example.location, example.netns, "srv", 7, 420, example)
+
+
+def test_listen_overflow_reads_the_same_everywhere(tmp_path: Path) -> None:
+    entry = cause("listen_overflow")
+    context = DropContext(seconds=10.0, sysctls={"net.core.somaxconn": "4096"}, resets_by_flow={})
+    [dropped] = drop_verdicts([_overflow_group()], context)
+    [listener] = listener_verdicts([FullListener("0.0.0.0", 80, 3, 1, 0)], 7, "4096", "srv")
+    [finding] = diagnose(scenario_window("listen-overflow", tmp_path)).findings
+    enricher = TcpEventEnricher(fake_context(tmp_path), DropReasons({}, "fixture"))
+    raw = raw_event(
+        EventKind.SOCK_DROP,
+        ("198.18.0.2", 80),
+        ("198.18.0.1", 41234),
+        state="LISTEN",
+        reason=TCP_REASON_SYN_ACCEPT_QUEUE_FULL,
+        backlog=2,
+        max_backlog=1,
+    )
+    record = enricher.enrich(raw)
+    assert isinstance(record, QueueRecord)
+
+    assert dropped.cause_code == listener.cause_code == finding.cause_code == record.cause_code == entry.code
+    assert dropped.to_json(1)["cause_code"] == finding.to_json()["cause_code"] == "listen_overflow"
+    assert record.to_json()["cause_code"] == "listen_overflow"
+    assert entry.summary in dropped.cause and entry.summary in listener.cause
+    assert dropped.fix[0] == entry.fixes_for(comm="nginx", somaxconn="4096")[0]
+    assert dropped.fix[1] == listener.fix[1]  # the same sysctl advice, from one template
+    assert finding.explanation == entry.explain(somaxconn=finding.evidence["somaxconn"])
+    assert entry.remedy in record.check and "ss -ltn 'sport = :80'" in record.check
