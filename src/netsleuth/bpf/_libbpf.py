@@ -23,6 +23,8 @@ __all__ = [
     "BTF_KIND_PTR",
     "BTF_KIND_TYPEDEF",
     "ObjectOpenOpts",
+    "PerfLostCallback",
+    "PerfSampleCallback",
     "RingBufferCallback",
     "capture_messages",
     "lib",
@@ -36,6 +38,9 @@ BTF_KIND_ENUM64 = 19
 
 # int (*)(void *ctx, void *data, size_t size)
 RingBufferCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+# void (*)(void *ctx, int cpu, void *data, __u32 size) and void (*)(void *ctx, int cpu, __u64 cnt)
+PerfSampleCallback = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32)
+PerfLostCallback = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64)
 # int (*)(enum libbpf_print_level level, const char *fmt, va_list args); va_list decays to a pointer on x86-64
 _PrintCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 
@@ -95,6 +100,13 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "ring_buffer__consume": (ctypes.c_int, [_P]),
     "ring_buffer__free": (None, [_P]),
     "ring_buffer__epoll_fd": (ctypes.c_int, [_P]),
+    # perf_buffer__new(map_fd, page_cnt, sample_cb, lost_cb, ctx, opts): the libbpf 1.0 signature
+    "perf_buffer__new": (_P, [ctypes.c_int, ctypes.c_size_t, PerfSampleCallback, PerfLostCallback, _P, _P]),
+    "perf_buffer__poll": (ctypes.c_int, [_P, ctypes.c_int]),
+    "perf_buffer__consume": (ctypes.c_int, [_P]),
+    "perf_buffer__epoll_fd": (ctypes.c_int, [_P]),
+    "perf_buffer__free": (None, [_P]),
+    "bpf_prog_test_run_opts": (ctypes.c_int, [ctypes.c_int, _P]),
     "bpf_prog_load": (
         ctypes.c_int,
         [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, _P, ctypes.c_size_t, _P],

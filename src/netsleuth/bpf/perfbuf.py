@@ -1,0 +1,95 @@
+"""Consumer of a BPF perf event array (per-CPU perf buffers): the fallback for kernels without ring buffers
+(BPF_MAP_TYPE_RINGBUF is 5.8+; perf buffers work back to 4.4). Same face as RingBuffer: `poll` and `drain`
+return raw records in batches, decoding is the caller's.
+
+Loss accounting is the same as with the ring buffer: the program counts every bpf_perf_event_output that
+fails (-ENOSPC: that CPU's buffer was full) in its LOST counter, exactly as it counts a failed
+bpf_ringbuf_output. The kernel also tells the consumer, through a PERF_RECORD_LOST written before the next
+record that fits (kernel/events/ring_buffer.c perf_output_begin); `lost` sums those, so a test or a caller
+can check the two agree. Differences the caller must know:
+
+- records arrive per CPU, so two events from different CPUs can come out of order (sort by timestamp when
+  order matters); the ring buffer is one queue in reserve order;
+- a perf sample's raw data is padded so that its u32 size plus the data is a multiple of 8
+  (perf_prepare_sample), so a record can carry up to 7 trailing zero bytes: decoders must take lengths from
+  the record itself, never from len(record).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+
+from netsleuth.bpf import _libbpf
+from netsleuth.bpf.errors import last_errno_error
+
+__all__ = ["DEFAULT_PAGES_PER_CPU", "PerfBuffer"]
+
+# 64 pages = 256 KiB per CPU: on a 2-CPU host the same 512 KiB order as drops' ring buffer per CPU, and a
+# power of two as perf_buffer__new requires.
+DEFAULT_PAGES_PER_CPU = 64
+
+
+class PerfBuffer:
+    """Open per-CPU perf buffers on the PERF_EVENT_ARRAY map `map_fd`; close() (or `with`) frees them."""
+
+    def __init__(self, map_fd: int, pages_per_cpu: int = DEFAULT_PAGES_PER_CPU) -> None:
+        if pages_per_cpu <= 0 or pages_per_cpu & (pages_per_cpu - 1):
+            raise ValueError(f"pages_per_cpu must be a power of two, not {pages_per_cpu}")
+        self._lib = _libbpf.lib()
+        self._pending: list[bytes] = []
+        self.lost = 0  # PERF_RECORD_LOST counts the kernel reported, all CPUs
+        self.lost_by_cpu: dict[int, int] = {}
+        # Keep both callback objects alive as long as libbpf may call them.
+        self._sample_callback = _libbpf.PerfSampleCallback(self._on_sample)
+        self._lost_callback = _libbpf.PerfLostCallback(self._on_lost)
+        with _libbpf.capture_messages() as messages:
+            self._handle: int | None = self._lib.perf_buffer__new(
+                map_fd, pages_per_cpu, self._sample_callback, self._lost_callback, None, None
+            )
+        if not self._handle:
+            raise last_errno_error("cannot open the BPF perf buffers", messages)
+
+    def _on_sample(self, _ctx: int | None, _cpu: int, data: int | None, size: int) -> None:
+        self._pending.append(ctypes.string_at(data or 0, size))
+
+    def _on_lost(self, _ctx: int | None, cpu: int, count: int) -> None:
+        self.lost += count
+        self.lost_by_cpu[cpu] = self.lost_by_cpu.get(cpu, 0) + count
+
+    def poll(self, timeout_ms: int) -> list[bytes]:
+        """Wait up to timeout_ms for records on any CPU; returns those that arrived (possibly none)."""
+        if self._handle is None:
+            return []
+        result = self._lib.perf_buffer__poll(self._handle, timeout_ms)
+        # EINTR is a signal (e.g. Ctrl-C), not an error.
+        if result < 0 and ctypes.get_errno() != errno.EINTR:
+            raise last_errno_error("reading the BPF perf buffers failed")
+        records, self._pending = self._pending, []
+        return records
+
+    def drain(self) -> list[bytes]:
+        """Everything still queued on every CPU, without waiting (at exit, so nothing produced is left)."""
+        if self._handle is None:
+            return []
+        if self._lib.perf_buffer__consume(self._handle) < 0:
+            raise last_errno_error("reading the BPF perf buffers failed")
+        records, self._pending = self._pending, []
+        return records
+
+    def epoll_fd(self) -> int:
+        """One fd that is readable when any CPU's buffer has data (to wait on it beside other fds)."""
+        if self._handle is None:
+            raise ValueError("the perf buffers are closed")
+        return int(self._lib.perf_buffer__epoll_fd(self._handle))
+
+    def close(self) -> None:
+        if self._handle:
+            self._lib.perf_buffer__free(self._handle)
+        self._handle = None
+
+    def __enter__(self) -> PerfBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
