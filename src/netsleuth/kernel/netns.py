@@ -158,6 +158,11 @@ class NetnsNames:
             self._rescan_if_due()
         return self._names.get(name)
 
+    def inodes(self) -> list[int]:
+        """Every namespace a name or a process holds, ascending."""
+        self._rescan_if_due()
+        return sorted(set(self._names.values()) | set(self._pids))
+
     def names(self) -> dict[str, int]:
         """Every `ip netns` name and its inode."""
         self._rescan_if_due()
