@@ -45,10 +45,13 @@ src/netsleuth/_generated/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.h bpf/include/*.h
 	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
 	$(LLVM_STRIP) -g $@
 
-bpf: $(BPF_OBJECTS)
+# The Python side of the ABI (ctypes structs, enums, limits, map sizes, program -> tracepoint) is generated from
+# the objects' BTF into src/netsleuth/_generated/*_abi.py (src/netsleuth/bpf/abigen.py, bpf2go's idea).
+bpf: $(BPF_OBJECTS) venv
+	$(BIN)/python -m netsleuth.bpf.abigen
 
 # Rebuild into a temporary place and fail when the committed objects differ from their sources.
-check-bpf: deps
+check-bpf: deps venv
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; status=0; \
 	for src in $(BPF_SOURCES); do \
 		name=$$(basename $$src .bpf.c); \
@@ -58,7 +61,8 @@ check-bpf: deps
 			echo "src/netsleuth/_generated/$$name.bpf.o is stale: run 'make bpf' and commit it"; status=1; \
 		fi; \
 	done; \
-	[ $$status -eq 0 ] && echo "BPF objects match their sources ($(words $(BPF_SOURCES)) checked)"; exit $$status
+	[ $$status -eq 0 ] && echo "BPF objects match their sources ($(words $(BPF_SOURCES)) checked)"; \
+	$(BIN)/python -m netsleuth.bpf.abigen --check || status=1; exit $$status
 
 lint: venv
 	$(BIN)/ruff check src tests bench

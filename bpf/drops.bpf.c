@@ -10,6 +10,10 @@
 #include "netsleuth.bpf.h"
 #include <bpf/bpf_tracing.h>
 #include "drops.h"
+#include "abi.h"
+#include "emit.bpf.h"
+#include "filter_maps.bpf.h"
+#include "stack.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -20,61 +24,29 @@ const volatile struct drops_config cfg = {
 	.sample_every = 1,
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
-} events SEC(".maps");
+NS_ABI_KEEP(drops_abi_types);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DROP_STAT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} drop_stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, DROPS_MAX_GROUPS);
-	__type(key, struct drop_group_key);
-	__type(value, struct drop_group);
-} drop_groups SEC(".maps");
+NS_STATS_MAP(drop_stats, NS_STAT_COUNT);
+NS_GROUP_MAP(drop_groups, struct drop_group_key, struct drop_group, DROPS_MAX_GROUPS);
 
 /* Reasons for --reason / --exclude-reason (cfg.filter_reasons says which). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, DROPS_REASON_FILTER_SIZE);
 	__type(key, __u32);
 	__type(value, __u8);
 } reason_filter SEC(".maps");
-
-#include "filter_maps.bpf.h"
 
 struct drop_scratch {
 	struct drop_event event;
 	__u8 tail[DROPS_MAX_FRAMES * 8 + DROPS_MAX_SNAPLEN];
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct drop_scratch);
-} scratch SEC(".maps");
+NS_SCRATCH_MAP(scratch, struct drop_scratch);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} sample_counter SEC(".maps");
-
-static __always_inline void count(enum drop_stat stat)
+static __always_inline void count(enum ns_stat stat)
 {
-	__u32 key = stat;
-	__u64 *value = bpf_map_lookup_elem(&drop_stats, &key);
-
-	if (value)
-		*value += 1;
+	ns_count(&drop_stats, stat);
 }
 
 static __always_inline bool ports_match(const struct packet_tuple *tuple)
@@ -83,81 +55,21 @@ static __always_inline bool ports_match(const struct packet_tuple *tuple)
 		return true;
 	if (!tuple->has_ports || tuple->l4proto == IPPROTO_ICMP || tuple->l4proto == IPPROTO_ICMPV6)
 		return false;
-	if (cfg.port && tuple->sport != cfg.port && tuple->dport != cfg.port)
-		return false;
-	if (cfg.sport && tuple->sport != cfg.sport)
-		return false;
-	if (cfg.dport && tuple->dport != cfg.dport)
-		return false;
-	return true;
+	return ns_ports_match(cfg.port, cfg.sport, cfg.dport, tuple->sport, tuple->dport);
 }
 
 static __always_inline bool addresses_match(const struct packet_tuple *tuple)
 {
-	if (!cfg.filter_host && !cfg.filter_src && !cfg.filter_dst && !cfg.family)
-		return true;
-	if (tuple->family != 4 && tuple->family != 6)
-		return false;
 	if (cfg.family && tuple->family != cfg.family)
 		return false;
-	if (cfg.filter_host && !ns_addr_in(&host_filter, tuple->family, tuple->saddr) &&
-	    !ns_addr_in(&host_filter, tuple->family, tuple->daddr))
-		return false;
-	if (cfg.filter_src && !ns_addr_in(&src_filter, tuple->family, tuple->saddr))
-		return false;
-	if (cfg.filter_dst && !ns_addr_in(&dst_filter, tuple->family, tuple->daddr))
-		return false;
-	return true;
-}
-
-static __always_inline bool task_matches(const struct drop_event *event)
-{
-	if (cfg.pid && event->pid != cfg.pid)
-		return false;
-	return !cfg.comm[0] || ns_name_matches(event->comm, cfg.comm);
-}
-
-static __always_inline bool should_emit(void)
-{
-	__u32 zero = 0;
-	__u64 *counter;
-
-	if (!cfg.emit_events)
-		return false;
-	/* Back-pressure: past half full, drop to sampling so the consumer catches up instead of losing. */
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > (8 << 20) / 2)
-		return false;
-	if (cfg.sample_every <= 1)
-		return true;
-	counter = bpf_map_lookup_elem(&sample_counter, &zero);
-	if (!counter)
-		return true;
-	*counter += 1;
-	return *counter % cfg.sample_every == 0;
-}
-
-/* The kernel stack into `frames`; returns its size in bytes, 0..DROPS_MAX_FRAMES * 8. */
-static __always_inline long take_stack(void *ctx, __u8 *frames)
-{
-	long got = bpf_get_stack(ctx, frames, DROPS_MAX_FRAMES * 8, 0);
-
-	if (got <= 0)
-		return 0;
-	return got > DROPS_MAX_FRAMES * 8 ? DROPS_MAX_FRAMES * 8 : got;
+	return ns_addresses_match(cfg.filter_host, cfg.filter_src, cfg.filter_dst, tuple->family, tuple->saddr,
+				  tuple->daddr);
 }
 
 static __always_inline bool needs_packet(void)
 {
 	return cfg.filter_l4proto || cfg.port || cfg.sport || cfg.dport || cfg.family || cfg.filter_host ||
 	       cfg.filter_src || cfg.filter_dst;
-}
-
-static __always_inline void fill_device(const bool direct, struct drop_event *event, struct net_device *dev)
-{
-	if (dev) {
-		event->ifindex = NS_RD(direct, dev, ifindex);
-		BPF_CORE_READ_STR_INTO(&event->ifname, dev, name);
-	}
 }
 
 /* Who was running and whose socket the packet is: what attribution and --pid/--comm need. */
@@ -167,13 +79,8 @@ static __always_inline void fill_owner(const bool direct, void *ctx, struct drop
 
 	event->in_task = ns_in_task(ctx, cfg.thread_size, &kthread);
 	event->kthread = kthread;
-	if (event->in_task) {
-		__u64 pid_tgid = bpf_get_current_pid_tgid();
-
-		event->pid = pid_tgid >> 32;
-		event->tid = (__u32)pid_tgid;
-		bpf_get_current_comm(&event->comm, sizeof(event->comm));
-	}
+	if (event->in_task)
+		ns_current_task(&event->pid, &event->tid, event->comm);
 	event->sk_state = 0xff;
 	if (sk) {
 		event->sock_ino = ns_sock_ino_rd(direct, sk);
@@ -208,7 +115,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 
 	if (reason == cfg.consumed_reason || reason == cfg.not_dropped_reason)
 		return 0;
-	count(DROP_STAT_SEEN);
+	count(NS_STAT_SEEN);
 
 	if (cfg.filter_reasons) {
 		bool listed = bpf_map_lookup_elem(&reason_filter, &reason) != 0;
@@ -235,7 +142,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	if (cfg.filter_dev || needs_packet() || cfg.filter_owner)
 		__builtin_memset(event, 0, sizeof(*event));
 	if (cfg.filter_dev) {
-		fill_device(direct, event, dev);
+		ns_device_rd(direct, dev, &event->ifindex, event->ifname);
 		have_device = true;
 		if (!ns_name_matches(event->ifname, cfg.dev))
 			return 0;
@@ -252,11 +159,11 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 		fill_owner(direct, ctx, event, sk);
 		have_owner = true;
 		/* A drop in the task's own context is matched on the task; in softirq, on the socket's owner. */
-		if (!(event->in_task && task_matches(event)) &&
-		    !(event->sock_ino && bpf_map_lookup_elem(&owner_inodes, &event->sock_ino)))
+		if (!(event->in_task && ns_task_matches(event->pid, event->comm, cfg.pid, cfg.comm)) &&
+		    !ns_owned_inode(event->sock_ino))
 			return 0;
 	}
-	count(DROP_STAT_MATCHED);
+	count(NS_STAT_MATCHED);
 
 	skb_len = NS_RD(direct, skb, len);
 	group_key.location = (__u64)location;
@@ -277,7 +184,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	event->skb_len = skb_len;
 	event->cpu = bpf_get_smp_processor_id();
 	if (!have_device)
-		fill_device(direct, event, dev);
+		ns_device_rd(direct, dev, &event->ifindex, event->ifname);
 	if (!have_packet)
 		ns_parse_packet_rd(direct, skb, &event->tuple, &l3);
 	if (!have_owner)
@@ -287,32 +194,23 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 		/* First drop of this kind: it becomes the group's example, with a few frames for the hook. Built in
 		 * the packet area of the scratch buffer, which is filled only later. */
 		struct drop_group *fresh = (struct drop_group *)(buf->tail + DROPS_MAX_FRAMES * 8);
-		long got;
 
 		fresh->count = 1;
 		fresh->bytes = skb_len;
 		__builtin_memcpy(&fresh->example, event, sizeof(*event));
-		got = bpf_get_stack(ctx, fresh->example_frames, sizeof(fresh->example_frames), 0);
-		fresh->example.nr_frames = got > 0 ? (__u64)got / 8 : 0;
-		if (bpf_map_update_elem(&drop_groups, &group_key, fresh, BPF_NOEXIST)) {
-			/* Another CPU inserted it first, or the map is full. */
-			group = bpf_map_lookup_elem(&drop_groups, &group_key);
-			if (group)
-				add_to_group(group, skb_len);
-			else
-				count(DROP_STAT_UNGROUPED);
-		}
+		fresh->example.nr_frames =
+			ns_take_stack(ctx, fresh->example_frames, sizeof(fresh->example_frames)) / 8;
+		group = ns_group_insert(&drop_groups, &group_key, fresh, &drop_stats, 0);
+		if (group)
+			add_to_group(group, skb_len);
 	}
 
-	if (!should_emit()) {
-		if (cfg.emit_events)
-			count(DROP_STAT_SAMPLED);
+	if (!cfg.emit_events || !ns_emit_wanted(&drop_stats, 0, cfg.sample_every))
 		return 0;
-	}
 
 	size = 0;
 	if (cfg.want_stack || reason == cfg.netfilter_reason) {
-		size = take_stack(ctx, buf->tail);
+		size = ns_take_stack(ctx, buf->tail, DROPS_MAX_FRAMES * 8);
 		event->nr_frames = (__u64)size / 8;
 	}
 	if (cfg.snaplen && l3 && event->tuple.l3_len) {
@@ -332,11 +230,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	size += sizeof(*event) + event->caplen;
 	if (size > sizeof(*buf))
 		size = sizeof(*buf);
-	if (bpf_ringbuf_output(&events, buf, size, 0)) {
-		count(DROP_STAT_LOST);
-		return 0;
-	}
-	count(DROP_STAT_EMITTED);
+	ns_output(&drop_stats, 0, buf, size);
 	return 0;
 }
 

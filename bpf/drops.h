@@ -1,30 +1,25 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs shared between drops.bpf.c and src/netsleuth/diagnostics/drops_abi.py. Fixed-width types only;
- * Python mirrors each struct once and checks its size against this object's BTF at load.
+ * Types shared between drops.bpf.c and userspace. Fixed-width types only. Python's ctypes mirrors are generated
+ * from the compiled object's BTF (src/netsleuth/_generated/drops_abi.py, `make bpf`) and every member's name,
+ * offset and size is checked against the object again at load.
  */
 #ifndef NETSLEUTH_DROPS_H
 #define NETSLEUTH_DROPS_H
 
 #include "packet.h"
 
-#define DROPS_MAX_FRAMES 32
-#define DROPS_EXAMPLE_FRAMES 12
-#define DROPS_MAX_SNAPLEN 2048
-#define DROPS_MAX_GROUPS 8192
+#include "emit.h"
 
-
-/* Indices of the per-CPU `drop_stats` array. Every drop lands in exactly one of MATCHED's outcomes, so
- * userspace can always say how many drops it saw, printed, sampled away or lost. */
-enum drop_stat {
-	DROP_STAT_SEEN = 0,	    /* kfree_skb with a real drop reason, before filters */
-	DROP_STAT_MATCHED = 1,	    /* passed every filter: the exact total */
-	DROP_STAT_EMITTED = 2,	    /* sent to the ring buffer */
-	DROP_STAT_SAMPLED = 3,	    /* left out on purpose: 1-in-N sampling or a ring buffer more than half full */
-	DROP_STAT_LOST = 4,	    /* the ring buffer had no room: a loss, always reported */
-	DROP_STAT_UNGROUPED = 5,    /* counted in MATCHED but the summary map was full */
-	DROP_STAT_MAX = 6,
+enum drops_limits {
+	DROPS_MAX_FRAMES = NS_MAX_FRAMES,
+	DROPS_EXAMPLE_FRAMES = 12,
+	DROPS_MAX_SNAPLEN = 2048,
+	DROPS_MAX_GROUPS = 8192,
+	DROPS_REASON_FILTER_SIZE = 1024,
 };
+
+/* The per-CPU `drop_stats` array is one block of enum ns_stat (bpf/emit.h). */
 
 /* Read-only configuration, set by the loader before load (the object's .rodata). Zero means "no filter". */
 struct drops_config {
@@ -90,6 +85,13 @@ struct drop_group {
 	__u64 bytes;
 	struct drop_event example;
 	__u64 example_frames[DROPS_EXAMPLE_FRAMES];
+};
+
+/* The enums userspace mirrors that no map or variable uses: drops.bpf.c keeps them in its BTF (bpf/abi.h). */
+struct drops_abi_types {
+	enum ns_stat stat;
+	enum ns_emit_limits emit_limits;
+	enum drops_limits limits;
 };
 
 #endif /* NETSLEUTH_DROPS_H */

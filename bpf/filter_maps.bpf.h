@@ -32,4 +32,42 @@ struct {
 	__type(value, __u8);
 } owner_inodes SEC(".maps");
 
+/* The port filters of a configuration (0 = any) against a packet's or socket's two ends. */
+static __always_inline bool ns_ports_match(__u16 port, __u16 sport, __u16 dport, __u16 source, __u16 dest)
+{
+	if (port && source != port && dest != port)
+		return false;
+	if (sport && source != sport)
+		return false;
+	return !dport || dest == dport;
+}
+
+/* --host (either end), --src, --dst against the LPM maps above; an event that is not IP matches none. */
+static __always_inline bool ns_addresses_match(bool host, bool src, bool dst, __u8 family, const __u8 *source,
+					       const __u8 *dest)
+{
+	if (!host && !src && !dst)
+		return true;
+	if (family != 4 && family != 6)
+		return false;
+	if (host && !ns_addr_in(&host_filter, family, source) && !ns_addr_in(&host_filter, family, dest))
+		return false;
+	if (src && !ns_addr_in(&src_filter, family, source))
+		return false;
+	return !dst || ns_addr_in(&dst_filter, family, dest);
+}
+
+/* --pid / --comm against one task (0 and an empty name match any). */
+static __always_inline bool ns_task_matches(__u32 pid, const char *comm, __u32 want_pid,
+					    const volatile char *want_comm)
+{
+	return (!want_pid || pid == want_pid) && (!want_comm[0] || ns_name_matches(comm, want_comm));
+}
+
+/* A socket held by one of the selected processes (userspace keeps owner_inodes in step with /proc). */
+static __always_inline bool ns_owned_inode(__u64 ino)
+{
+	return ino && bpf_map_lookup_elem(&owner_inodes, &ino);
+}
+
 #endif /* NETSLEUTH_FILTER_MAPS_BPF_H */

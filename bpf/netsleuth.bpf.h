@@ -94,6 +94,27 @@ static __always_inline __u64 ns_sock_ino(struct sock *sk)
 	return ns_sock_ino_rd(false, sk);
 }
 
+/* The running task's ids and name, for an event in its own context. Returns pid_tgid. */
+static __always_inline __u64 ns_current_task(__u32 *pid, __u32 *tid, char *comm)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	*pid = pid_tgid >> 32;
+	*tid = (__u32)pid_tgid;
+	bpf_get_current_comm(comm, 16);
+	return pid_tgid;
+}
+
+/* A device's index and name (both left alone without a device). */
+static __always_inline void ns_device_rd(const bool direct, struct net_device *dev, __u32 *ifindex, char *ifname)
+{
+	if (!dev)
+		return;
+	*ifindex = NS_RD(direct, dev, ifindex);
+	/* The macro copies sizeof(*dst) bytes at most: the destination must be typed as the 16-byte array. */
+	BPF_CORE_READ_STR_INTO((char(*)[16])ifname, dev, name);
+}
+
 #define NS_HEADER_BYTES 64 /* IPv6 (40) + the first 14 bytes of TCP, or IPv4 with up to 36 bytes of options */
 
 /* Fill `tuple` from the first NS_HEADER_BYTES bytes at the network header (already copied to `hdr`). */

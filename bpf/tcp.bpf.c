@@ -22,6 +22,10 @@
 #include "netsleuth.bpf.h"
 #include <bpf/bpf_tracing.h>
 #include "tcp.h"
+#include "abi.h"
+#include "emit.bpf.h"
+#include "filter_maps.bpf.h"
+#include "stack.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -39,7 +43,6 @@ char LICENSE[] SEC("license") = "GPL";
 /* include/uapi/linux/tcp.h enum tcp_ca_state */
 #define TCP_CA_LOSS 4
 #define TCP_FLAG_RST 0x04
-#define RINGBUF_BYTES (8 << 20)
 #define TLP_FRAMES 8 /* tcp_send_loss_probe sits within the first frames above the tracepoint */
 
 const volatile struct tcp_config cfg = {
@@ -48,29 +51,15 @@ const volatile struct tcp_config cfg = {
 	.sample_every = 1,
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, RINGBUF_BYTES);
-} events SEC(".maps");
+NS_ABI_KEEP(tcp_abi_types);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, TCP_EV_KINDS *TCP_STAT_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-} tcp_stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, TCP_MAX_GROUPS);
-	__type(key, struct tcp_group_key);
-	__type(value, struct tcp_group);
-} tcp_groups SEC(".maps");
+NS_STATS_MAP(tcp_stats, TCP_EV_KINDS * NS_STAT_COUNT);
+NS_GROUP_MAP(tcp_groups, struct tcp_group_key, struct tcp_group, TCP_MAX_GROUPS);
 
 /* Socket address -> what the state tracker learnt about it. LRU: sockets we never see close age out. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, TCP_MAX_SOCKETS);
 	__type(key, __u64);
 	__type(value, struct tcp_sock_info);
 } sock_infos SEC(".maps");
@@ -85,7 +74,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, TCP_MAX_LISTEN_PORTS);
 	__type(key, __u32);
 	__type(value, struct tcp_listener_slots);
 } listeners SEC(".maps");
@@ -93,12 +82,10 @@ struct {
 /* kfree_skb reasons that are about a socket's queues (LISTEN_OVERFLOW, SOCKET_RCVBUFF, PROTO_MEM...). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
+	__uint(max_entries, TCP_QUEUE_REASONS);
 	__type(key, __u32);
 	__type(value, __u8);
 } queue_reasons SEC(".maps");
-
-#include "filter_maps.bpf.h"
 
 struct tcp_scratch {
 	struct tcp_event event;
@@ -107,19 +94,7 @@ struct tcp_scratch {
 	struct tcp_group fresh;
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct tcp_scratch);
-} scratch SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} sample_counter SEC(".maps");
+NS_SCRATCH_MAP(scratch, struct tcp_scratch);
 
 static __always_inline bool kind_in(__u32 mask, __u8 kind)
 {
@@ -131,13 +106,9 @@ static __always_inline bool kind_wanted(__u8 kind)
 	return kind_in(cfg.emit_mask | cfg.group_mask, kind);
 }
 
-static __always_inline void count(__u8 kind, enum tcp_stat stat)
+static __always_inline void count(__u8 kind, enum ns_stat stat)
 {
-	__u32 key = kind * TCP_STAT_COUNT + stat;
-	__u64 *value = bpf_map_lookup_elem(&tcp_stats, &key);
-
-	if (value)
-		*value += 1;
+	ns_count(&tcp_stats, kind * NS_STAT_COUNT + stat);
 }
 
 static __always_inline struct tcp_scratch *fresh_scratch(__u8 kind)
@@ -152,6 +123,13 @@ static __always_inline struct tcp_scratch *fresh_scratch(__u8 kind)
 	buf->event.state = TCP_NO_STATE;
 	buf->event.old_state = TCP_NO_STATE;
 	return buf;
+}
+
+/* An event of `kind` whose hook fired: counted as SEEN before any filter. */
+static __always_inline struct tcp_scratch *seen_scratch(__u8 kind)
+{
+	count(kind, NS_STAT_SEEN);
+	return fresh_scratch(kind);
 }
 
 /* ::ffff:a.b.c.d -> a.b.c.d, so IPv4 filters and joins work for dual-stack sockets. */
@@ -277,36 +255,20 @@ static __always_inline bool flow_matches(const struct tcp_event *e)
 		return false;
 	if (cfg.family && e->family != cfg.family)
 		return false;
-	if (cfg.port && e->lport != cfg.port && e->rport != cfg.port)
+	if (!ns_ports_match(cfg.port, cfg.sport, cfg.dport, e->lport, e->rport))
 		return false;
-	if (cfg.sport && e->lport != cfg.sport)
-		return false;
-	if (cfg.dport && e->rport != cfg.dport)
-		return false;
-	if (!cfg.filter_host && !cfg.filter_src && !cfg.filter_dst)
-		return true;
-	if (e->family != 4 && e->family != 6)
-		return false;
-	if (cfg.filter_host && !ns_addr_in(&host_filter, e->family, e->laddr) &&
-	    !ns_addr_in(&host_filter, e->family, e->raddr))
-		return false;
-	if (cfg.filter_src && !ns_addr_in(&src_filter, e->family, e->laddr))
-		return false;
-	if (cfg.filter_dst && !ns_addr_in(&dst_filter, e->family, e->raddr))
-		return false;
-	return true;
+	return ns_addresses_match(cfg.filter_host, cfg.filter_src, cfg.filter_dst, e->family, e->laddr, e->raddr);
 }
 
 static __always_inline bool owner_matches(const struct tcp_event *e)
 {
 	if (!cfg.filter_owner)
 		return true;
-	if (e->in_task && (!cfg.pid || e->pid == cfg.pid) && (!cfg.comm[0] || ns_name_matches(e->comm, cfg.comm)))
+	if (e->in_task && ns_task_matches(e->pid, e->comm, cfg.pid, cfg.comm))
 		return true;
-	if (e->owner_pid && (!cfg.pid || e->owner_pid == cfg.pid) &&
-	    (!cfg.comm[0] || ns_name_matches(e->owner_comm, cfg.comm)))
+	if (e->owner_pid && ns_task_matches(e->owner_pid, e->owner_comm, cfg.pid, cfg.comm))
 		return true;
-	return e->sock_ino && bpf_map_lookup_elem(&owner_inodes, &e->sock_ino);
+	return ns_owned_inode(e->sock_ino);
 }
 
 /* Time, CPU, the running task, and what the tracker knows about the socket. */
@@ -318,13 +280,8 @@ static __always_inline void fill_context(const bool direct, void *ctx, struct tc
 	e->cpu = bpf_get_smp_processor_id();
 	e->in_task = ns_in_task(ctx, cfg.thread_size, &kthread);
 	e->kthread = kthread;
-	if (e->in_task) {
-		__u64 pid_tgid = bpf_get_current_pid_tgid();
-
-		e->pid = pid_tgid >> 32;
-		e->tid = (__u32)pid_tgid;
-		bpf_get_current_comm(&e->comm, sizeof(e->comm));
-	}
+	if (e->in_task)
+		ns_current_task(&e->pid, &e->tid, e->comm);
 	if (sk) {
 		__u64 key = (__u64)sk;
 		struct tcp_sock_info *info = bpf_map_lookup_elem(&sock_infos, &key);
@@ -389,30 +346,9 @@ static __always_inline void fill_tcp_details(const bool direct, struct tcp_event
 	e->ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
 }
 
-static __always_inline bool should_emit(void)
-{
-	__u32 zero = 0;
-	__u64 *counter;
-
-	/* Back-pressure: past half full, drop to sampling so the consumer catches up instead of losing. */
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > RINGBUF_BYTES / 2)
-		return false;
-	if (cfg.sample_every <= 1)
-		return true;
-	counter = bpf_map_lookup_elem(&sample_counter, &zero);
-	if (!counter)
-		return true;
-	*counter += 1;
-	return *counter % cfg.sample_every == 0;
-}
-
 static __always_inline long take_stack(void *ctx, struct tcp_scratch *buf)
 {
-	long got = bpf_get_stack(ctx, buf->frames, sizeof(buf->frames), 0);
-
-	if (got <= 0)
-		return 0;
-	return got > (long)sizeof(buf->frames) ? (long)sizeof(buf->frames) : got;
+	return ns_take_stack(ctx, buf->frames, sizeof(buf->frames));
 }
 
 /* Which fields a --summary groups by, per kind (see tcp.h tcp_group_key). */
@@ -511,17 +447,12 @@ static __always_inline void update_group(void *ctx, struct tcp_scratch *buf, lon
 		got = stack_bytes > (long)sizeof(fresh->example_frames) ? (long)sizeof(fresh->example_frames)
 									 : stack_bytes;
 	} else {
-		got = bpf_get_stack(ctx, fresh->example_frames, sizeof(fresh->example_frames), 0);
+		got = ns_take_stack(ctx, fresh->example_frames, sizeof(fresh->example_frames));
 	}
-	fresh->example.nr_frames = got > 0 ? (__u64)got / 8 : 0;
-	if (bpf_map_update_elem(&tcp_groups, &key, fresh, BPF_NOEXIST)) {
-		/* Another CPU inserted it first, or the map is full. */
-		group = bpf_map_lookup_elem(&tcp_groups, &key);
-		if (group)
-			add_to_group(group, e);
-		else
-			count(e->kind, TCP_STAT_UNGROUPED);
-	}
+	fresh->example.nr_frames = (__u64)got / 8;
+	group = ns_group_insert(&tcp_groups, &key, fresh, &tcp_stats, e->kind * NS_STAT_COUNT);
+	if (group)
+		add_to_group(group, e);
 }
 
 /* The event in `buf` passed every filter: count it, group it, maybe send it. `stack_bytes` is how much of
@@ -532,15 +463,11 @@ static __always_inline int submit(void *ctx, struct tcp_scratch *buf, long stack
 	__u8 kind = e->kind;
 	__u64 size;
 
-	count(kind, TCP_STAT_MATCHED);
+	count(kind, NS_STAT_MATCHED);
 	if (kind_in(cfg.group_mask, kind))
 		update_group(ctx, buf, stack_bytes);
-	if (!kind_in(cfg.emit_mask, kind))
+	if (!kind_in(cfg.emit_mask, kind) || !ns_emit_wanted(&tcp_stats, kind * NS_STAT_COUNT, cfg.sample_every))
 		return 0;
-	if (!should_emit()) {
-		count(kind, TCP_STAT_SAMPLED);
-		return 0;
-	}
 	if (stack_bytes < 0 && kind_in(cfg.stack_mask, kind))
 		stack_bytes = take_stack(ctx, buf);
 	if (stack_bytes < 0)
@@ -549,12 +476,54 @@ static __always_inline int submit(void *ctx, struct tcp_scratch *buf, long stack
 		stack_bytes = sizeof(buf->frames);
 	e->nr_frames = (__u64)stack_bytes / 8;
 	size = sizeof(*e) + (__u64)stack_bytes;
-	if (bpf_ringbuf_output(&events, buf, size, 0)) {
-		count(kind, TCP_STAT_LOST);
-		return 0;
-	}
-	count(kind, TCP_STAT_EMITTED);
+	ns_output(&tcp_stats, kind * NS_STAT_COUNT, buf, size);
 	return 0;
+}
+
+/* ---- what every handler shares ----------------------------------------------------------------------------- */
+
+/* A fresh event about socket `sk`: its endpoints, namespace and state (full, request or TIME_WAIT socks). */
+static __always_inline struct tcp_scratch *sock_scratch(const bool direct, __u8 kind, struct sock *sk)
+{
+	struct tcp_scratch *buf = fresh_scratch(kind);
+
+	if (!buf)
+		return 0;
+	sock_endpoints(direct, (struct sock_common *)sk, &buf->event);
+	keep_local_port(sk, &buf->event);
+	buf->event.netns = sock_netns(direct, sk);
+	buf->event.state = NS_RD(direct, sk, __sk_common.skc_state);
+	return buf;
+}
+
+/* The endpoints of the segment in `tuple`, from the socket's side: a received segment's destination is the
+ * local end, a sent one's source. */
+static __always_inline void segment_endpoints(struct tcp_event *e, const struct packet_tuple *tuple, bool received)
+{
+	e->family = tuple->family;
+	__builtin_memcpy(e->laddr, received ? tuple->daddr : tuple->saddr, 16);
+	__builtin_memcpy(e->raddr, received ? tuple->saddr : tuple->daddr, 16);
+	e->lport = received ? tuple->dport : tuple->sport;
+	e->rport = received ? tuple->sport : tuple->dport;
+}
+
+/* The filters every event passes: its flow first (cheap), then its owner once the running task and what the
+ * tracker knows about the socket are filled in. */
+static __always_inline bool event_kept(const bool direct, void *ctx, struct tcp_event *e, struct sock *sk)
+{
+	if (!flow_matches(e))
+		return false;
+	fill_context(direct, ctx, e, sk);
+	return owner_matches(e);
+}
+
+/* The end of most handlers: the filters, then the socket's queues and linger state, then count, group, send. */
+static __always_inline int submit_sock_event(const bool direct, void *ctx, struct tcp_scratch *buf, struct sock *sk)
+{
+	if (!event_kept(direct, ctx, &buf->event, sk))
+		return 0;
+	fill_tcp_details(direct, &buf->event, sk);
+	return submit(ctx, buf, -1);
 }
 
 /* ---- resets --------------------------------------------------------------------------------------------- */
@@ -565,8 +534,7 @@ static __always_inline int on_send_reset(const bool direct, void *ctx, struct so
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
 
-	count(TCP_EV_RESET_SENT, TCP_STAT_SEEN);
-	buf = fresh_scratch(TCP_EV_RESET_SENT);
+	buf = seen_scratch(TCP_EV_RESET_SENT);
 	if (!buf)
 		return 0;
 	e = &buf->event;
@@ -577,11 +545,7 @@ static __always_inline int on_send_reset(const bool direct, void *ctx, struct so
 		int transport = read_segment(direct, skb, buf, &tuple);
 
 		if (transport >= 0) {
-			e->family = tuple.family;
-			__builtin_memcpy(e->laddr, tuple.daddr, 16);
-			__builtin_memcpy(e->raddr, tuple.saddr, 16);
-			e->lport = tuple.dport;
-			e->rport = tuple.sport;
+			segment_endpoints(e, &tuple, true);
 			describe_segment(buf, transport, &tuple);
 		}
 		e->netns = skb_netns(direct, skb);
@@ -596,47 +560,26 @@ static __always_inline int on_send_reset(const bool direct, void *ctx, struct so
 		if (!e->netns)
 			e->netns = sock_netns(direct, sk);
 	}
-	if (!flow_matches(e))
-		return 0;
-	fill_context(direct, ctx, e, sk);
-	if (!owner_matches(e))
-		return 0;
-	fill_tcp_details(direct, e, sk);
-	return submit(ctx, buf, -1);
+	return submit_sock_event(direct, ctx, buf, sk);
 }
 
 static __always_inline int on_receive_reset(const bool direct, void *ctx, struct sock *sk)
 {
 	struct tcp_scratch *buf;
-	struct tcp_event *e;
 
-	count(TCP_EV_RESET_RECEIVED, TCP_STAT_SEEN);
-	if (!sk)
+	count(TCP_EV_RESET_RECEIVED, NS_STAT_SEEN);
+	if (!sk || !(buf = sock_scratch(direct, TCP_EV_RESET_RECEIVED, sk)))
 		return 0;
-	buf = fresh_scratch(TCP_EV_RESET_RECEIVED);
-	if (!buf)
-		return 0;
-	e = &buf->event;
-	sock_endpoints(direct, (struct sock_common *)sk, e);
-	keep_local_port(sk, e);
-	e->state = NS_RD(direct, sk, __sk_common.skc_state);
-	e->netns = sock_netns(direct, sk);
-	if (!flow_matches(e))
-		return 0;
-	fill_context(direct, ctx, e, sk);
-	if (!owner_matches(e))
-		return 0;
-	fill_tcp_details(direct, e, sk);
-	return submit(ctx, buf, -1);
+	return submit_sock_event(direct, ctx, buf, sk);
 }
 
-static __always_inline bool in_reject_code(__u64 address)
+static __always_inline bool from_reject_code(const __u64 *frames, long stack_bytes)
 {
 	for (__u32 i = 0; i < TCP_STACK_RANGES; i++) {
 		__u32 key = i;
 		struct tcp_range *range = bpf_map_lookup_elem(&reject_ranges, &key);
 
-		if (range && range->start && address >= range->start && address < range->end)
+		if (range && range->start && ns_stack_within(frames, stack_bytes, TCP_MAX_FRAMES, range->start, range->end))
 			return true;
 	}
 	return false;
@@ -658,7 +601,6 @@ static __always_inline int on_net_dev_queue(const bool direct, void *ctx, struct
 	struct tcp_range *first = bpf_map_lookup_elem(&reject_ranges, &zero);
 	long stack_bytes;
 	int transport;
-	bool from_reject = false;
 
 	if (!first || !first->start) /* no reject code in this kernel yet */
 		return 0;
@@ -669,38 +611,16 @@ static __always_inline int on_net_dev_queue(const bool direct, void *ctx, struct
 	if (transport < 0 || !(tuple.tcp_flags & TCP_FLAG_RST))
 		return 0;
 	stack_bytes = take_stack(ctx, buf);
-	for (int i = 0; i < TCP_MAX_FRAMES; i++) {
-		if (i * 8 >= stack_bytes)
-			break;
-		if (in_reject_code(buf->frames[i])) {
-			from_reject = true;
-			break;
-		}
-	}
-	if (!from_reject)
+	if (!from_reject_code(buf->frames, stack_bytes))
 		return 0;
-	count(TCP_EV_RESET_FIREWALL, TCP_STAT_SEEN);
+	count(TCP_EV_RESET_FIREWALL, NS_STAT_SEEN);
 	e = &buf->event;
-	e->family = tuple.family;
-	__builtin_memcpy(e->laddr, tuple.saddr, 16);
-	__builtin_memcpy(e->raddr, tuple.daddr, 16);
-	e->lport = tuple.sport;
-	e->rport = tuple.dport;
+	segment_endpoints(e, &tuple, false);
 	describe_segment(buf, transport, &tuple);
 	e->netns = skb_netns(direct, skb);
-	if (!flow_matches(e))
+	if (!event_kept(direct, ctx, e, 0))
 		return 0;
-	fill_context(direct, ctx, e, 0);
-	if (!owner_matches(e))
-		return 0;
-	{
-		struct net_device *dev = NS_RD(direct, skb, dev);
-
-		if (dev) {
-			e->ifindex = NS_RD(direct, dev, ifindex);
-			BPF_CORE_READ_STR_INTO(&e->ifname, dev, name);
-		}
-	}
+	ns_device_rd(direct, NS_RD(direct, skb, dev), &e->ifindex, e->ifname);
 	return submit(ctx, buf, stack_bytes);
 }
 
@@ -734,7 +654,6 @@ static __always_inline void remember_listener(__u32 port, __u64 address, bool li
 struct transition {
 	__u64 now;
 	__u64 in_previous;	/* ns spent in the previous state, 0 unknown */
-	__u64 pid_tgid;
 	bool in_task;
 	bool kthread;
 };
@@ -773,10 +692,9 @@ static __always_inline void track_state(const bool direct, void *ctx, struct soc
 	    ((old == TCP_CLOSE && (new == TCP_SYN_SENT || new == TCP_LISTEN)) ||
 	     (old == TCP_ESTABLISHED && new == TCP_FIN_WAIT1) || (old == TCP_CLOSE_WAIT && new == TCP_LAST_ACK))) {
 		__u64 ino = ns_sock_ino_rd(direct, sk);
+		__u32 tid;
 
-		t->pid_tgid = bpf_get_current_pid_tgid();
-		seen->pid = t->pid_tgid >> 32;
-		bpf_get_current_comm(&seen->comm, sizeof(seen->comm));
+		ns_current_task(&seen->pid, &tid, seen->comm);
 		if (ino)
 			seen->sock_ino = ino;
 	}
@@ -799,8 +717,7 @@ static __always_inline int emit_state_kind(const bool direct, void *ctx, struct 
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
 
-	count(kind, TCP_STAT_SEEN);
-	buf = fresh_scratch(kind);
+	buf = seen_scratch(kind);
 	if (!buf)
 		return 0;
 	e = &buf->event;
@@ -822,13 +739,8 @@ static __always_inline int emit_state_kind(const bool direct, void *ctx, struct 
 	e->in_task = t->in_task;
 	e->kthread = t->kthread;
 	/* The task's name is for printed events and --comm; a --summary count does not need it. */
-	if (t->in_task && (kind_in(cfg.emit_mask, kind) || cfg.filter_owner)) {
-		__u64 pid_tgid = t->pid_tgid ? t->pid_tgid : bpf_get_current_pid_tgid();
-
-		e->pid = pid_tgid >> 32;
-		e->tid = (__u32)pid_tgid;
-		bpf_get_current_comm(&e->comm, sizeof(e->comm));
-	}
+	if (t->in_task && (kind_in(cfg.emit_mask, kind) || cfg.filter_owner))
+		ns_current_task(&e->pid, &e->tid, e->comm);
 	e->born_ns = info->born_ns;
 	e->side = info->side;
 	e->owner_pid = info->pid;
@@ -885,22 +797,12 @@ static __always_inline int on_retransmit(const bool direct, void *ctx, struct so
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
 	long stack_bytes = -1;
 
-	count(TCP_EV_RETRANS, TCP_STAT_SEEN);
-	if (!sk)
-		return 0;
-	buf = fresh_scratch(TCP_EV_RETRANS);
-	if (!buf)
+	count(TCP_EV_RETRANS, NS_STAT_SEEN);
+	if (!sk || !(buf = sock_scratch(direct, TCP_EV_RETRANS, sk)))
 		return 0;
 	e = &buf->event;
-	sock_endpoints(direct, (struct sock_common *)sk, e);
-	keep_local_port(sk, e);
-	e->netns = sock_netns(direct, sk);
-	e->state = NS_RD(direct, sk, __sk_common.skc_state);
 	e->reason = err;
-	if (!flow_matches(e))
-		return 0;
-	fill_context(direct, ctx, e, sk);
-	if (!owner_matches(e))
+	if (!event_kept(direct, ctx, e, sk))
 		return 0;
 	fill_tcp_details(direct, e, sk);
 	e->value1 = BPF_CORE_READ(tp, total_retrans);
@@ -914,12 +816,8 @@ static __always_inline int on_retransmit(const bool direct, void *ctx, struct so
 		 * the one unambiguous sign (net/ipv4/tcp_output.c calls __tcp_retransmit_skb from it). */
 		if (cfg.tlp.start) {
 			stack_bytes = take_stack(ctx, buf);
-			for (int i = 0; i < TLP_FRAMES; i++) {
-				if (i * 8 >= stack_bytes)
-					break;
-				if (buf->frames[i] >= cfg.tlp.start && buf->frames[i] < cfg.tlp.end)
-					e->retrans_kind = TCP_RETRANS_TLP;
-			}
+			if (ns_stack_within(buf->frames, stack_bytes, TLP_FRAMES, cfg.tlp.start, cfg.tlp.end))
+				e->retrans_kind = TCP_RETRANS_TLP;
 		}
 		if (e->retrans_kind != TCP_RETRANS_TLP)
 			e->retrans_kind = e->ca_state == TCP_CA_LOSS ? TCP_RETRANS_TIMEOUT
@@ -935,7 +833,7 @@ static __always_inline int on_synack_retransmit(const bool direct, void *ctx, st
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
 
-	count(TCP_EV_SYNACK_RETRANS, TCP_STAT_SEEN);
+	count(TCP_EV_SYNACK_RETRANS, NS_STAT_SEEN);
 	if (!listener || !req)
 		return 0;
 	buf = fresh_scratch(TCP_EV_SYNACK_RETRANS);
@@ -947,13 +845,8 @@ static __always_inline int on_synack_retransmit(const bool direct, void *ctx, st
 	e->state = TCP_NEW_SYN_RECV;
 	e->retrans_kind = TCP_RETRANS_SYN;
 	e->value1 = NS_RD(direct, req, num_retrans) + 1; /* inet_rtx_syn_ack() counts it after sending */
-	if (!flow_matches(e))
-		return 0;
-	fill_context(direct, ctx, e, listener); /* the listener's owner: the service that did not get its ACK */
-	if (!owner_matches(e))
-		return 0;
-	fill_tcp_details(direct, e, listener);
-	return submit(ctx, buf, -1);
+	/* The listener's owner: the service that did not get its ACK. */
+	return submit_sock_event(direct, ctx, buf, listener);
 }
 
 static __always_inline int on_error_report(const bool direct, void *ctx, struct sock *sk)
@@ -961,24 +854,13 @@ static __always_inline int on_error_report(const bool direct, void *ctx, struct 
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
 
-	count(TCP_EV_ERROR, TCP_STAT_SEEN);
-	if (!sk || NS_RD(direct, sk, sk_protocol) != IPPROTO_TCP)
-		return 0;
-	buf = fresh_scratch(TCP_EV_ERROR);
-	if (!buf)
+	count(TCP_EV_ERROR, NS_STAT_SEEN);
+	if (!sk || NS_RD(direct, sk, sk_protocol) != IPPROTO_TCP || !(buf = sock_scratch(direct, TCP_EV_ERROR, sk)))
 		return 0;
 	e = &buf->event;
-	sock_endpoints(direct, (struct sock_common *)sk, e);
-	keep_local_port(sk, e);
-	e->netns = sock_netns(direct, sk);
-	e->state = NS_RD(direct, sk, __sk_common.skc_state);
 	e->reason = NS_RD(direct, sk, sk_err);
-	if (!e->reason) /* sk_error_report() for a queued error already taken (e.g. by connect()) */
-		return 0;
-	if (!flow_matches(e))
-		return 0;
-	fill_context(direct, ctx, e, sk);
-	if (!owner_matches(e))
+	/* sk_error_report() for a queued error already taken (e.g. by connect()) has nothing to say. */
+	if (!e->reason || !event_kept(direct, ctx, e, sk))
 		return 0;
 	fill_tcp_details(direct, e, sk);
 	e->value1 = BPF_CORE_READ((struct tcp_sock *)sk, total_retrans);
@@ -1009,19 +891,14 @@ static __always_inline int on_kfree_skb(const bool direct, void *ctx, struct sk_
 	state = NS_RD(direct, sk, __sk_common.skc_state);
 	if (state != TCP_LISTEN && !bpf_map_lookup_elem(&queue_reasons, &reason))
 		return 0;
-	count(TCP_EV_SOCK_DROP, TCP_STAT_SEEN);
-	buf = fresh_scratch(TCP_EV_SOCK_DROP);
+	buf = seen_scratch(TCP_EV_SOCK_DROP);
 	if (!buf)
 		return 0;
 	e = &buf->event;
 	e->reason = reason;
 	e->state = state;
 	if (read_segment(direct, skb, buf, &tuple) >= 0 || tuple.family) {
-		e->family = tuple.family;
-		__builtin_memcpy(e->laddr, tuple.daddr, 16);
-		__builtin_memcpy(e->raddr, tuple.saddr, 16);
-		e->lport = tuple.dport;
-		e->rport = tuple.sport;
+		segment_endpoints(e, &tuple, true);
 		e->tcp_flags = tuple.tcp_flags;
 		e->has_trigger = tuple.l4proto == IPPROTO_TCP;
 	} else {
@@ -1030,10 +907,7 @@ static __always_inline int on_kfree_skb(const bool direct, void *ctx, struct sk_
 	e->netns = skb_netns(direct, skb);
 	if (!e->netns)
 		e->netns = sock_netns(direct, sk);
-	if (!flow_matches(e))
-		return 0;
-	fill_context(direct, ctx, e, sk);
-	if (!owner_matches(e))
+	if (!event_kept(direct, ctx, e, sk))
 		return 0;
 	fill_tcp_details(direct, e, sk);
 	e->value1 = NS_RD(direct, skb, len);
@@ -1041,14 +915,7 @@ static __always_inline int on_kfree_skb(const bool direct, void *ctx, struct sk_
 		e->backlog = NS_RD(direct, sk, sk_backlog.rmem_alloc.counter);
 		e->max_backlog = NS_RD(direct, sk, sk_rcvbuf);
 	}
-	{
-		struct net_device *dev = NS_RD(direct, skb, dev);
-
-		if (dev) {
-			e->ifindex = NS_RD(direct, dev, ifindex);
-			BPF_CORE_READ_STR_INTO(&e->ifname, dev, name);
-		}
-	}
+	ns_device_rd(direct, NS_RD(direct, skb, dev), &e->ifindex, e->ifname);
 	return submit(ctx, buf, -1);
 }
 
@@ -1113,22 +980,15 @@ static __always_inline int on_consume_skb(const bool direct, void *ctx, struct s
 	}
 	if (!sk)
 		return 0;
-	count(TCP_EV_SOCK_DROP, TCP_STAT_SEEN);
+	count(TCP_EV_SOCK_DROP, NS_STAT_SEEN);
 	e = &buf->event;
 	e->reason = TCP_REASON_SYN_ACCEPT_QUEUE_FULL;
 	e->state = TCP_LISTEN;
-	e->family = tuple.family;
-	__builtin_memcpy(e->laddr, tuple.daddr, 16);
-	__builtin_memcpy(e->raddr, tuple.saddr, 16);
-	e->lport = tuple.dport;
-	e->rport = tuple.sport;
+	segment_endpoints(e, &tuple, true);
 	e->tcp_flags = tuple.tcp_flags;
 	e->has_trigger = 1;
 	e->netns = sock_netns(false, sk);
-	if (!flow_matches(e))
-		return 0;
-	fill_context(false, ctx, e, sk);
-	if (!owner_matches(e))
+	if (!event_kept(false, ctx, e, sk))
 		return 0;
 	fill_tcp_details(false, e, sk);
 	e->value1 = NS_RD(direct, skb, len);
@@ -1140,21 +1000,12 @@ static __always_inline int on_rcvqueue_full(const bool direct, void *ctx, struct
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
 
-	count(TCP_EV_RCVQ_FULL, TCP_STAT_SEEN);
-	if (!sk)
-		return 0;
-	buf = fresh_scratch(TCP_EV_RCVQ_FULL);
-	if (!buf)
+	count(TCP_EV_RCVQ_FULL, NS_STAT_SEEN);
+	if (!sk || !(buf = sock_scratch(direct, TCP_EV_RCVQ_FULL, sk)))
 		return 0;
 	e = &buf->event;
-	sock_endpoints(direct, (struct sock_common *)sk, e);
-	e->netns = sock_netns(direct, sk);
-	e->state = NS_RD(direct, sk, __sk_common.skc_state);
 	e->reason = NS_RD(direct, sk, sk_protocol);
-	if (!flow_matches(e))
-		return 0;
-	fill_context(direct, ctx, e, sk);
-	if (!owner_matches(e))
+	if (!event_kept(direct, ctx, e, sk))
 		return 0;
 	e->backlog = NS_RD(direct, sk, sk_backlog.rmem_alloc.counter);
 	e->max_backlog = NS_RD(direct, sk, sk_rcvbuf);
@@ -1170,21 +1021,12 @@ static __always_inline int on_mem_limit(const bool direct, void *ctx, struct soc
 	struct tcp_scratch *buf;
 	struct tcp_event *e;
 
-	count(TCP_EV_MEM_LIMIT, TCP_STAT_SEEN);
-	if (!sk)
-		return 0;
-	buf = fresh_scratch(TCP_EV_MEM_LIMIT);
-	if (!buf)
+	count(TCP_EV_MEM_LIMIT, NS_STAT_SEEN);
+	if (!sk || !(buf = sock_scratch(direct, TCP_EV_MEM_LIMIT, sk)))
 		return 0;
 	e = &buf->event;
-	sock_endpoints(direct, (struct sock_common *)sk, e);
-	e->netns = sock_netns(direct, sk);
-	e->state = NS_RD(direct, sk, __sk_common.skc_state);
 	e->reason = mem_kind; /* SK_MEM_SEND 0, SK_MEM_RECV 1 (include/net/sock.h) */
-	if (!flow_matches(e))
-		return 0;
-	fill_context(direct, ctx, e, sk);
-	if (!owner_matches(e))
+	if (!event_kept(direct, ctx, e, sk))
 		return 0;
 	e->value1 = allocated;
 	if (mem_kind == 0) {

@@ -1,19 +1,32 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs shared between tcp.bpf.c and src/netsleuth/diagnostics/tcp_abi.py. Fixed-width types only;
- * Python mirrors each struct once and checks its size against this object's BTF at load.
+ * Types shared between tcp.bpf.c and userspace. Fixed-width types only. Python's ctypes mirrors are generated
+ * from the compiled object's BTF (src/netsleuth/_generated/tcp_abi.py, `make bpf`) and every member's name,
+ * offset and size is checked against the object again at load.
  */
 #ifndef NETSLEUTH_TCP_H
 #define NETSLEUTH_TCP_H
 
-#define TCP_MAX_FRAMES 32
-#define TCP_EXAMPLE_FRAMES 24	/* enough to reach past nf_hook_slow from __dev_queue_xmit */
-#define TCP_MAX_GROUPS 8192
-#define TCP_STACK_RANGES 4
-#define TCP_NO_STATE 0xff
+#include "emit.h"
+#include "packet.h"
+
+enum tcp_limits {
+	TCP_MAX_FRAMES = NS_MAX_FRAMES,
+	TCP_EXAMPLE_FRAMES = 24,	/* enough to reach past nf_hook_slow from __dev_queue_xmit */
+	TCP_MAX_GROUPS = 8192,
+	TCP_STACK_RANGES = 4,
+	TCP_LISTENER_SLOTS = 4,
+	TCP_MAX_SOCKETS = 65536,	/* sockets the state tracker remembers (LRU) */
+	TCP_MAX_LISTEN_PORTS = 4096,
+	TCP_QUEUE_REASONS = 64,
+	TCP_NO_STATE = 0xff,		/* tcp_event.state / old_state: no socket */
+};
+
 /* A SOCK_DROP reason of our own, for a drop the kernel makes without a drop reason: a SYN that
  * tcp_conn_request() discarded (consumed) because the listener's accept queue was full. */
-#define TCP_REASON_SYN_ACCEPT_QUEUE_FULL 0xfffffffe
+enum tcp_own_reason {
+	TCP_REASON_SYN_ACCEPT_QUEUE_FULL = 0xfffffffe,
+};
 
 /* What one event is about. Each kind is counted on its own (tcp_stats) and can be emitted, grouped and given
  * a stack independently (the cfg masks have one bit per kind). */
@@ -33,17 +46,7 @@ enum tcp_event_kind {
 	TCP_EV_KINDS = 12,
 };
 
-/* Per kind, in the per-CPU `tcp_stats` array at kind * TCP_STAT_COUNT + stat. Every MATCHED event is
- * EMITTED, SAMPLED or LOST (or not offered at all when its kind is not emitted). */
-enum tcp_stat {
-	TCP_STAT_SEEN = 0,	/* the hook fired for this kind, before filters */
-	TCP_STAT_MATCHED = 1,	/* passed every filter: the exact total */
-	TCP_STAT_EMITTED = 2,
-	TCP_STAT_SAMPLED = 3,	/* left out on purpose: 1-in-N sampling or a ring buffer more than half full */
-	TCP_STAT_LOST = 4,	/* the ring buffer had no room */
-	TCP_STAT_UNGROUPED = 5, /* counted in MATCHED but the group table was full */
-	TCP_STAT_COUNT = 6,
-};
+/* Per kind, the per-CPU `tcp_stats` array holds a block of enum ns_stat (bpf/emit.h) at kind * NS_STAT_COUNT. */
 
 /* How a retransmission came about (tcp_event.retrans_kind). */
 enum tcp_retrans_kind {
@@ -55,10 +58,12 @@ enum tcp_retrans_kind {
 };
 
 /* tcp_event.sock_flags */
-#define TCP_SOCK_LINGER 1	  /* SO_LINGER on */
-#define TCP_SOCK_LINGER_ZERO 2	  /* ... with a zero timeout: close() aborts */
-#define TCP_SOCK_HAS_FILE 4	  /* a process holds the socket (sk_socket set): accepted / created by a task */
-#define TCP_SOCK_FULL 8		  /* a full socket (not a request or TIME_WAIT mini-socket) */
+enum tcp_sock_flag {
+	TCP_SOCK_LINGER = 1,	  /* SO_LINGER on */
+	TCP_SOCK_LINGER_ZERO = 2, /* ... with a zero timeout: close() aborts */
+	TCP_SOCK_HAS_FILE = 4,	  /* a process holds the socket (sk_socket set): accepted / created by a task */
+	TCP_SOCK_FULL = 8,	  /* a full socket (not a request or TIME_WAIT mini-socket) */
+};
 
 struct tcp_range {
 	__u64 start;
@@ -146,16 +151,14 @@ struct tcp_event {
 	char ifname[16];	/* RESET_FIREWALL, SOCK_DROP: the device */
 };
 
-/* The fields a --summary counts by; which are filled depends on the kind (see tcp.bpf.c group_key_for). */
 /* Listening sockets the state tracker saw start, by port: a SYN's way to its listener. The port is the key
  * and not (netns, port) because TCP clears skb->dev before the listener sees a SYN, so its namespace is
  * unknown there; the listener's bound address and queue state decide between namespaces. */
-#define TCP_LISTENER_SLOTS 4
-
 struct tcp_listener_slots {
 	__u64 sk[TCP_LISTENER_SLOTS];
 };
 
+/* The fields a --summary counts by; which are filled depends on the kind (see tcp.bpf.c group_key_for). */
 struct tcp_group_key {
 	__u8 laddr[16];
 	__u8 raddr[16];
@@ -192,6 +195,18 @@ struct tcp_sock_info {
 	__u8 side;
 	__u8 last_old_state;
 	char comm[16];
+};
+
+/* The enums userspace mirrors that no map or variable uses: tcp.bpf.c keeps them in its BTF (bpf/abi.h). */
+struct tcp_abi_types {
+	enum ns_stat stat;
+	struct packet_tuple tuple[0];	/* a pointer would keep only a forward declaration */
+	enum ns_emit_limits emit_limits;
+	enum tcp_event_kind kind;
+	enum tcp_retrans_kind retrans_kind;
+	enum tcp_sock_flag sock_flag;
+	enum tcp_limits limits;
+	enum tcp_own_reason own_reason;
 };
 
 #endif /* NETSLEUTH_TCP_H */

@@ -184,9 +184,9 @@ def test_bad_input_exits_2(argv: list[str], message: str) -> None:
 def test_raw_tp_variants_load_too() -> None:
     """Kernels that refuse tp_btf get the raw_tp programs: every one of them must pass the verifier here "
     "too."""
+    from netsleuth._generated.tcp_abi import EventKind
     from netsleuth.bpf.program_session import Variant
     from netsleuth.diagnostics import tcp_session
-    from netsleuth.diagnostics.tcp_abi import EventKind
     from netsleuth.kernel.reasons import load_drop_reasons
 
     kinds = frozenset(EventKind)

@@ -6,9 +6,9 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
+from netsleuth._generated.tcp_abi import EventKind, TcpEventC
 from netsleuth.diagnostics.attribution import Owner
 from netsleuth.diagnostics.drops_enrich import DropRecord
-from netsleuth.diagnostics.tcp_abi import EventKind, TcpEventC
 from netsleuth.diagnostics.tcp_names import TcpNames
 from netsleuth.diagnostics.tcp_session import RawTcpEvent, decode_event
 from netsleuth.kernel.context import KernelContext

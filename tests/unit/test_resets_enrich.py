@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from netsleuth._generated.tcp_abi import EventKind, SockFlag
 from netsleuth.diagnostics.reset_causes import ConntrackView
 from netsleuth.diagnostics.resets import AbortRecord, ConntrackReader, ResetEnricher, ResetRecord
-from netsleuth.diagnostics.tcp_abi import EventKind, SockFlag
 from tests.unit.tcp_fakes import REASON, fake_context, raw_event
 
 CLIENT = ("198.18.0.1", 41234)

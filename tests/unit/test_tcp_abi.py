@@ -1,4 +1,4 @@
-"""The Python mirrors of bpf/tcp.h against the committed object's BTF, and the record decoder."""
+"""The generated mirrors of bpf/tcp.h against the committed object's BTF, and the record decoder."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import ctypes
 
 import pytest
 
-from netsleuth.bpf.object import BpfObject
-from netsleuth.diagnostics.tcp_abi import (
+from netsleuth._generated.tcp_abi import (
     EventKind,
     RetransKind,
     SockFlag,
@@ -15,8 +14,11 @@ from netsleuth.diagnostics.tcp_abi import (
     TcpEventC,
     TcpGroupC,
     TcpGroupKeyC,
+    TcpListenerSlotsC,
     TcpRangeC,
+    TcpSockInfoC,
 )
+from netsleuth.bpf.object import BpfObject
 from netsleuth.diagnostics.tcp_session import decode_record
 
 
@@ -28,12 +30,23 @@ from netsleuth.diagnostics.tcp_session import decode_record
         ("tcp_group", TcpGroupC),
         ("tcp_group_key", TcpGroupKeyC),
         ("tcp_range", TcpRangeC),
+        ("tcp_listener_slots", TcpListenerSlotsC),
+        ("tcp_sock_info", TcpSockInfoC),
     ],
 )
 def test_mirror_sizes_match_the_object(c_name: str, mirror: type[ctypes.Structure]) -> None:
     with BpfObject.open_generated("tcp") as bpf_object:
         assert vars(mirror)["c_name"] == c_name
         assert bpf_object.btf().struct_size(c_name) == ctypes.sizeof(mirror)
+        bpf_object.check_struct(c_name, mirror)  # every member's name, offset and size
+
+
+def test_tracepoints_come_from_the_sections() -> None:
+    from netsleuth._generated.tcp_abi import PROGRAMS
+
+    assert PROGRAMS["nst_retrans_b"] == ("tp_btf/tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb")
+    assert PROGRAMS["nst_retrans_r"].attach == "raw_tp"
+    assert {name[:-2] for name in PROGRAMS} == {name[:-2] for name in PROGRAMS if name.endswith("_b")}
 
 
 def test_every_kind_has_a_program_and_the_object_has_them_all() -> None:

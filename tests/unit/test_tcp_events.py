@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netsleuth.diagnostics.tcp_abi import TCP_REASON_SYN_ACCEPT_QUEUE_FULL, EventKind, RetransKind
+from netsleuth._generated.tcp_abi import TCP_REASON_SYN_ACCEPT_QUEUE_FULL, EventKind, RetransKind
 from netsleuth.diagnostics.tcp_events import (
     ConnectRecord,
     LifeRecord,
+    NetstatReader,
     QueueRecord,
     RetransRecord,
     StateRecord,
     TcpEventEnricher,
-    NetstatReader,
     describe,
 )
 from netsleuth.diagnostics.tcp_session import RawTcpGroup

@@ -6,6 +6,7 @@ on a host where containers come and go does not fill the 8192-group map with the
 
 from __future__ import annotations
 
+from netsleuth._generated.drops_abi import DROPS_MAX_GROUPS
 from netsleuth.diagnostics.drops import DropsConfig, DropsSession
 from netsleuth.kernel.reasons import DropReasons
 
@@ -16,6 +17,3 @@ class ExporterDropsSession(DropsSession):
     def __init__(self, reasons: DropReasons) -> None:
         super().__init__(DropsConfig(summary_only=True), reasons)
 
-
-# DROPS_MAX_GROUPS in bpf/drops.h: past it, drops are still counted (drop_stats UNGROUPED) but not grouped.
-DROPS_MAX_GROUPS = 8192

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 from netsleuth.bpf import _libbpf
 from netsleuth.bpf.errors import MissingFeature
 from netsleuth.errors import EnvironmentProblem
 
-__all__ = ["VMLINUX_BTF", "Btf", "vmlinux_btf"]
+__all__ = ["VMLINUX_BTF", "Btf", "BtfRecord", "vmlinux_btf"]
 
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 BTF_KIND_STRUCT = 4
@@ -40,6 +41,23 @@ class _BtfParam(ctypes.Structure):
 
 class _BtfVarSecinfo(ctypes.Structure):
     _fields_ = (("type", ctypes.c_uint32), ("offset", ctypes.c_uint32), ("size", ctypes.c_uint32))
+
+
+@dataclass(frozen=True)
+class BtfRecord:
+    """One BTF type as stored (include/uapi/linux/btf.h struct btf_type), for readers of layouts.
+
+    `body` is the address of what follows the header (members, array info, enum values...), valid while the
+    Btf is; `kflag` is the kind flag (bitfield offsets in members, signedness of enums).
+    """
+
+    type_id: int
+    kind: int
+    name: str
+    vlen: int
+    kflag: bool
+    size_or_type: int
+    body: int
 
 
 def _kind(info: int) -> int:
@@ -89,6 +107,26 @@ class Btf:
     def _name(self, offset: int) -> str:
         name: bytes | None = self._lib.btf__name_by_offset(self._handle, offset)
         return name.decode() if name else ""
+
+    def record(self, type_id: int) -> BtfRecord | None:
+        """The raw type `type_id`, or None past the last type (libbpf returns NULL there)."""
+        pointer = self._lib.btf__type_by_id(self._handle, type_id)
+        if not pointer:
+            return None
+        header = _BtfType.from_address(pointer)
+        return BtfRecord(
+            type_id,
+            _kind(header.info),
+            self._name(header.name_off),
+            _vlen(header.info),
+            bool(header.info >> 31),
+            header.size_or_type,
+            pointer + ctypes.sizeof(_BtfType),
+        )
+
+    def name_at(self, offset: int) -> str:
+        """A string of the BTF string section (member and enum value names)."""
+        return self._name(offset)
 
     def find(self, name: str, kind: int) -> int | None:
         type_id: int = self._lib.btf__find_by_name_kind(self._handle, name.encode(), kind)

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import TracebackType
 
 from netsleuth.bpf import _libbpf
+from netsleuth.bpf.abi import check_mirror
 from netsleuth.bpf.btf import Btf
 from netsleuth.bpf.errors import BpfError, VerifierError, last_errno_error
 from netsleuth.bpf.maps import BpfMap
@@ -81,21 +82,19 @@ class BpfObject:
             raise BpfError(f"BPF object {self.path.name} has no read-only variable {variable}")
         c_name = getattr(type(value), "c_name", None)
         if c_name:
-            self.check_struct_size(c_name, type(value))
+            self.check_struct(c_name, type(value))
         size = ctypes.c_size_t()
         data = self._lib.bpf_map__initial_value(self._section_map(".rodata"), ctypes.byref(size))
         if not data or offset + ctypes.sizeof(value) > size.value:
             raise BpfError(f"cannot write {variable} into {self.path.name}'s .rodata")
         ctypes.memmove(data + offset, ctypes.addressof(value), ctypes.sizeof(value))
 
-    def check_struct_size(self, c_name: str, mirror: type[ctypes.Structure]) -> None:
-        """The Python mirror of a C struct must have the size the compiler gave it (one definition rule)."""
-        expected = self.btf().struct_size(c_name)
-        if expected is not None and expected != ctypes.sizeof(mirror):
-            raise BpfError(
-                f"struct {c_name} is {expected} bytes in {self.path.name} but {ctypes.sizeof(mirror)} in "
-                "netsleuth's mirror: the object and the Python code are out of step (run `make bpf`)"
-            )
+    def check_struct(self, c_name: str, mirror: type[ctypes.Structure]) -> None:
+        """The Python mirror of a C struct must be the object's struct: present, with every member's name,
+        order, offset and size the same (netsleuth.bpf.abi.check_mirror); else a BpfError naming the field."""
+        check_mirror(self.btf(), c_name, mirror, self.path.name)
+
+    check_struct_size = check_struct  # the name callers used while only sizes were compared
 
     def set_autoload(self, program: str, enabled: bool) -> None:
         self._lib.bpf_program__set_autoload(self._program(program), enabled)

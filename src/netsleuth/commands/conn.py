@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from netsleuth._generated.tcp_abi import EventKind
 from netsleuth.commands import Command
 from netsleuth.commands._runloop import (
     POLL_MS,
@@ -24,7 +25,6 @@ from netsleuth.diagnostics.drops import DropsConfig, DropsSession
 from netsleuth.diagnostics.drops_enrich import DropEnricher
 from netsleuth.diagnostics.filters import PacketFilter, add_filter_arguments, parse_port
 from netsleuth.diagnostics.resets import RESET_KINDS, ResetEnricher
-from netsleuth.diagnostics.tcp_abi import EventKind
 from netsleuth.diagnostics.tcp_context import TcpContext
 from netsleuth.diagnostics.tcp_session import TcpSession, TcpSessionConfig
 from netsleuth.errors import UsageError

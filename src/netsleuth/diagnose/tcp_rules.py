@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from types import TracebackType
 
+from netsleuth._generated.tcp_abi import EventKind
 from netsleuth.bpf.errors import BpfError
 from netsleuth.diagnose.drop_rules import in_netns
 from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.resets import RESET_KINDS, ResetEnricher, ResetGroup, ResetRecord
-from netsleuth.diagnostics.tcp_abi import EventKind
 from netsleuth.diagnostics.tcp_session import TcpSession, TcpSessionConfig
 from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.reasons import DropReasons

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from netsleuth._generated.tcp_abi import EventKind, RetransKind
 from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
 from netsleuth.diagnostics.drops_enrich import DropRecord
 from netsleuth.diagnostics.filters import IpNetwork
 from netsleuth.diagnostics.reset_causes import duration_text
 from netsleuth.diagnostics.resets import AbortRecord, ResetRecord
-from netsleuth.diagnostics.tcp_abi import EventKind, RetransKind
 from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
 from netsleuth.diagnostics.tcp_names import errno_name, errno_text
 from netsleuth.diagnostics.tcp_session import RawTcpEvent

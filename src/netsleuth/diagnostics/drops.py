@@ -14,12 +14,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from netsleuth.bpf.btf import vmlinux_btf
-from netsleuth.bpf.errors import BpfError
-from netsleuth.bpf.features import require_tracing
-from netsleuth.bpf.object import BpfObject
-from netsleuth.bpf.program_session import ProgramSession, Variant
-from netsleuth.diagnostics.drops_abi import (
+from netsleuth._generated.drops_abi import (
     DROPS_MAX_SNAPLEN,
     DropEvent,
     DropGroupKey,
@@ -27,6 +22,11 @@ from netsleuth.diagnostics.drops_abi import (
     DropsConfigC,
     DropStat,
 )
+from netsleuth.bpf.btf import vmlinux_btf
+from netsleuth.bpf.errors import BpfError
+from netsleuth.bpf.features import require_tracing
+from netsleuth.bpf.object import BpfObject
+from netsleuth.bpf.program_session import ProgramSession, Variant
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
 from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions

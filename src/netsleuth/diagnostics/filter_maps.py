@@ -11,9 +11,9 @@ import ctypes
 import time
 from collections.abc import Callable
 
+from netsleuth._generated.shared_abi import LpmAddrKey
 from netsleuth.bpf.object import BpfObject
 from netsleuth.diagnostics.filters import IpNetwork, PacketFilter
-from netsleuth.diagnostics.packet_abi import LpmAddrKey
 from netsleuth.kernel.process import SocketOwners
 
 __all__ = ["OwnerInodeSync", "fill_address_maps", "lpm_key"]

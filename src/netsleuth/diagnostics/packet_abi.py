@@ -1,35 +1,12 @@
-"""ctypes mirror of bpf/packet.h, shared by every diagnostic that reports a packet."""
+"""Decoding of the packet tuple every netsleuth object fills (its ctypes mirror is generated:
+netsleuth._generated.shared_abi.PacketTupleC)."""
 
 from __future__ import annotations
 
-import ctypes
-
+from netsleuth._generated.shared_abi import PacketTupleC
 from netsleuth.packet import PacketTuple
 
-__all__ = ["LpmAddrKey", "PacketTupleC", "decode_tuple"]
-
-
-class PacketTupleC(ctypes.Structure):
-    c_name = "packet_tuple"
-    _fields_ = (
-        ("saddr", ctypes.c_uint8 * 16),
-        ("daddr", ctypes.c_uint8 * 16),
-        ("l3_len", ctypes.c_uint32),
-        ("sport", ctypes.c_uint16),
-        ("dport", ctypes.c_uint16),
-        ("ethertype", ctypes.c_uint16),
-        ("family", ctypes.c_uint8),
-        ("l4proto", ctypes.c_uint8),
-        ("tcp_flags", ctypes.c_uint8),
-        ("has_ports", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 2),
-    )
-
-
-class LpmAddrKey(ctypes.Structure):
-    c_name = "lpm_addr_key"
-    _fields_ = (("prefixlen", ctypes.c_uint32), ("family", ctypes.c_uint8), ("addr", ctypes.c_uint8 * 16))
-
+__all__ = ["decode_tuple"]
 
 _ICMP = (1, 58)
 _TCP = 6

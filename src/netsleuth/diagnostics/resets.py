@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from netsleuth._generated.tcp_abi import EventKind, SockFlag
 from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.reset_causes import (
@@ -23,7 +24,6 @@ from netsleuth.diagnostics.reset_causes import (
     classify_abort,
     classify_reset,
 )
-from netsleuth.diagnostics.tcp_abi import EventKind, SockFlag
 from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
 from netsleuth.diagnostics.tcp_names import errno_name
 from netsleuth.diagnostics.tcp_session import RawTcpEvent, RawTcpGroup, TcpSessionConfig, Trigger

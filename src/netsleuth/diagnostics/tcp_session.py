@@ -19,14 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
 
-from netsleuth.bpf.btf import Btf
-from netsleuth.bpf.errors import BpfError
-from netsleuth.bpf.features import require_tracing
-from netsleuth.bpf.object import BpfObject
-from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, ProgramSession, Variant
-from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
-from netsleuth.diagnostics.filters import PacketFilter
-from netsleuth.diagnostics.tcp_abi import (
+from netsleuth._generated.tcp_abi import (
     STAT_COUNT,
     TCP_NO_STATE,
     TCP_STACK_RANGES,
@@ -39,6 +32,13 @@ from netsleuth.diagnostics.tcp_abi import (
     TcpGroupKeyC,
     TcpRangeC,
 )
+from netsleuth.bpf.btf import Btf
+from netsleuth.bpf.errors import BpfError
+from netsleuth.bpf.features import require_tracing
+from netsleuth.bpf.object import BpfObject
+from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, ProgramSession, Variant
+from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
+from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
 from netsleuth.kernel.kallsyms import Kallsyms, default_kallsyms
