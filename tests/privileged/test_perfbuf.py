@@ -17,10 +17,11 @@ import pytest
 
 from netsleuth.bpf import _libbpf
 from netsleuth.bpf.errors import last_errno_error
-from netsleuth.bpf.object import BpfObject
-from netsleuth.bpf.perfbuf import PerfBuffer
+from netsleuth.bpf.object import BpfObject, _map_type
+from netsleuth.bpf.perfbuf import PerfBuffer, retire_ring_buffer_map
+from netsleuth.bpf.ringbuf import RingBuffer
 
-SOURCE = Path(__file__).resolve().parent / "bpf" / "perf_emit.bpf.c"
+SOURCES = Path(__file__).resolve().parent / "bpf"
 RECORD_BYTES = 248  # struct record
 EMITTED, LOST = 0, 1
 _BPF_F_TEST_RUN_ON_CPU = 1
@@ -48,31 +49,36 @@ class _TestRunOpts(ctypes.Structure):
 
 
 @pytest.fixture(scope="module")
-def perf_emit_object(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    output = tmp_path_factory.mktemp("bpf") / "perf_emit.bpf.o"
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The test programs, built with the same clang `make bpf` uses (only UAPI headers: no vmlinux.h)."""
+    directory = tmp_path_factory.mktemp("bpf")
     multiarch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True, check=True)
-    subprocess.run(
-        ["clang", "-target", "bpf", "-O2", "-g", f"-I/usr/include/{multiarch.stdout.strip()}",
-         "-c", str(SOURCE), "-o", str(output)],
-        check=True,
-    )  # fmt: skip
-    return output
+    objects: dict[str, Path] = {}
+    for source in SOURCES.glob("*.bpf.c"):
+        output = directory / source.name.replace(".bpf.c", ".bpf.o")
+        subprocess.run(
+            ["clang", "-target", "bpf", "-O2", "-g", f"-I/usr/include/{multiarch.stdout.strip()}",
+             "-c", str(source), "-o", str(output)],
+            check=True,
+        )  # fmt: skip
+        objects[source.name.removesuffix(".bpf.c")] = output
+    return objects
 
 
 @pytest.fixture
-def loaded(perf_emit_object: Path) -> Iterator[BpfObject]:
-    with BpfObject(perf_emit_object) as bpf_object:
+def loaded(compiled: dict[str, Path]) -> Iterator[BpfObject]:
+    with BpfObject(compiled["perf_emit"]) as bpf_object:
         bpf_object.load(["perf_emit"])
         yield bpf_object
 
 
-def _run_on_cpu0(bpf_object: BpfObject, sequence: int) -> None:
-    """One run of the program on CPU 0 with args[0] = sequence: one record offered to CPU 0's buffer."""
+def _run_on_cpu0(bpf_object: BpfObject, sequence: int, program: str = "perf_emit") -> None:
+    """One run of `program` on CPU 0 with args[0] = sequence: one record offered to CPU 0's buffer."""
     args = (ctypes.c_uint64 * 1)(sequence)
     opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts), flags=_BPF_F_TEST_RUN_ON_CPU, cpu=0)
     opts.ctx_in = ctypes.addressof(args)
     opts.ctx_size_in = ctypes.sizeof(args)
-    if _libbpf.lib().bpf_prog_test_run_opts(bpf_object.program_fd("perf_emit"), ctypes.byref(opts)) != 0:
+    if _libbpf.lib().bpf_prog_test_run_opts(bpf_object.program_fd(program), ctypes.byref(opts)) != 0:
         raise last_errno_error("BPF_PROG_TEST_RUN failed")
 
 
@@ -123,3 +129,34 @@ def test_bad_arguments_are_refused() -> None:
         PerfBuffer(0, pages_per_cpu=3)
     with pytest.raises(Exception, match="cannot open the BPF perf buffers"):
         PerfBuffer(-1)
+
+
+class _UsePerf(ctypes.Structure):
+    _fields_ = (("value", ctypes.c_uint8),)
+
+
+@pytest.mark.parametrize("use_perf", [False, True], ids=["ring-buffer", "perf-buffer-forced"])
+def test_one_object_loads_with_either_buffer(compiled: dict[str, Path], use_perf: bool) -> None:
+    with BpfObject(compiled["ring_or_perf"]) as bpf_object:
+        bpf_object.set_rodata("use_perf", _UsePerf(int(use_perf)))
+        if use_perf:
+            retire_ring_buffer_map(bpf_object)
+        bpf_object.load(["ring_or_perf"])
+        # BPF_MAP_TYPE_ARRAY when retired: no ring buffer was created, as on a kernel without them.
+        assert _map_type(bpf_object.map("events").fd) == (2 if use_perf else 27)
+        consumer: PerfBuffer | RingBuffer = (
+            PerfBuffer(bpf_object.map("events_perf").fd)
+            if use_perf
+            else RingBuffer(bpf_object.map("events").fd)
+        )
+        try:
+            for sequence in range(50):
+                _run_on_cpu0(bpf_object, sequence, "ring_or_perf")
+            records = consumer.poll(1000) + consumer.drain()
+        finally:
+            consumer.close()
+        assert [_sequence(record) for record in records] == list(range(50))
+        assert all(int.from_bytes(record[8:16], "little") == 0x6E6574736C657568 for record in records)
+        assert (_count(bpf_object, EMITTED), _count(bpf_object, LOST)) == (50, 0)
+        with pytest.raises(Exception, match="before load"):
+            retire_ring_buffer_map(bpf_object)

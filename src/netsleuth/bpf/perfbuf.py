@@ -21,9 +21,10 @@ import ctypes
 import errno
 
 from netsleuth.bpf import _libbpf
-from netsleuth.bpf.errors import last_errno_error
+from netsleuth.bpf.errors import BpfError, last_errno_error
+from netsleuth.bpf.object import BpfObject
 
-__all__ = ["DEFAULT_PAGES_PER_CPU", "PerfBuffer"]
+__all__ = ["DEFAULT_PAGES_PER_CPU", "PerfBuffer", "retire_ring_buffer_map"]
 
 # 64 pages = 256 KiB per CPU: on a 2-CPU host the same 512 KiB order as drops' ring buffer per CPU, and a
 # power of two as perf_buffer__new requires.
@@ -93,3 +94,29 @@ class PerfBuffer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_BPF_MAP_TYPE_ARRAY = 2
+
+
+def retire_ring_buffer_map(bpf_object: BpfObject, name: str = "events") -> None:
+    """Before load, turn the object's ring buffer map into a one-entry array so the object loads on a kernel
+    without BPF_MAP_TYPE_RINGBUF (< 5.8), whose map creation would fail.
+
+    Only valid for an object whose every use of the map sits behind a `const volatile` switch that was set
+    to the perf buffer path: the verifier then never walks those instructions and they are removed as dead
+    code, so it does not matter that the map they name is an array (libbpf's documented fallback recipe).
+    """
+    # Same package as BpfObject: its phases are ours to check (map pointers exist from open to load).
+    if bpf_object._loaded:
+        raise BpfError("the ring buffer map can only be retired before load")
+    pointer = bpf_object._map_pointer(name)
+    lib = _libbpf.lib()
+    for failed, what in (
+        (lib.bpf_map__set_type(pointer, _BPF_MAP_TYPE_ARRAY), "type"),
+        (lib.bpf_map__set_key_size(pointer, 4), "key size"),
+        (lib.bpf_map__set_value_size(pointer, 4), "value size"),
+        (lib.bpf_map__set_max_entries(pointer, 1), "size"),
+    ):
+        if failed:
+            raise last_errno_error(f"cannot change the {what} of map {name}")
