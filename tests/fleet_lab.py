@@ -58,24 +58,32 @@ from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from netsleuth.fleet.nats_config import NatsUser, agent_user, controller_permissions, render_server_config
 from netsleuth.fleet.protocol import (
     HOSTS_BUCKET,
     Budgets,
+    Control,
     HostEntry,
+    HostStatus,
+    RecordBatch,
     Scope,
     SignedTask,
     Task,
+    TaskReply,
+    control_subject,
     decode,
     generate_private_key,
     new_task_id,
     private_key_to_text,
     public_key_to_text,
+    session_subjects,
+    task_subject,
 )
 from tests.netlab import Host, run, wait_for
 
-__all__ = ["AgentProcess", "FleetLab", "LabHost"]
+__all__ = ["AgentProcess", "DirectController", "FleetLab", "LabHost"]
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
@@ -529,6 +537,110 @@ class FleetLab:
 
     def sign(self, task: Task) -> SignedTask:
         return SignedTask.sign(task, self.controller_key, self.key_id)
+
+
+class DirectController:
+    """The controller's side of the protocol, minimal and sync, speaking to NATS as the controller user:
+    what the agent tests and the demo use to drive agents without the real controller (and to play one that
+    misbehaves). Every status and record batch of the sessions it watches is kept, in arrival order."""
+
+    def __init__(self, lab: FleetLab, credentials: dict[str, str] | None = None) -> None:
+        self.lab = lab
+        self._credentials = credentials or lab.controller_credentials
+        self._client: Client | None = None
+        self.statuses: dict[str, list[HostStatus]] = {}
+        self.batches: dict[str, list[RecordBatch]] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> DirectController:
+        async def connect() -> Client:
+            return await nats.connect(
+                self.lab.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2, **self._credentials
+            )
+
+        self._client = self.lab._run(connect())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self.lab._run(self._client.close(), 10)
+            self._client = None
+
+    @property
+    def client(self) -> Client:
+        assert self._client is not None, "use DirectController as a context manager"
+        return self._client
+
+    def watch(self, session: str) -> None:
+        async def on_message(msg: Msg) -> None:
+            with self._lock:
+                if msg.subject.endswith(".status"):
+                    self.statuses.setdefault(session, []).append(
+                        HostStatus.from_json(decode(msg.data, "status"))
+                    )
+                else:
+                    self.batches.setdefault(session, []).append(
+                        RecordBatch.from_json(decode(msg.data, "record batch"))
+                    )
+
+        async def subscribe() -> None:
+            await self.client.subscribe(session_subjects(session), cb=on_message)
+            await self.client.flush()
+
+        self.lab._run(subscribe())
+
+    def send(self, host: str, data: bytes, timeout: float = 5) -> TaskReply:
+        async def request() -> bytes:
+            reply = await self.client.request(task_subject(host), data, timeout=timeout)
+            return bytes(reply.data)
+
+        return TaskReply.from_json(decode(self.lab._run(request(), timeout + 5), "task reply"))
+
+    def control(self, host: str, control: Control) -> None:
+        async def publish() -> None:
+            await self.client.publish(control_subject(host), control.encode())
+            await self.client.flush()
+
+        self.lab._run(publish())
+
+    def states(self, session: str) -> dict[str, HostStatus]:
+        """Each host's latest status."""
+        with self._lock:
+            return {status.host: status for status in self.statuses.get(session, [])}
+
+    def history(self, session: str, host: str) -> list[str]:
+        with self._lock:
+            return [status.state for status in self.statuses.get(session, []) if status.host == host]
+
+    def records(self, session: str, host: str) -> list[dict[str, Any]]:
+        with self._lock:
+            batches = sorted(
+                (b for b in self.batches.get(session, []) if b.host == host), key=lambda b: b.seq
+            )
+        return [record for batch in batches for record in batch.records]
+
+    def wait_states(self, session: str, wanted: dict[str, Iterable[str]], timeout: float = 15) -> None:
+        """Until each host's latest state is one of its wanted states."""
+
+        def reached() -> bool:
+            states = self.states(session)
+            return all(host in states and states[host].state in set(ok) for host, ok in wanted.items())
+
+        wait_for(reached, timeout, f"session {session} to reach {wanted} (have {self.states(session)})")
+
+    def run_session(self, session: str, hosts: Sequence[str], t0_delay_s: float = 0.3, **task: Any) -> int:
+        """Prepare on every host, wait until all are ready, start them all at one T0; returns T0 (ns)."""
+        self.watch(session)
+        for host in hosts:
+            reply = self.send(host, self.lab.sign(self.lab.task(host, session, **task)).encode())
+            if not reply.accepted:
+                raise RuntimeError(f"{host} refused the task: {reply.reason}")
+        self.wait_states(session, {host: ("ready",) for host in hosts})
+        t0_ns = time.time_ns() + int(t0_delay_s * 1e9)
+        for host in hosts:
+            self.control(host, Control(session, "start", t0_ns))
+        return t0_ns
 
 
 def _main() -> int:

@@ -198,8 +198,11 @@ class MergedTimeline:
             self._observations.append(observation)
 
     def _where(self, host: str) -> str:
+        """`lb (host b)`; just `host b` when the hostname adds nothing (the same as the id, or shared by
+        several hosts, as with namespaces of one machine)."""
         name = self._hostnames.get(host)
-        return f"{name} (host {host})" if name else f"host {host}"
+        shared = sum(1 for other in self._hostnames.values() if other == name) > 1
+        return f"{name} (host {host})" if name and name != host and not shared else f"host {host}"
 
     # -- flows ------------------------------------------------------------------------------------------
     def _place(self, index: NatIndex, flow: FlowTuple) -> tuple[FlowTuple | _PairKey, int]:
