@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from netsleuth._generated.tcp_abi import EventKind, RetransKind
-from netsleuth.commands.conn import split_endpoint
 from netsleuth.diagnostics.conn import ConnSelector, ConnTracker
+from netsleuth.diagnostics.conn_diagnostic import split_endpoint
 from netsleuth.diagnostics.resets import ResetEnricher
 from netsleuth.errors import UsageError
 from tests.unit.tcp_fakes import REASON, FakeClock, drop_record, fake_context, raw_event

@@ -117,6 +117,10 @@ class ConfigInput:
             )
         return cls(data)
 
+    def replace(self, **changes: Any) -> ConfigInput:
+        """The same values with some replaced (a diagnostic that reads one flag its own way first)."""
+        return ConfigInput({**self._values, **changes})
+
     @staticmethod
     def flag_name(key: str) -> str:
         return "--" + key.replace("_", "-")
