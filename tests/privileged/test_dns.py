@@ -1,0 +1,334 @@
+"""`netsleuth dns` end to end: a real DNS server (tests/dns_server.py, dnspython) in one namespace, real
+resolvers (`dig`, glibc's `getent`) in another, and netsleuth's cgroup/tracepoint programs on this kernel.
+
+Every count is compared with what the test sent or what the server says it answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.netlab import Host, wait_for
+from tests.privileged.conftest import Pair
+from tests.tracerun import TraceRun, bpftool_netsleuth_programs, netsleuth_argv
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class DnsLab:
+    pair: Pair
+    client: Host
+    server: Host
+    stats_file: Path
+    process: subprocess.Popen[bytes]
+
+    def server_counts(self) -> dict[str, int]:
+        """Stop the server and read what it answered, by "proto RCODE"."""
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(10)
+        counts: dict[str, int] = json.loads(self.stats_file.read_text())
+        return counts
+
+
+@pytest.fixture
+def dns_lab(pair: Pair) -> Iterator[DnsLab]:
+    with tempfile.TemporaryDirectory(prefix="netsleuth-dns-") as scratch:
+        ready = Path(scratch) / "ready"
+        stats = Path(scratch) / "stats.json"
+        process = pair.b.popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.dns_server",
+                "--address",
+                pair.b4,
+                "--address",
+                pair.b6,
+                "--ready-file",
+                str(ready),
+                "--stats-file",
+                str(stats),
+            ],
+            cwd=str(REPO),
+        )
+        try:
+            wait_for(ready.exists, 20, "the DNS server to listen")
+            yield DnsLab(pair, pair.a, pair.b, stats, process)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def dig(
+    host: Host, server: str, name: str, qtype: str = "A", *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return host.run("dig", "+time=2", "+tries=1", f"@{server}", name, qtype, *extra, check=False)
+
+
+class DnsTrace(TraceRun):
+    """A TraceRun whose output outlives its temporary directory, so a test reads it after the `with`."""
+
+    _kept: str | None = None
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 30.0) -> int:
+        code = super().stop(sig, timeout)
+        self._kept = super().stdout()
+        return code
+
+    def stdout(self) -> str:
+        return self._kept if self._kept is not None else super().stdout()
+
+
+def trace(lab: DnsLab, *args: str) -> DnsTrace:
+    return DnsTrace("dns", "--netns", lab.client.name, *args)
+
+
+def of_type(run: TraceRun, record_type: str) -> list[dict[str, Any]]:
+    return [record for record in run.records() if record.get("type") == record_type]
+
+
+def test_answered_a_and_aaaa_over_ipv4_and_ipv6_with_latency_and_process(dns_lab: DnsLab) -> None:
+    with trace(dns_lab) as run:
+        run.wait_ready()
+        for server in (dns_lab.pair.b4, dns_lab.pair.b6):
+            for qtype in ("A", "AAAA"):
+                for _ in range(3):
+                    assert dig(dns_lab.client, server, "www.ok.test", qtype).returncode == 0
+        run.wait_records(lambda record: record.get("type") == "dns", count=12)
+        assert run.stop() == 0
+    answers = of_type(run, "dns")
+    assert len(answers) == 12
+    for answer in answers:
+        assert answer["name"] == "www.ok.test"
+        assert answer["rcode"] == "NOERROR"
+        assert answer["answer_count"] == 1
+        assert answer["latency_ms"] > 0
+        assert answer["proto"] == "udp"
+        assert answer["comm"].startswith("isc-net") or answer["comm"] == "dig"
+        assert answer["owner"] == "task"
+        assert answer["netns"] == dns_lab.client.inode
+        expected = "A 198.18.0.2" if answer["qtype"] == "A" else "AAAA 2001:db8::2"
+        assert answer["answers"] == [expected]
+    servers = {(answer["server"], answer["family"]) for answer in answers}
+    assert servers == {(dns_lab.pair.b4, 4), (dns_lab.pair.b6, 6)}
+    summary = run.summary()
+    assert summary["queries"] == 12 and summary["answers"] == 12 and summary["timeouts"] == 0
+    assert summary["lost"] == 0 and summary["sampled"] == 0
+    assert dns_lab.server_counts() == {"udp NOERROR": 12}
+
+
+def test_nxdomain_servfail_refused_counted_exactly_and_filtered_by_rcode(dns_lab: DnsLab) -> None:
+    sent = {"nothing.test": 4, "servfail.test": 3, "refused.test": 2, "www.ok.test": 5}
+    with trace(dns_lab, "--summary") as summary_run, trace(dns_lab, "--rcode", "SERVFAIL") as servfail_run:
+        summary_run.wait_ready()
+        servfail_run.wait_ready()
+        for name, count in sent.items():
+            for _ in range(count):
+                dig(dns_lab.client, dns_lab.pair.b4, name)
+        servfail_run.wait_records(lambda record: record.get("type") == "dns", count=3)
+        summary_run.stop()
+        servfail_run.stop()
+    rows = summary_run.summary()["rows"]
+    answers: dict[str, int] = {}
+    for row in rows:
+        for rcode, count in row["answers"].items():
+            answers[rcode] = answers.get(rcode, 0) + count
+    assert answers == {"NXDOMAIN": 4, "SERVFAIL": 3, "REFUSED": 2, "NOERROR": 5}
+    assert sum(row["queries"] for row in rows) == 14
+    shown = of_type(servfail_run, "dns")
+    assert [record["name"] for record in shown] == ["servfail.test"] * 3
+    # The kernel still counts every answer, shown or not.
+    assert servfail_run.summary()["answers"] == 14
+    assert dns_lab.server_counts() == {
+        "udp NXDOMAIN": 4,
+        "udp SERVFAIL": 3,
+        "udp REFUSED": 2,
+        "udp NOERROR": 5,
+    }
+
+
+def test_timeout_from_firewall_dropping_answers_names_the_rule(dns_lab: DnsLab) -> None:
+    dns_lab.client.run("iptables", "-A", "INPUT", "-p", "udp", "--sport", "53", "-j", "DROP")
+    with trace(dns_lab, "--timeout", "1") as run:
+        run.wait_ready()
+        result = dig(dns_lab.client, dns_lab.pair.b4, "lost.ok.test")
+        assert "timed out" in result.stdout or result.returncode != 0
+        run.wait_records(lambda record: record.get("type") == "dns_timeout", count=1)
+        run.stop()
+    timeouts = of_type(run, "dns_timeout")
+    assert len(timeouts) == 1
+    timeout = timeouts[0]
+    assert timeout["name"] == "lost.ok.test"
+    assert timeout["waited_ms"] >= 1000
+    assert timeout["drop"]["reason"] == "NETFILTER_DROP"
+    assert timeout["drop"]["direction"] == "answer"
+    assert "--sport 53 -j DROP" in timeout["drop"]["rule"]
+    assert "--sport 53 -j DROP" in timeout["cause"]
+    assert of_type(run, "dns") == []
+    assert run.summary()["timeouts"] == 1
+
+
+# A client that asks without reading: its tiny receive buffer fills and the kernel drops the rest.
+FLOOD_CLIENT = """
+import socket, struct, sys, time
+import dns.message
+server, count, ready = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+sock.connect((server, 53))
+for index in range(count):
+    query = dns.message.make_query("rcv.ok.test", "A")
+    query.id = index + 1
+    sock.send(query.to_wire())
+    time.sleep(0.002)
+open(ready, "w").write("sent")
+input()  # hold the socket (unread) until the test has seen every answer
+sock.setblocking(False)
+queued = 0
+while True:
+    try:
+        sock.recv(4096)
+    except BlockingIOError:
+        break
+    queued += 1
+print(queued)
+"""
+
+
+def test_timeout_from_full_receive_buffer_names_the_process(dns_lab: DnsLab, tmp_path: Path) -> None:
+    sent = 40
+    ready = tmp_path / "sent"
+    with trace(dns_lab, "--timeout", "2") as run:
+        run.wait_ready()
+        client = dns_lab.client.popen(
+            [sys.executable, "-c", FLOOD_CLIENT, dns_lab.pair.b4, str(sent), str(ready)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        try:
+            wait_for(ready.exists, 20, "the client to send its queries")
+
+            def all_seen() -> bool:
+                records = run.records()
+                return sum(1 for r in records if r.get("type") in ("dns", "dns_timeout")) >= sent
+
+            wait_for(all_seen, 20, "every query to be answered or timed out")
+            stdout, _ = client.communicate(b"\n", timeout=20)
+        finally:
+            if client.poll() is None:
+                client.kill()
+        run.stop()
+    queued = int(stdout.decode().strip())
+    answers = of_type(run, "dns")
+    timeouts = of_type(run, "dns_timeout")
+    assert 0 < queued < sent
+    assert len(answers) == queued
+    assert len(timeouts) == sent - queued
+    for timeout in timeouts:
+        assert timeout["drop"]["reason"] == "SOCKET_RCVBUFF"
+        assert timeout["answer_arrived_ms"] is not None
+        assert timeout["comm"] == "python3" or timeout["comm"].startswith("python")
+        assert f"[{client.pid}]" in timeout["cause"]
+        assert "receive buffer" in timeout["cause"]
+    summary = run.summary()
+    assert summary["queries"] == sent and summary["answers"] == sent
+    assert summary["timeouts"] == sent - queued
+
+
+def test_search_list_amplification_from_ndots(dns_lab: DnsLab) -> None:
+    # `ip netns exec` bind-mounts /etc/netns/<name>/resolv.conf over /etc/resolv.conf for the command.
+    netns_etc = Path("/etc/netns") / dns_lab.client.name
+    netns_etc.mkdir(parents=True)
+    try:
+        (netns_etc / "resolv.conf").write_text(
+            f"nameserver {dns_lab.pair.b4}\nsearch a.test b.test c.test\noptions ndots:5 attempts:1\n"
+        )
+        with trace(dns_lab, "--summary") as run:
+            run.wait_ready()
+            for _ in range(2):
+                result = dns_lab.client.run("getent", "ahostsv4", "api.svc", check=False)
+                assert "198.18.0.2" in result.stdout
+            run.stop()
+    finally:
+        (netns_etc / "resolv.conf").unlink(missing_ok=True)
+        netns_etc.rmdir()
+    rows = [row for row in run.summary()["rows"] if row["comm"] == "getent"]
+    assert len(rows) == 2  # one per getent process
+    for row in rows:
+        assert row["suffix"] == "api.svc"
+        # One lookup: three search-list expansions (NXDOMAIN), then the name itself; only A (ahostsv4).
+        assert row["queries"] == 4
+        assert row["lookups"] == 1
+        assert row["search_expansions"] == 3
+        assert row["amplification"] == 4.0
+        assert row["answers"] == {"NXDOMAIN": 3, "NOERROR": 1}
+
+
+def test_truncated_answer_and_tcp_retry(dns_lab: DnsLab) -> None:
+    with trace(dns_lab) as run:
+        run.wait_ready()
+        result = dig(dns_lab.client, dns_lab.pair.b4, "big.test", "A", "+bufsize=512")
+        assert "198.18.1.100" in result.stdout
+        run.wait_records(lambda record: record.get("type") == "dns", count=2)
+        run.stop()
+    udp, tcp = of_type(run, "dns")
+    assert udp["proto"] == "udp" and udp["truncated"] is True and udp["answer_count"] == 0
+    assert tcp["proto"] == "tcp" and tcp["tcp_retry"] is True and tcp["answer_count"] == 100
+    assert tcp["truncated"] is False
+    assert udp["pid"] == tcp["pid"]
+    assert dns_lab.server_counts() == {"udp NOERROR": 1, "tcp NOERROR": 1}
+
+
+def test_slow_and_name_filters(dns_lab: DnsLab) -> None:
+    with trace(dns_lab, "--slow", "200", "--name", "test") as run:
+        run.wait_ready()
+        dig(dns_lab.client, dns_lab.pair.b4, "slow.test")
+        dig(dns_lab.client, dns_lab.pair.b4, "fast.ok.test")
+        run.wait_records(lambda record: record.get("type") == "dns", count=1)
+        run.stop()
+    shown = of_type(run, "dns")
+    assert [record["name"] for record in shown] == ["slow.test"]
+    assert shown[0]["latency_ms"] >= 300
+    assert run.summary()["answers"] == 2
+
+
+def test_nothing_stays_attached_after_exit(dns_lab: DnsLab) -> None:
+    with trace(dns_lab) as run:
+        run.wait_ready()
+        ids = {prog["id"] for prog in bpftool_netsleuth_programs("dns_")}
+        assert len(ids) == 3  # egress, ingress, kfree_skb
+        run.stop(signal.SIGTERM)
+    remaining = {prog["id"] for prog in bpftool_netsleuth_programs("dns_")}
+    assert not ids & remaining
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--rcode", "NOPE"], "--rcode 'NOPE' is not a DNS response code"),
+        (["--slow=-3"], "--slow must be"),
+        (["--timeout", "0"], "--timeout must be"),
+        (["--name", "a..b"], "is not a DNS name"),
+        (["--dns-port", "70000"], "is not a port"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_2(args: list[str], words: str) -> None:
+    result = subprocess.run(netsleuth_argv("dns", *args), capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert words in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+    assert os.geteuid() == 0  # privileged suite: root is what made it past the argument checks
