@@ -130,6 +130,14 @@ class BpfObject:
             raise last_errno_error(f"cannot attach {program}", messages)
         self._links.append((program, int(link)))
 
+    def attach_cgroup(self, program: str, cgroup_fd: int) -> None:
+        """A cgroup program through a BPF link (not bpf_prog_attach): it goes away with this process."""
+        with _libbpf.capture_messages() as messages:
+            link = self._lib.bpf_program__attach_cgroup(self._program(program), cgroup_fd)
+        if not link:
+            raise last_errno_error(f"cannot attach {program} to the cgroup", messages)
+        self._links.append((program, int(link)))
+
     def program_fd(self, program: str) -> int:
         return int(self._lib.bpf_program__fd(self._program(program)))
 
