@@ -48,7 +48,7 @@ def test_per_hop_verdict() -> None:
     assert len(dropped) == 1
     verdict = dropped[0]
     assert verdict["text"] == (
-        "SYN left client (host client) -> DNAT 198.18.1.10:80 -> 198.18.2.7:8080 on lb (host lb) -> "
+        "SYN left web-1 (host client) -> DNAT 198.18.1.10:80 -> 198.18.2.7:8080 on lb-1 (host lb) -> "
         'dropped on host server by "-A INPUT -p tcp -m tcp --dport 8080 -j DROP" (x2)'
     )
     assert [hop["host"] for hop in verdict["hops"]] == ["client", "lb", "server"]

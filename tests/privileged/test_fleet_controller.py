@@ -1,0 +1,437 @@
+"""The fleet controller end to end: a real nats-server, real agents in the namespace testbed (client -> lb
+with nftables DNAT -> server with an INPUT drop rule), a real `netsleuth controller` process, driven over
+HTTP and through `netsleuth fleet`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import nats
+import pytest
+
+from tests.controller_lab import ControllerProcess
+from tests.fleet_lab import REPO, FleetLab
+from tests.netlab import wait_for
+from tests.privileged.test_agent_harness import bpf_object_ids, wait_released
+
+pytestmark = pytest.mark.privileged
+
+HOSTS = ("client", "lb", "server")
+VIP = "198.18.1.10"
+RULE = "-A INPUT -p tcp -m tcp --dport 8080 -j DROP"
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[tuple[FleetLab, ControllerProcess]]:
+    with FleetLab(hosts=HOSTS) as lab, ControllerProcess(lab) as controller:
+        yield lab, controller
+
+
+def api(controller: ControllerProcess, user: str | None = "alice") -> httpx.Client:
+    headers = {"Authorization": f"Bearer {controller.tokens[user]}"} if user else {}
+    return httpx.Client(base_url=controller.url, headers=headers, timeout=20)
+
+
+def syn_to_vip(lab: FleetLab, port: int = 80, timeout: float = 1.5) -> None:
+    """One connect() from the client host to the load balancer's VIP; the server's firewall drops it."""
+    code = (
+        "import socket\n"
+        f"s = socket.socket(); s.settimeout({timeout})\n"
+        f"try:\n    s.connect(('{VIP}', {port}))\nexcept OSError as e:\n    print(e)\n"
+    )
+    lab.hosts["client"].run("python3", "-c", code, check=False)
+
+
+def wait_state(
+    client: httpx.Client, session_id: str, states: tuple[str, ...], timeout: float
+) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    def reached() -> bool:
+        found.update(client.get(f"/api/v1/sessions/{session_id}").json())
+        return found.get("state") in states
+
+    wait_for(reached, timeout, f"session {session_id} to reach {states}")
+    return found
+
+
+def wait_hosts_running(
+    client: httpx.Client, session_id: str, hosts: tuple[str, ...], timeout: float = 20
+) -> None:
+    def running() -> bool:
+        body = client.get(f"/api/v1/sessions/{session_id}").json()
+        return all(body["hosts"][host]["state"] == "running" for host in hosts)
+
+    wait_for(running, timeout, f"hosts {hosts} to run session {session_id}")
+
+
+def create(client: httpx.Client, **body: Any) -> dict[str, Any]:
+    response = client.post("/api/v1/sessions", json=body)
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+class Listener:
+    """Everything published on some subjects while the block runs (as the lab's unrestricted admin)."""
+
+    def __init__(self, lab: FleetLab, subject: str) -> None:
+        self.lab, self.subject = lab, subject
+        self.messages: list[str] = []
+        self._ready, self._stop = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._listen()), daemon=True)
+
+    async def _listen(self) -> None:
+        client = await nats.connect(self.lab.nats_url, **self.lab.admin_credentials)
+
+        async def received(message: Any) -> None:
+            self.messages.append(message.subject)
+
+        await client.subscribe(self.subject, cb=received)
+        await client.flush()
+        self._ready.set()
+        while not self._stop.is_set():
+            await asyncio.sleep(0.05)
+        await client.flush()
+        await client.close()
+
+    def __enter__(self) -> Listener:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.3)  # lets in-flight messages of the requests just made arrive before we stop listening
+        self._stop.set()
+        self._thread.join(10)
+
+
+# -- the synchronised session and its verdict ---------------------------------------------------------------
+def test_three_host_session_traces_the_flow_through_the_dnat(
+    fleet: tuple[FleetLab, ControllerProcess],
+) -> None:
+    lab, controller = fleet
+    with api(controller) as client:
+        created = create(client, hosts=list(HOSTS), diagnostic="conn", config={"proto": "tcp"}, duration=5)
+        assert created["state"] == "preparing" and set(created["hosts"]) == set(HOSTS)
+        wait_hosts_running(client, created["id"], HOSTS)
+        syn_to_vip(lab)
+        session = wait_state(client, created["id"], ("ended", "failed"), timeout=30)
+    assert session["state"] == "ended", session["hosts"]
+    assert not session["partial"]
+    # All agents started within the same 100 ms window, each measured against its own clock offset.
+    assert session["start_spread_ms"] is not None and session["start_spread_ms"] < 100
+    for host in HOSTS:
+        view = session["hosts"][host]
+        assert view["state"] == "ended" and isinstance(view["offset_ns"], int), (host, view)
+        assert abs(view["start_skew_ns"]) < 100_000_000, (host, view)
+        assert view["lost"] == 0
+    dropped = [v for v in session["verdicts"] if v["outcome"] == "dropped"]
+    assert len(dropped) == 1, session["verdicts"]
+    text = dropped[0]["text"]
+    assert text.startswith("SYN left host client -> DNAT 198.18.1.10:80 -> 198.18.2.7:8080 on host lb -> "), (
+        text
+    )
+    assert f'dropped on host server by "{RULE}"' in text
+    assert [hop["host"] for hop in dropped[0]["hops"]][:3] == ["client", "lb", "server"]
+    # The merged timeline names the flow as the client sees it on every host, NATed leg included.
+    flows = {
+        e.get("flow") for e in session["timeline"] if e["host"] == "server" and e.get("type") != "summary"
+    }
+    assert dropped[0]["flow"] in flows
+
+
+def test_the_cli_streams_the_merged_timeline_and_the_verdict(
+    fleet: tuple[FleetLab, ControllerProcess],
+) -> None:
+    lab, controller = fleet
+    process = subprocess.Popen(
+        [sys.executable, "-m", "netsleuth", "fleet", "run", "--hosts", "client,lb,server", "drops",
+         "--proto", "tcp", "--duration", "4", "--json"],
+        env=controller.env("alice"), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    with api(controller) as client:
+
+        def started() -> bool:
+            sessions = client.get("/api/v1/sessions").json()
+            return (
+                bool(sessions) and sessions[0]["state"] == "running" and sessions[0]["diagnostic"] == "drops"
+            )
+
+        wait_for(started, 30, "the CLI's session to run")
+    syn_to_vip(lab)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    kinds = {line["type"] for line in lines}
+    assert {"status", "drop", "verdict", "end"} <= kinds
+    drops = [line for line in lines if line["type"] == "drop" and line.get("netfilter")]
+    assert drops and all(line["host"] == "server" and line["netfilter"]["rule"] == RULE for line in drops)
+    verdicts = [line for line in lines if line["type"] == "verdict" and line["outcome"] == "dropped"]
+    assert any(f'dropped on host server by "{RULE}"' in v["text"] for v in verdicts)
+
+
+# -- permissions and audit ---------------------------------------------------------------------------------
+def test_a_role_without_the_diagnostic_or_namespace_gets_403_audited_and_nothing_is_sent(
+    fleet: tuple[FleetLab, ControllerProcess],
+) -> None:
+    lab, controller = fleet
+    refused = [
+        (
+            {"hosts": ["client"], "diagnostic": "resets", "config": {"netns": "web"}, "duration": 2},
+            "diagnostic resets",
+        ),
+        ({"hosts": ["client"], "diagnostic": "drops", "config": {}, "duration": 2}, "network namespace host"),
+        (
+            {"hosts": ["client"], "diagnostic": "drops", "config": {"netns": "db"}, "duration": 2},
+            "namespace db",
+        ),
+        (
+            {"hosts": ["server"], "diagnostic": "drops", "config": {"netns": "web"}, "duration": 2},
+            "host server",
+        ),
+    ]
+    since = time.time()
+    with Listener(lab, "netsleuth.host.>") as listener, api(controller, "bob") as client:
+        for body, words in refused:
+            response = client.post("/api/v1/sessions", json=body)
+            assert response.status_code == 403, response.text
+            message = response.json()["error"]
+            assert words in message and message.endswith(".") and "\n" not in message
+    assert listener.messages == []  # no task, ping or control reached any host
+    with api(controller, "root") as admin:
+        records = admin.get(
+            "/api/v1/audit", params={"user": "bob", "decision": "deny", "since": str(since)}
+        ).json()
+    denied = [r for r in records if r["action"] == "session.create"]
+    assert len(denied) == len(refused)
+    assert all(r["status"] == 403 and r["outcome"] == "refused" for r in denied)
+    assert {r["diagnostic"] for r in denied} == {"resets", "drops"}
+
+
+def test_the_audit_stream_refuses_delete_and_purge(fleet: tuple[FleetLab, ControllerProcess]) -> None:
+    lab, _controller = fleet
+
+    async def attempt() -> list[str]:
+        client = await nats.connect(lab.nats_url, **lab.admin_credentials)  # even the unrestricted admin
+        errors = []
+        try:
+            js = client.jetstream()
+            info = await js.stream_info("NETSLEUTH_AUDIT")
+            assert info.config.deny_delete and info.config.deny_purge
+            first = info.state.first_seq
+            for call in (js.purge_stream("NETSLEUTH_AUDIT"), js.delete_msg("NETSLEUTH_AUDIT", first)):
+                try:
+                    await call
+                except Exception as error:
+                    errors.append(str(error))
+            after = await js.stream_info("NETSLEUTH_AUDIT")
+            assert after.state.messages >= info.state.messages and after.state.first_seq == first
+        finally:
+            await client.close()
+        return errors
+
+    assert len(asyncio.run(attempt())) == 2
+
+
+def test_every_session_is_audited_before_dispatch_with_its_outcome(
+    fleet: tuple[FleetLab, ControllerProcess],
+) -> None:
+    _lab, controller = fleet
+    with api(controller) as client:
+        created = create(client, hosts=["lb"], diagnostic="drops", config={}, duration=1)
+        wait_state(client, created["id"], ("ended", "failed"), timeout=30)
+    with api(controller, "root") as admin:
+        records = [
+            r
+            for r in admin.get("/api/v1/audit", params={"user": "alice"}).json()
+            if r["session"] == created["id"]
+        ]
+    actions = [r["action"] for r in records]
+    assert actions == ["session.create", "session.end"]
+    assert (
+        records[0]["decision"] == "allow"
+        and records[0]["hosts"] == ["lb"]
+        and records[0]["scope"]["netns"] == []
+    )
+    assert records[0]["seq"] < records[1]["seq"]
+    assert "lb: ended" in records[1]["outcome"]
+
+
+# -- bad requests ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (
+            json.dumps({"hosts": ["client"], "diagnostic": "drops", "duration": 1, "extra": 1}).encode(),
+            400,
+            "extra",
+        ),
+        (
+            json.dumps({"hosts": ["nosuchhost"], "diagnostic": "drops", "duration": 1}).encode(),
+            404,
+            "nosuchhost",
+        ),
+        (json.dumps({"hosts": ["Bad Host"], "diagnostic": "drops", "duration": 1}).encode(), 400, "host id"),
+        (
+            json.dumps({"hosts": ["client"], "diagnostic": "nope", "duration": 1}).encode(),
+            422,
+            "unknown diagnostic",
+        ),
+        (json.dumps({"hosts": ["client"], "diagnostic": "drops", "duration": -1}).encode(), 400, "duration"),
+        (json.dumps({"hosts": ["client"], "diagnostic": "drops", "duration": 999}).encode(), 422, "maximum"),
+        (
+            json.dumps(
+                {
+                    "hosts": ["client"],
+                    "diagnostic": "drops",
+                    "duration": 1,
+                    "config": {"host": ["198.18.0.1"] * 500},
+                }
+            ).encode(),
+            413,
+            "entries",
+        ),
+        (b"{" + b'"pad": "' + b"x" * 70_000 + b'"}', 413, "larger than"),
+        (
+            json.dumps(
+                {"hosts": ["client"], "diagnostic": "drops", "duration": 1, "config": {"dport": {"a": 1}}}
+            ).encode(),
+            400,
+            "config.dport",
+        ),
+    ],
+)
+def test_bad_requests_get_4xx_with_one_sentence(
+    fleet: tuple[FleetLab, ControllerProcess], body: bytes, status: int, words: str
+) -> None:
+    _lab, controller = fleet
+    with api(controller) as client:
+        response = client.post("/api/v1/sessions", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == status, response.text
+    message = response.json()["error"]
+    assert words in message and "\n" not in message and "Traceback" not in message
+
+
+def test_authentication_and_other_refusals(fleet: tuple[FleetLab, ControllerProcess]) -> None:
+    _lab, controller = fleet
+    with api(controller, None) as anonymous:
+        assert anonymous.get("/api/v1/hosts").status_code == 401
+        bad = anonymous.get("/api/v1/me", headers={"Authorization": "Bearer wrong-token-123"})
+        assert bad.status_code == 401 and bad.json()["error"] == "the token is not valid."
+        assert anonymous.get("/api/v1/auth").json()["token"] is True
+    with api(controller, "bob") as bob:
+        assert bob.get("/api/v1/audit").status_code == 403
+        assert [h["host"] for h in bob.get("/api/v1/hosts").json()] == [
+            "client"
+        ]  # only what bob may diagnose
+        assert bob.get("/api/v1/sessions/0123456789abcdef").status_code == 404
+        assert bob.get("/api/v1/nope").status_code == 404
+    with api(controller) as alice:
+        me = alice.get("/api/v1/me").json()
+        assert me["user"] == "alice" and not me["admin"] and "conn" in me["allowed"]["diagnostics"]
+        created = create(alice, hosts=["client"], diagnostic="drops", config={}, duration=1)
+        wait_state(alice, created["id"], ("ended", "failed"), timeout=30)
+        assert alice.post(f"/api/v1/sessions/{created['id']}/cancel").status_code == 409
+        records = alice.get(f"/api/v1/sessions/{created['id']}/records")
+        assert records.headers["content-type"].startswith("application/x-ndjson")
+    with api(controller, "bob") as bob:
+        assert bob.get(f"/api/v1/sessions/{created['id']}").status_code == 403  # alice's session
+
+
+def test_fleet_cli_errors_are_one_line_with_exit_code_2(fleet: tuple[FleetLab, ControllerProcess]) -> None:
+    _lab, controller = fleet
+    result = subprocess.run(
+        [sys.executable, "-m", "netsleuth", "fleet", "run", "--hosts", "nosuchhost", "drops",
+         "--duration", "1"],
+        env=controller.env("alice"), cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "unknown host nosuchhost" in result.stderr
+    env = {k: v for k, v in controller.env("alice").items() if k != "NETSLEUTH_TOKEN"}
+    result = subprocess.run(
+        [sys.executable, "-m", "netsleuth", "fleet", "hosts"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "NETSLEUTH_TOKEN" in result.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "netsleuth", "fleet", "audit"], env=controller.env("root"), cwd=REPO,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0 and "session.create" in result.stdout
+
+
+# -- failures mid-session ----------------------------------------------------------------------------------
+def test_an_agent_killed_mid_session_is_failed_and_the_others_finish(
+    fleet: tuple[FleetLab, ControllerProcess],
+) -> None:
+    lab, controller = fleet
+    try:
+        with api(controller) as client:
+            created = create(client, hosts=list(HOSTS), diagnostic="drops", config={}, duration=4)
+            wait_hosts_running(client, created["id"], HOSTS)
+            lab.kill_agent("server")
+            session = wait_state(client, created["id"], ("ended", "failed"), timeout=30)
+        assert session["hosts"]["server"]["state"] == "failed"
+        assert "stopped answering" in session["hosts"]["server"]["reason"]
+        assert session["hosts"]["client"]["state"] == "ended" and session["hosts"]["lb"]["state"] == "ended"
+        assert session["state"] == "ended" and session["partial"] is True
+    finally:
+        lab.start_agent("server")
+
+
+def test_nats_restart_then_the_next_session_works(fleet: tuple[FleetLab, ControllerProcess]) -> None:
+    lab, controller = fleet
+    lab.restart_nats()
+    lab.wait_registered(HOSTS, since_ns=time.time_ns(), timeout=30)
+    with api(controller) as client:
+
+        def dispatched() -> bool:
+            response = client.post(
+                "/api/v1/sessions", json={"hosts": list(HOSTS), "diagnostic": "drops", "duration": 1}
+            )
+            if response.status_code == 503:
+                return False  # the controller is still reconnecting: it said so in one sentence
+            assert response.status_code == 201, response.text
+            session = wait_state(client, response.json()["id"], ("ended", "failed"), timeout=30)
+            assert session["state"] == "ended" and not session["partial"], session["hosts"]
+            return True
+
+        wait_for(dispatched, 30, "a session after the NATS restart")
+
+
+def test_controller_killed_mid_session_agents_stop_at_the_deadline(
+    fleet: tuple[FleetLab, ControllerProcess],
+) -> None:
+    lab, controller = fleet
+    with api(controller) as client:
+        created = create(client, hosts=list(HOSTS), diagnostic="drops", config={}, duration=3)
+        wait_hosts_running(client, created["id"], HOSTS)
+    held = [bpf_object_ids(lab.agent(host).pid) for host in HOSTS]
+    programs = set().union(*(ids[0] for ids in held))
+    links = set().union(*(ids[1] for ids in held))
+    assert all(ids[0] and ids[1] for ids in held), held  # every agent has its programs attached
+    controller.kill()
+    try:
+        wait_for(
+            lambda: all(f"session {created['id']} ended" in lab.agent(h).log_text() for h in HOSTS),
+            30,
+            "every agent to end the session at its own deadline",
+        )
+        # Nothing of the session is left in the kernel (bpftool's view of every program and link).
+        wait_released(programs, links)
+    finally:
+        controller.start()
