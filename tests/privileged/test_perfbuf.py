@@ -2,14 +2,14 @@
 and a full per-CPU buffer loses exactly what the program counted as lost, which is also exactly what the
 kernel's PERF_RECORD_LOST reports to the consumer.
 
-The program (tests/privileged/bpf/perf_emit.bpf.c) is compiled here and run with BPF_PROG_TEST_RUN on CPU 0,
-so the test decides how many records are produced and where, with no traffic and no waiting.
+The program (tests/privileged/bpf/perf_emit.bpf.c) is compiled here (bpf_sources.py) and run with
+BPF_PROG_TEST_RUN on CPU 0, so the test decides how many records are produced and where, with no traffic
+and no waiting.
 """
 
 from __future__ import annotations
 
 import ctypes
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,8 +20,8 @@ from netsleuth.bpf.errors import last_errno_error
 from netsleuth.bpf.object import BpfObject, _map_type
 from netsleuth.bpf.perfbuf import PerfBuffer, retire_ring_buffer_map
 from netsleuth.bpf.ringbuf import RingBuffer
+from tests.privileged.bpf_sources import compile_test_programs
 
-SOURCES = Path(__file__).resolve().parent / "bpf"
 RECORD_BYTES = 248  # struct record
 EMITTED, LOST = 0, 1
 _BPF_F_TEST_RUN_ON_CPU = 1
@@ -50,19 +50,7 @@ class _TestRunOpts(ctypes.Structure):
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The test programs, built with the same clang `make bpf` uses (only UAPI headers: no vmlinux.h)."""
-    directory = tmp_path_factory.mktemp("bpf")
-    multiarch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True, check=True)
-    objects: dict[str, Path] = {}
-    for source in SOURCES.glob("*.bpf.c"):
-        output = directory / source.name.replace(".bpf.c", ".bpf.o")
-        subprocess.run(
-            ["clang", "-target", "bpf", "-O2", "-g", f"-I/usr/include/{multiarch.stdout.strip()}",
-             "-c", str(source), "-o", str(output)],
-            check=True,
-        )  # fmt: skip
-        objects[source.name.removesuffix(".bpf.c")] = output
-    return objects
+    return compile_test_programs(tmp_path_factory.mktemp("bpf"))
 
 
 @pytest.fixture
