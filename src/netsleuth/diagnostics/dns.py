@@ -223,6 +223,7 @@ class DnsDrop:
     netns_name: str | None
     rule: str | None  # the firewall rule, when the reason is NETFILTER_DROP and it is found
     hook: str | None
+    netfilter: dict[str, Any] | None = None  # table, chain, rule number, backend (drops' matcher)
 
     def cause(self) -> str:
         where = f" (netns {self.netns_name or self.netns})"
@@ -255,6 +256,7 @@ class DnsDrop:
             "netns_name": self.netns_name,
             "rule": self.rule,
             "hook": self.hook,
+            "netfilter": self.netfilter,
             "cause": self.cause(),
         }
 
@@ -607,6 +609,7 @@ class DnsDiagnostic:
             netns_name=record.netns_name,
             rule=netfilter.get("rule"),
             hook=netfilter.get("hook"),
+            netfilter=record.netfilter,
         )
 
     def _remember_drop(self, drop: DnsDrop) -> None:
