@@ -88,9 +88,10 @@ class StopSignals:
 class Progress:
     """A status line on a terminal's stderr: events/s, lost and sampled, so a long run never looks hung."""
 
-    def __init__(self, stream: TextIO, noun: str) -> None:
+    def __init__(self, stream: TextIO, noun: str, status: Callable[[], str] | None = None) -> None:
         self._stream = stream
         self._noun = noun
+        self._status = status
         self.enabled = stream.isatty()
         self._last = time.monotonic()
         self._last_total = 0
@@ -107,9 +108,12 @@ class Progress:
             return
         rate = (total - self._last_total) / (now - self._last)
         self._last, self._last_total = now, total
-        self._stream.write(
-            f"\r\x1b[K{total} {self._noun} ({rate:,.0f}/s), {shown} shown, {sampled} sampled, {lost} lost"
+        text = (
+            self._status()
+            if self._status is not None
+            else f"{total} {self._noun} ({rate:,.0f}/s), {shown} shown, {sampled} sampled, {lost} lost"
         )
+        self._stream.write(f"\r\x1b[K{text}")
         self._stream.flush()
         self._shown = True
 
@@ -151,14 +155,16 @@ def run_session(
     json_lines: bool,
     ready_file: str | None,
     sinks: Sequence[Callable[[Sequence[Record]], None]] = (),
+    status: Callable[[], str] | None = None,
     out: TextIO | None = None,
 ) -> int:
     """Run `session` until Ctrl-C/SIGTERM or `options.duration`; print records as they arrive and the summary
-    at the end. `sinks` get every batch too (e.g. a pcapng writer). Returns the exit status (0)."""
+    at the end. `sinks` get every batch too (e.g. a pcapng writer); `status` replaces the progress line's
+    event counts. Returns the exit status (0)."""
     from netsleuth.render.jsonl import JsonLinesWriter
 
     out = out or sys.stdout
-    progress = Progress(sys.stderr, view.noun)
+    progress = Progress(sys.stderr, view.noun, status)
     writer = JsonLinesWriter(out) if json_lines else None
     with contextlib.ExitStack() as stack:
         # Installed before anything attaches: a Ctrl-C at any point ends the run the same orderly way.

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from netsleuth.commands import Command
-from netsleuth.diagnostics.filters import add_filter_arguments, packet_filter_from_args
-from netsleuth.errors import UsageError
+from netsleuth.diagnostics.filters import add_filter_arguments
+from netsleuth.diagnostics.totals import EventTotals
+
+if TYPE_CHECKING:
+    from netsleuth.diagnose.run import DiagnoseSummary, DiagnosisSession, RankedVerdict
 
 __all__ = ["COMMAND"]
 
@@ -29,66 +33,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_filter_arguments(parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+class DiagnoseView:
+    """Verdicts are judged at the end of the window: nothing to print while watching but the progress."""
 
-    from netsleuth.commands._runloop import StopSignals
-    from netsleuth.diagnose.run import DiagnoseConfig, Progress, run_diagnosis
-    from netsleuth.kernel.netns import NetnsNames
-    from netsleuth.render.jsonl import JsonLinesWriter
-    from netsleuth.render.verdicts_text import print_verdicts
+    noun = "drops"
 
-    if not 0 < args.duration <= 3600:
-        raise UsageError("--duration must be between 0 and 3600 seconds")
-    packet_filter = packet_filter_from_args(args)
-    netns_name = None
-    if packet_filter.netns is not None:
-        # doctor reads devices and sysctls from inside the namespace: by its name or a process in it.
-        names = NetnsNames()
-        netns_name = names.name_of(packet_filter.netns) or names.path_of(packet_filter.netns)
-    config = DiagnoseConfig(duration=args.duration, packet_filter=packet_filter, netns_name=netns_name)
-    terminal = sys.stderr.isatty()
+    def __init__(self, session: DiagnosisSession) -> None:
+        self._session = session
 
-    def ready() -> None:
-        if args.ready_file:
-            Path(args.ready_file).write_text("ready\n")
-
-    def progress(now: Progress) -> None:
-        # A live line on a terminal while it watches, so ten quiet seconds never look like a hang.
-        if terminal:
-            sys.stderr.write(
-                f"\r\x1b[Kwatching {now.elapsed:4.1f}/{now.duration:g} s: {now.drops} drops, "
-                f"{now.resets} resets, "
-                f"{now.retransmits} retransmits"
-            )
-            sys.stderr.flush()
-
-    with StopSignals() as signals:
-        diagnosis = run_diagnosis(config, ready, progress, lambda: signals.stopped)
-    if terminal:
-        sys.stderr.write("\r\x1b[K")
-    watched = f"netns {netns_name}" if netns_name else "this host"
-    if args.json:
-        writer = JsonLinesWriter(sys.stdout)
-        writer.write_many(verdict.to_json(rank) for rank, verdict in enumerate(diagnosis.verdicts, start=1))
-        writer.write(
-            {
-                "type": "summary",
-                "seconds": round(diagnosis.seconds, 3),
-                "watched": watched,
-                "verdicts": len(diagnosis.verdicts),
-                "drops": diagnosis.drop_totals.to_json(),
-                "all_good": list(diagnosis.report.all_good),
-                "problems": list(diagnosis.problems),
-            }
+    def status(self) -> str:
+        elapsed, drops, resets, retransmits = self._session.progress()
+        duration = self._session.config.duration
+        return (
+            f"watching {elapsed:4.1f}/{duration:g} s: {drops} drops, {resets} resets, "
+            f"{retransmits} retransmits"
         )
-        writer.flush()
-    else:
+
+    def lines(self, records: Sequence[RankedVerdict]) -> str:
+        return ""
+
+    def finish(self, summary: DiagnoseSummary, totals: EventTotals, show_groups: bool) -> None:
+        from rich.console import Console
+
+        from netsleuth.render.verdicts_text import print_verdicts
+
         console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
-        print_verdicts(console, diagnosis.verdicts, diagnosis.seconds, watched)
-        for problem in diagnosis.problems:
-            sys.stderr.write(f"netsleuth: {problem}\n")
-    return 0
+        print_verdicts(console, list(summary.verdicts), summary.seconds, summary.watched)
+
+    def loss_line(self, totals: EventTotals) -> str:
+        return ""
+
+
+def run(args: argparse.Namespace) -> int:
+    from netsleuth.commands._runloop import run_session
+    from netsleuth.diagnose.diagnostic import DIAGNOSTIC
+    from netsleuth.diagnose.run import DiagnosisSession
+
+    config = DIAGNOSTIC.config_from_args(args)
+    session = DiagnosisSession(config)
+    view = DiagnoseView(session)
+    return run_session(
+        session,
+        config.run_options,
+        view,
+        json_lines=args.json,
+        ready_file=args.ready_file,
+        status=view.status,
+    )
 
 
 COMMAND = Command(

@@ -3,33 +3,40 @@ verdicts from both on the same window.
 
 Every tracepoint is attached once: kfree_skb by the drops object (which also sees listen-queue, socket
 buffer and backlog drops by their reasons), the TCP reset and retransmit tracepoints by the tcp object.
+`DiagnosisSession` is a session of the diagnostic model: it yields no records while it watches and its
+ranked verdicts when it ends (`drain`), so the CLI, an agent session and a fleet task run it alike.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from netsleuth.diagnose.correlate import merge_findings
 from netsleuth.diagnose.drop_rules import DropContext, drop_verdicts
 from netsleuth.diagnose.listeners import FullListener, full_listeners, listener_verdicts
 from netsleuth.diagnose.tcp_rules import TcpWatch
 from netsleuth.diagnose.verdicts import Verdict, rank
-from netsleuth.diagnostics.drops import DropsConfig, DropsSession, DropTotals
-from netsleuth.diagnostics.drops_enrich import DropEnricher
+from netsleuth.diagnostics.drops import DropsConfig, DropsDiagnostic, DropTotals
 from netsleuth.diagnostics.filters import PacketFilter
+from netsleuth.diagnostics.model import RunOptions
+from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.doctor.findings import Report
 from netsleuth.doctor.rules import diagnose as doctor_rules
 from netsleuth.doctor.snapshot import collect_snapshot
 from netsleuth.doctor.window import Window, counter_delta
-from netsleuth.kernel.reasons import load_drop_reasons
+from netsleuth.kernel.context import KernelContext
 
-__all__ = ["DiagnoseConfig", "Diagnosis", "Progress", "run_diagnosis"]
+if TYPE_CHECKING:
+    from netsleuth.doctor.model import Snapshot
+    from netsleuth.kernel.context import KernelClock
+
+__all__ = ["DiagnoseConfig", "DiagnoseSummary", "DiagnosisSession", "RankedVerdict"]
 
 _LISTENER_SAMPLE_S = 1.0  # how often the accept queues are looked at while watching
+_WATCH_STEP_S = 0.25
 _OVERFLOWS = "TcpExt.ListenOverflows"
 
 
@@ -40,80 +47,150 @@ class DiagnoseConfig:
     netns_name: str | None = None  # doctor reads this namespace's devices and sysctls
     root: Path = Path("/")
 
+    @property
+    def run_options(self) -> RunOptions:
+        return RunOptions(summary=True, duration=self.duration)
+
+    @property
+    def watched(self) -> str:
+        return f"netns {self.netns_name}" if self.netns_name else "this host"
+
 
 @dataclass(frozen=True)
-class Progress:
-    elapsed: float
-    duration: float
-    drops: int
-    resets: int
-    retransmits: int
+class RankedVerdict:
+    rank: int
+    verdict: Verdict
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.verdict.to_json(self.rank), "v": SCHEMA_VERSIONS["verdict"]}
 
 
 @dataclass(frozen=True)
-class Diagnosis:
-    verdicts: list[Verdict]
+class DiagnoseSummary:
     seconds: float
+    watched: str
+    verdicts: tuple[Verdict, ...]
     drop_totals: DropTotals
     report: Report
     attach: str
+    interrupted: bool
+    clock: KernelClock
     problems: tuple[str, ...] = ()
 
-    def counts(self) -> dict[str, int]:
-        return {"drops": self.drop_totals.matched, "drops_lost": self.drop_totals.lost}
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "summary",
+            "v": SCHEMA_VERSIONS["summary"],
+            "diagnostic": "diagnose",
+            "seconds": round(self.seconds, 3),
+            "watched": self.watched,
+            "verdicts": len(self.verdicts),
+            "drops": self.drop_totals.to_json(),
+            "all_good": list(self.report.all_good),
+            "problems": list(self.problems),
+            "attach": self.attach,
+            "interrupted": self.interrupted,
+            "clock": self.clock.to_json(),
+        }
 
 
-def run_diagnosis(
-    config: DiagnoseConfig,
-    on_ready: Callable[[], None] = lambda: None,
-    on_progress: Callable[[Progress], None] = lambda _progress: None,
-    stopped: Callable[[], bool] = lambda: False,
-) -> Diagnosis:
-    reasons = load_drop_reasons()
-    before = collect_snapshot(config.root, config.netns_name)
-    drops_config = DropsConfig(packet_filter=config.packet_filter, summary_only=True)
-    with (
-        contextlib.closing(DropEnricher(reasons, want_stack=True)) as enricher,
-        DropsSession(drops_config, reasons) as drops,
-        TcpWatch(config.packet_filter, reasons) as tcp,
-    ):
-        drops.start()
-        tcp.start()
-        enricher.prepare(config.packet_filter.netns)
-        started = time.monotonic()
-        on_ready()
-        listeners: dict[tuple[str, int], FullListener] = {}
-        sampled_at = 0.0
-        while not stopped() and (elapsed := time.monotonic() - started) < config.duration:
-            time.sleep(min(0.25, max(0.0, config.duration - elapsed)))
-            tcp.poll()
-            if time.monotonic() - sampled_at >= _LISTENER_SAMPLE_S:
-                sampled_at = time.monotonic()
-                for listener in full_listeners(config.netns_name):
-                    listeners[(listener.address, listener.port)] = listener
-            on_progress(
-                Progress(
-                    time.monotonic() - started,
-                    config.duration,
-                    drops.totals().matched,
-                    tcp.resets(),
-                    tcp.retransmits(),
-                )
+class DiagnosisSession:
+    """Watch for `config.duration` (the caller's clock decides when to stop), then judge."""
+
+    def __init__(self, config: DiagnoseConfig, context: KernelContext | None = None) -> None:
+        self.config = config
+        self._context = context or KernelContext(firewall=True)
+        self._own_context = context is None
+        self._drops = DropsDiagnostic(
+            DropsConfig(packet_filter=config.packet_filter, summary_only=True), self._context
+        )
+        self._tcp = TcpWatch(config.packet_filter, self._drops.reasons, self._context)
+        self._before: Snapshot | None = None
+        self._started = 0.0
+        self._sampled_at = 0.0
+        self._listeners: dict[tuple[str, int], FullListener] = {}
+        self._summary: DiagnoseSummary | None = None
+
+    @property
+    def attach_kind(self) -> str:
+        return self._drops.attach_kind
+
+    def start(self) -> None:
+        self._before = collect_snapshot(self.config.root, self.config.netns_name)
+        self._drops.start()
+        self._tcp.start()
+        self._drops.enricher.prepare(self.config.packet_filter.netns)
+        self._started = time.monotonic()
+
+    def poll(self, timeout_ms: int) -> list[RankedVerdict]:
+        time.sleep(min(_WATCH_STEP_S, timeout_ms / 1000))
+        self._tcp.poll()
+        if time.monotonic() - self._sampled_at >= _LISTENER_SAMPLE_S:
+            self._sampled_at = time.monotonic()
+            for listener in full_listeners(self.config.netns_name):
+                self._listeners[(listener.address, listener.port)] = listener
+        return []
+
+    def progress(self) -> tuple[float, int, int, int]:
+        """(seconds watched, drops, resets, retransmits) so far."""
+        elapsed = time.monotonic() - self._started
+        return elapsed, self._drops.totals().matched, self._tcp.resets(), self._tcp.retransmits()
+
+    def drain(self) -> list[RankedVerdict]:
+        summary = self._judge(interrupted=False)
+        return [RankedVerdict(number, verdict) for number, verdict in enumerate(summary.verdicts, start=1)]
+
+    def _judge(self, interrupted: bool) -> DiagnoseSummary:
+        if self._summary is not None:
+            return self._summary
+        assert self._before is not None, "start() first"
+        config = self.config
+        seconds = time.monotonic() - self._started
+        self._tcp.poll()
+        totals = self._drops.totals()
+        groups = self._drops.groups()
+        tcp_verdicts = self._tcp.verdicts(seconds)
+        resets_by_flow = self._tcp.resets_by_flow()
+        after = collect_snapshot(config.root, config.netns_name, settings_from=self._before)
+        report = doctor_rules(Window(self._before, after))
+        context = DropContext(seconds=seconds, sysctls=after.sysctls, resets_by_flow=resets_by_flow)
+        verdicts = drop_verdicts(groups, context)
+        if not any(verdict.category == "listen-overflow" for verdict in verdicts):
+            overflows = counter_delta(self._before.netstat.get(_OVERFLOWS), after.netstat.get(_OVERFLOWS))
+            somaxconn = after.sysctls.get("net.core.somaxconn")
+            verdicts += listener_verdicts(
+                list(self._listeners.values()), overflows, somaxconn, config.netns_name
             )
-        seconds = time.monotonic() - started
-        tcp.poll()
-        totals = drops.totals()
-        groups = [enricher.enrich_group(group) for group in drops.groups()]
-        tcp_verdicts = tcp.verdicts(seconds)
-        resets_by_flow = tcp.resets_by_flow()
-    after = collect_snapshot(config.root, config.netns_name, settings_from=before)
-    report = doctor_rules(Window(before, after))
-    context = DropContext(seconds=seconds, sysctls=after.sysctls, resets_by_flow=resets_by_flow)
-    verdicts = drop_verdicts(groups, context)
-    if not any(verdict.category == "listen-overflow" for verdict in verdicts):
-        overflows = counter_delta(before.netstat.get(_OVERFLOWS), after.netstat.get(_OVERFLOWS))
-        somaxconn = after.sysctls.get("net.core.somaxconn")
-        verdicts += listener_verdicts(list(listeners.values()), overflows, somaxconn, config.netns_name)
-    verdicts = merge_findings(verdicts, report.findings) + tcp_verdicts
-    problems = (tcp.problem,) if tcp.problem else ()
-    return Diagnosis(rank(verdicts), seconds, totals, report, drops.attach_kind, problems)
+        verdicts = merge_findings(verdicts, report.findings) + tcp_verdicts
+        problems = (self._tcp.problem,) if self._tcp.problem else ()
+        self._summary = DiagnoseSummary(
+            seconds,
+            config.watched,
+            tuple(rank(verdicts)),
+            totals,
+            report,
+            self._drops.attach_kind,
+            interrupted,
+            self._context.clock,
+            problems,
+        )
+        return self._summary
+
+    def totals(self) -> DropTotals:
+        return self._drops.totals()
+
+    def summary(self, interrupted: bool) -> DiagnoseSummary:
+        return self._judge(interrupted)
+
+    def program_fds(self) -> dict[str, int]:
+        return {**self._drops.program_fds(), **self._tcp.program_fds()}
+
+    def notes(self) -> list[str]:
+        summary = self._summary
+        return [*(summary.problems if summary is not None else ()), *self._drops.notes()]
+
+    def close(self) -> None:
+        self._drops.close()
+        self._tcp.close()
+        if self._own_context:
+            self._context.close()

@@ -8,7 +8,6 @@ from types import TracebackType
 
 from netsleuth._generated.tcp_abi import EventKind
 from netsleuth.bpf.errors import BpfError
-from netsleuth.diagnose.drop_rules import in_netns
 from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.resets import RESET_KINDS, ResetEnricher, ResetGroup, ResetRecord
@@ -20,15 +19,17 @@ __all__ = ["TcpWatch"]
 
 _RETRANS_KINDS = frozenset({EventKind.RETRANS, EventKind.SYNACK_RETRANS})
 # Resets that are the normal end of something, or that a drop verdict already explains.
-_QUIET_CAUSES = {"intended", "no_listener", "no_socket", "connection_refused"}
+_QUIET_CAUSES = {"no_listener", "no_socket", "connection_refused"}
 _MANY_RETRANSMITS = 50
 
 
 class TcpWatch:
-    def __init__(self, packet_filter: PacketFilter, reasons: DropReasons) -> None:
+    def __init__(
+        self, packet_filter: PacketFilter, reasons: DropReasons, context: KernelContext | None = None
+    ) -> None:
         config = TcpSessionConfig(packet_filter=packet_filter, group=RESET_KINDS | _RETRANS_KINDS)
         self._session = TcpSession(config, drop_reasons=reasons)
-        self._context: KernelContext | None = None
+        self._context = context
         self._enricher: ResetEnricher | None = None
         self._reset_groups: list[ResetGroup] | None = None
         self.problem: str | None = None
@@ -41,7 +42,7 @@ class TcpWatch:
         except BpfError as error:
             self.problem = f"TCP resets and retransmits not watched: {error}"
             return
-        self._context = KernelContext()
+        self._context = self._context or KernelContext()
         self._context.prepare()
         self._enricher = ResetEnricher(self._context)
 
@@ -100,6 +101,9 @@ class TcpWatch:
             )
         return verdicts
 
+    def program_fds(self) -> dict[str, int]:
+        return self._session.program_fds()
+
     def close(self) -> None:
         if self._enricher is not None:
             self._enricher.close()
@@ -121,17 +125,16 @@ def _is_news(group: ResetGroup) -> bool:
 
 def _reset_verdict(group: ResetGroup) -> Verdict:
     example = group.example
-    data = example.to_json()
-    cause = data.get("cause") or {}
-    text = cause.get("text") if isinstance(cause, dict) else str(cause)
-    check = cause.get("check") if isinstance(cause, dict) else None
-    netns_name = data.get("netns_name")
-    fix = (in_netns(check, None) + (f"   # in netns {netns_name}" if netns_name else ""),) if check else ()
+    cause = example.cause
+    netns_name = example.netns_name
+    # Checks that are commands already carry `ip netns exec NS`; advice gets the namespace as a note.
+    where = f"   # in netns {netns_name}" if netns_name and netns_name not in cause.check else ""
     return Verdict(
-        category=f"reset:{cause.get('code', 'unknown') if isinstance(cause, dict) else 'unknown'}",
+        category=f"reset:{cause.code}",
         severity=Severity.WARNING,
-        cause=f"{group.count} TCP reset(s): {text}",
-        evidence={"resets": group.count, "example": data},
-        fix=fix,
+        cause=f"{group.count} TCP reset(s): {cause.text}",
+        evidence={"resets": group.count, "example": example.to_json()},
+        fix=(cause.check + where,) if cause.check else (),
         events=group.count,
+        cause_code=cause.code,
     )
