@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.netlab import Host
+from tests.netlab import Host, lab
 from tests.privileged.conftest import Pair
 from tests.privileged.tcp_helpers import Server, connect
 from tests.tracerun import TraceRun, netsleuth_argv
@@ -149,3 +149,52 @@ def test_bad_input_exits_2(argv: list[str], message: str) -> None:
     result = subprocess.run(netsleuth_argv("conn", *argv), capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_verdict_through_dnat_names_the_hop_and_the_rule_that_dropped_the_translated_syn() -> None:
+    """Issue 13 item 8: client -> lb (nftables DNAT 198.18.70.2:80 -> 198.18.71.2:8080) -> srv (INPUT drops
+    8080), all on this host. The dropped SYN carries the translated pair; conntrack in lb joins it back."""
+    with lab() as the_lab:
+        client, balancer, server = the_lab.host("c"), the_lab.host("lb"), the_lab.host("s")
+        the_lab.link(client, balancer, ["198.18.70.1/24"], ["198.18.70.2/24"])
+        the_lab.link(balancer, server, ["198.18.71.1/24"], ["198.18.71.2/24"], names=("veth1", "veth0"))
+        server.run("ip", "route", "add", "default", "via", "198.18.71.1")
+        balancer.run("sysctl", "-qw", "net.ipv4.ip_forward=1")  # per namespace: gone with it
+        balancer.run(
+            "nft",
+            "-f",
+            "-",
+            input_text=(
+                "table ip netsleuth_test_lb {\n"
+                "  chain pre { type nat hook prerouting priority dstnat; "
+                "ip daddr 198.18.70.2 tcp dport 80 dnat to 198.18.71.2:8080; }\n"
+                "}\n"
+            ),
+        )
+        server.run("iptables", "-A", "INPUT", "-p", "tcp", "--dport", "8080", "-j", "DROP")
+        _fast_syn_timeout(client)
+        with TraceRun("conn", "--netns", client.name) as trace:
+            trace.wait_ready()
+            # conn reads lb's entry while the client retries (it lives 120 s in SYN_SENT there).
+            assert connect(client, "198.18.70.2", 80, timeout=30) == "ERROR 110"
+            trace.wait_records(lambda r: r.get("type") == "conn" and r.get("daddr") == "198.18.70.2")
+            assert trace.stop() == 0
+            [conn] = [record for record in _conns(trace) if record["daddr"] == "198.18.70.2"]
+    rule = "-A INPUT -p tcp -m tcp --dport 8080 -j DROP"
+    client_end = f"198.18.70.1:{conn['sport']}"
+    retransmits = conn["syn_retransmits"]
+    assert conn["outcome"] == "timeout" and retransmits >= 1
+    assert conn["verdict"] == (
+        f"connect {client_end} → 198.18.70.2:80 failed after {retransmits} SYN retransmit"
+        f"{'s' if retransmits > 1 else ''}: DNAT 198.18.70.2:80 → 198.18.71.2:8080 in netns {balancer.name}, "
+        f'then SYNs dropped by NETFILTER_DROP at "{rule}" (netns {server.name})'
+    )
+    assert conn["drops"] == retransmits + 1
+    [hop] = conn["nat"]
+    assert hop["kind"] == "DNAT" and hop["where"] == f"netns {balancer.name}"
+    assert hop["before"] == {"src": "198.18.70.1", "sport": conn["sport"], "dst": "198.18.70.2", "dport": 80}
+    assert hop["after"] == {"src": "198.18.70.1", "sport": conn["sport"], "dst": "198.18.71.2", "dport": 8080}
+    assert hop["state"] == "SYN_SENT" and "DST_NAT" in hop["status"]
+    events = [(entry["event"], entry["netns"]) for entry in conn["timeline"]]
+    assert ("nat", balancer.name) in events and ("drop", server.name) in events
+    assert events.index(("nat", balancer.name)) < events.index(("drop", server.name))

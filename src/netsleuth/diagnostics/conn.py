@@ -20,11 +20,13 @@ from netsleuth._generated.tcp_abi import EventKind, RetransKind
 from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
 from netsleuth.diagnostics.drops_enrich import DropRecord
 from netsleuth.diagnostics.filters import IpNetwork
+from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, NatIndex, NatPath, Placement
 from netsleuth.diagnostics.reset_causes import duration_text
 from netsleuth.diagnostics.resets import AbortRecord, ResetRecord
 from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
 from netsleuth.diagnostics.tcp_names import errno_name, errno_text
 from netsleuth.diagnostics.tcp_session import RawTcpEvent
+from netsleuth.kernel.conntrack import ConntrackSource
 from netsleuth.kernel.context import KernelContext
 from netsleuth.packet import tcp_flags_text
 
@@ -47,6 +49,9 @@ _ECONNREFUSED, _ECONNRESET, _ETIMEDOUT = 111, 104, 110
 _BENIGN_DROPS = frozenset({"QUEUE_PURGE"})
 _GRACE_S = 0.5  # after the last socket closed, for late drops and the peer's events
 _PENDING_S = 10.0  # drops/resets waiting for their connection to be known
+_NAT_READ_EVERY_S = 0.5  # conntrack is read at most this often, and only while something waits for it
+_NAT_TRIES = 3  # reads that may place a waiting flow before it is left to expire
+_NAT_MAX_HOPS = 4  # NATs in a row followed by lookups (each round asks every namespace)
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,9 @@ class Connection:
     bytes_sent: int | None = None  # client's bytes acked by the server
     bytes_received: int | None = None
     abandoned: bool = False  # the application closed while connecting
+    nat: NatPath | None = None  # the NAT hops between client and server, from conntrack (nat_join)
+    nat_checked: bool = False  # conntrack was asked for its path once it retried a SYN
+    translated: dict[int, Placement] = field(default_factory=dict)  # id(drop/reset) -> where it was seen
 
     @property
     def key(self) -> FlowKey:
@@ -183,6 +191,7 @@ class ConnReport:
             "errno": errno_name(conn.errno) if conn.errno else None,
             "bytes_sent": conn.bytes_sent,
             "bytes_received": conn.bytes_received,
+            "nat": [hop.to_json() for hop in conn.nat.hops] if conn.nat else [],
             "outcome": self.outcome,
             "verdict": self.verdict,
             "timeline": [entry.to_json() for entry in sorted(conn.entries, key=lambda e: e.time)],
@@ -198,7 +207,9 @@ class ConnReport:
 def _what(drop: DropRecord, conn: Connection) -> str:
     packet = drop.packet
     flags = packet.tcp_flags or 0
-    from_client = (packet.saddr, packet.sport) == conn.client
+    placement = conn.translated.get(id(drop))
+    # Behind a NAT the endpoints are rewritten: the direction is where the packet sits on the NAT path.
+    from_client = not placement.reply if placement else (packet.saddr, packet.sport) == conn.client
     if flags & _SYN and not flags & _ACK:
         return "SYNs"
     if flags & _SYN:
@@ -225,6 +236,14 @@ def drops_text(conn: Connection) -> str | None:
     kinds = Counter((_what(drop, conn), drop.reason, _where(drop)) for drop in drops)
     (what, reason, where), _ = kinds.most_common(1)[0]
     text = f"{what} dropped by {reason} at {where}"
+    example = next(
+        drop for drop in drops if (_what(drop, conn), drop.reason, _where(drop)) == (what, reason, where)
+    )
+    placement = conn.translated.get(id(example))
+    if placement is not None and placement.translated:
+        # Name the NAT hops the packet went through before it was dropped (reply packets: behind all).
+        hops = placement.path.text(None if placement.reply else placement.position)
+        text = f"{hops}, then {text}"
     others = len(drops) - kinds[(what, reason, where)]
     if others:
         text += f" (and {others} other drop{'s' if others > 1 else ''})"
@@ -278,6 +297,12 @@ def verdict(conn: Connection, still_running: bool) -> tuple[str, str]:
             text = f"{head} {how} after {syns}"
             if dropped:
                 return outcome, f"{text}: {dropped}"
+            if conn.nat is not None and conn.nat.hops:
+                last = conn.nat.hops[-1].after
+                return outcome, (
+                    f"{text}: {conn.nat.text()}, then no drop of its packets was seen on this host, so they "
+                    f"left it; look along the path to {endpoint_text(*last.dst)}"
+                )
             return outcome, (
                 f"{text}: no drop of its packets was seen on this host, so they left it; look along the path "
                 f"to {conn.server[0]}"
@@ -343,8 +368,12 @@ class ConnTracker:
         context: KernelContext | None = None,
         clock: Callable[[], float] = time.monotonic,
         grace: float = _GRACE_S,
+        conntrack: ConntrackSource | None = None,
     ) -> None:
+        """`conntrack`, when given, is asked for NAT entries so packets rewritten by a NAT on this host join
+        their connection (diagnostics/nat_join.py); without it the join is by endpoints only."""
         self.selector = selector
+        self.conntrack = conntrack
         self.context = context or KernelContext()
         self._clock = clock
         self._grace = grace
@@ -354,6 +383,11 @@ class ConnTracker:
         self._socket_flow: dict[tuple[int, int], FlowKey] = {}
         self._pending: dict[FlowKey, list[tuple[float, DropRecord | ResetRecord | AbortRecord]]] = {}
         self._done: list[ConnReport] = []
+        # NAT join: a rewritten pair -> the client's pair and where on the NAT path it was seen.
+        self._aliases: dict[FlowKey, tuple[FlowKey, Placement]] = {}
+        self._placements: dict[int, Placement] = {}  # id(waiting item) -> its placement
+        self._nat_tries: dict[FlowKey, int] = {}
+        self._nat_read_at: float | None = None
 
     # -- input -----------------------------------------------------------------------------------------
     def add_tcp(self, raw: RawTcpEvent, record: ResetRecord | AbortRecord | None = None) -> None:
@@ -401,7 +435,7 @@ class ConnTracker:
         if packet.proto != 6 or packet.saddr is None or packet.daddr is None:
             return
         source, destination = (packet.saddr, packet.sport or 0), (packet.daddr, packet.dport or 0)
-        key = frozenset((source, destination))
+        key = self._through_nat(frozenset((source, destination)), drop)
         conn = self._connections.get(key)
         if conn is None:
             if key not in self._ignored:
@@ -414,7 +448,7 @@ class ConnTracker:
         local, remote = _endpoint(raw.laddr, raw.lport), _endpoint(raw.raddr, raw.rport)
         if local is None or remote is None:
             return
-        key = frozenset((local, remote))
+        key = self._through_nat(frozenset((local, remote)), record)
         conn = self._connections.get(key)
         if conn is None:
             if key not in self._ignored:
@@ -422,7 +456,110 @@ class ConnTracker:
             return
         self._attach(conn, record)
 
+    def _through_nat(self, key: FlowKey, item: DropRecord | ResetRecord | AbortRecord) -> FlowKey:
+        """The client's pair for a pair a NAT rewrote (known from an earlier conntrack read), else `key`."""
+        alias = self._aliases.get(key)
+        if alias is None:
+            return key
+        self._placements[id(item)] = alias[1]
+        return alias[0]
+
+    def _note_nat(self, conn: Connection, path: NatPath, time: float) -> None:
+        """Keep the longest NAT path seen for the connection; each new hop becomes a timeline entry."""
+        known = len(conn.nat.hops) if conn.nat else 0
+        if len(path.hops) <= known:
+            return
+        conn.nat = path
+        for hop in path.hops[known:]:
+            state = f", {hop.entry.state}" if hop.entry.state else ""
+            conn.add(
+                TimelineEntry(
+                    time,
+                    "nat",
+                    hop.where.removeprefix("netns "),
+                    f"{hop.text()} (conntrack {hop.entry.original.text()} ⇄ {hop.entry.reply.text()}{state})",
+                    hop.to_json(),
+                )
+            )
+
+    def _resolve_nat(self, final: bool) -> None:
+        """Read conntrack (rate-limited, only while something waits) and join what a NAT rewrote: waiting
+        drops/resets whose pair is a translated form of a connection's pair, and connections retrying SYNs
+        with no drop seen, whose path then names the NAT hop they went through."""
+        if self.conntrack is None:
+            return
+        now = self._clock()
+        waiting = [
+            key
+            for key in self._pending
+            if len(key) == 2 and key not in self._aliases and self._nat_tries.get(key, 0) < _NAT_TRIES
+        ]
+        stuck = [
+            conn
+            for conn in self._connections.values()
+            if not conn.established and conn.syn_retransmits and not conn.nat_checked and conn.nat is None
+        ]
+        if not waiting and not stuck:
+            return
+        if not final and self._nat_read_at is not None and now - self._nat_read_at < _NAT_READ_EVERY_S:
+            return
+        self._nat_read_at = now
+        asked: set[FlowTuple] = set()
+        for key in waiting:
+            first, second = sorted(key)
+            asked.update((FlowTuple("tcp", first, second), FlowTuple("tcp", second, first)))
+        asked.update(FlowTuple("tcp", conn.client, conn.server) for conn in stuck)
+        index = NatIndex(self._nat_entries(asked))
+        for conn in stuck:
+            conn.nat_checked = True
+            path = index.path(FlowTuple("tcp", conn.client, conn.server))
+            if path.hops:
+                self._note_nat(conn, path, conn.last_time)
+        for key in waiting:
+            self._nat_tries[key] = self._nat_tries.get(key, 0) + 1
+            first, second = sorted(key)
+            placement = index.place(FlowTuple("tcp", first, second))
+            if placement is None or not placement.translated:
+                continue
+            original = placement.path.original.pair
+            self._aliases[key] = (original, placement)
+            items = self._pending.pop(key)
+            for _, item in items:
+                self._placements[id(item)] = placement
+            joined = self._connections.get(original)
+            if joined is not None:
+                for _, item in items:
+                    self._attach(joined, item)
+            elif original not in self._ignored:
+                self._pending.setdefault(original, []).extend(items)
+
+    def _nat_entries(self, flows: set[FlowTuple]) -> list[ConntrackEntry]:
+        """The entries holding `flows`, and the hops before and after them (a NAT chain), by lookups."""
+        assert self.conntrack is not None
+        found: dict[ConntrackEntry, None] = {}
+        asked: set[FlowTuple] = set()
+        for _ in range(_NAT_MAX_HOPS):
+            flows -= asked
+            if not flows:
+                break
+            asked |= flows
+            new = [entry for entry in self.conntrack.lookup(sorted(flows, key=repr)) if entry not in found]
+            found.update(dict.fromkeys(new))
+            # A hop before holds our original tuple as its reply (reversed); a hop after holds our translated
+            # tuple as its original.
+            flows = {
+                flow
+                for entry in new
+                if entry.is_nat
+                for flow in (entry.original.reversed(), entry.translated)
+            }
+        return list(found)
+
     def _attach(self, conn: Connection, item: DropRecord | ResetRecord | AbortRecord) -> None:
+        placement = self._placements.pop(id(item), None)
+        if placement is not None:
+            conn.translated[id(item)] = placement
+            self._note_nat(conn, placement.path, item.time)
         if isinstance(item, DropRecord):
             conn.drops.append(item)
             packet = item.packet
@@ -603,6 +740,7 @@ class ConnTracker:
     # -- output ----------------------------------------------------------------------------------------
     def ready(self) -> list[ConnReport]:
         """Connections over for at least the grace period (and pending items too old to wait for)."""
+        self._resolve_nat(final=False)
         now = self._clock()
         done = [
             key
@@ -615,11 +753,15 @@ class ConnTracker:
                 self._pending[key] = fresh
             else:
                 del self._pending[key]
+                self._nat_tries.pop(key, None)
+                for _, item in items:
+                    self._placements.pop(id(item), None)
         reports, self._done = self._done, []
         return reports + [self._report(self._connections.pop(key), still_running=True) for key in done]
 
     def flush(self) -> list[ConnReport]:
         """Every connection seen, at the end of the run."""
+        self._resolve_nat(final=True)
         reports, self._done = self._done, []
         reports += [self._report(conn, still_running=False) for conn in self._connections.values()]
         self._connections.clear()
@@ -629,5 +771,10 @@ class ConnTracker:
         for socket_key, flow in list(self._socket_flow.items()):
             if flow == conn.key:
                 del self._socket_flow[socket_key]
+        # A later connection on the same ports may be translated elsewhere: its aliases are learned anew.
+        for alias, (original, _) in list(self._aliases.items()):
+            if original == conn.key:
+                del self._aliases[alias]
+                self._nat_tries.pop(alias, None)
         outcome, text = verdict(conn, still_running=still_running and conn.finished_at is None)
         return ConnReport(conn, outcome, text)
