@@ -12,7 +12,7 @@ import pytest
 
 from netsleuth.bpf import features
 from netsleuth.bpf.btf import VMLINUX_BTF, Btf
-from netsleuth.bpf.errors import MissingFeature
+from netsleuth.bpf.errors import BpfError, MissingFeature
 from netsleuth.errors import EnvironmentProblem
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "kernel"
@@ -76,8 +76,10 @@ def test_missing_on_6_1_names_the_feature_and_the_first_kernel(name: str, minimu
     assert caught.value.feature == probe.feature
     assert f"needs Linux {minimum} or newer" in str(caught.value)
     assert probe.tracepoint in str(caught.value)
-    # A MissingFeature is an EnvironmentProblem: the CLI turns it into one sentence, exit code 2.
-    assert isinstance(caught.value, EnvironmentProblem)
+    # A MissingFeature is an EnvironmentProblem (the CLI turns it into one sentence, exit code 2) and a
+    # BpfError (callers that go on without a diagnostic whose programs cannot load catch it as one).
+    assert isinstance(caught.value, EnvironmentProblem) and isinstance(caught.value, BpfError)
+    assert caught.value.hint == probe.hint
 
 
 def test_drop_reasons_missing_before_5_17() -> None:

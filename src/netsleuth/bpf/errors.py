@@ -28,14 +28,19 @@ class VerifierError(BpfError):
         self.log = log
 
 
-class MissingFeature(EnvironmentProblem):
-    """The running kernel lacks a feature a diagnostic needs; names it and the first kernel that has it."""
+class MissingFeature(BpfError):
+    """The running kernel lacks a feature a diagnostic needs; names it and the first kernel that has it.
+
+    A BpfError, so code that goes on without one diagnostic when its programs cannot load (diagnose without
+    the tcp programs, a variant loop) treats "this kernel is too old" like any other refusal to load.
+    """
 
     def __init__(self, feature: str, minimum_kernel: str, hint: str = "") -> None:
         text = f"this kernel lacks {feature} (needs Linux {minimum_kernel} or newer)"
         super().__init__(f"{text}; {hint}" if hint else text)
         self.feature = feature
         self.minimum_kernel = minimum_kernel
+        self.hint = hint
 
 
 def last_errno_error(what: str, details: list[str] | None = None) -> BpfError:
