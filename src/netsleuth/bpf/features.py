@@ -271,17 +271,20 @@ def _btf_id(name: str, kind: int) -> int | None:
     return vmlinux_btf().find(name, kind)
 
 
+@functools.cache
 def _probe_tp_btf() -> bool:
     # The attach target of a tp_btf program is the tracepoint's `btf_trace_<name>` typedef (5.5+).
     type_id = _btf_id("btf_trace_kfree_skb", _libbpf.BTF_KIND_TYPEDEF)
     return type_id is not None and _load_and_attach(_BPF_PROG_TYPE_TRACING, _BPF_TRACE_RAW_TP, type_id, None)
 
 
+@functools.cache
 def _probe_fentry() -> bool:
     type_id = _btf_id("tcp_v4_rcv", _BTF_KIND_FUNC)
     return type_id is not None and _load_and_attach(_BPF_PROG_TYPE_TRACING, _BPF_TRACE_FENTRY, type_id, None)
 
 
+@functools.cache
 def _probe_raw_tp() -> bool:
     return _load_and_attach(_BPF_PROG_TYPE_RAW_TRACEPOINT, 0, 0, b"kfree_skb")
 
@@ -308,6 +311,7 @@ _PERF_COUNT_SW_CPU_CLOCK = 0
 _PERF_FLAG_DISABLED = 1
 
 
+@functools.cache
 def _probe_perf_event_profiling() -> bool:
     """Can a sampling CPU clock be opened on CPU 0 for every task (what a BPF profiler attaches to)?"""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -325,6 +329,7 @@ def _probe_perf_event_profiling() -> bool:
     return True
 
 
+@functools.cache
 def _probe_bpf_stats() -> bool:
     # BPF_ENABLE_STATS (5.8) returns an fd that keeps run-time stats on until closed; closing it at once
     # leaves the sysctl as it was.
@@ -352,7 +357,9 @@ def probe_all() -> dict[str, bool | str]:
     """Every probed feature of this host as one flat dict (for the fleet's host registry and `--version`).
 
     Program types are probed by loading and attaching a `return 0` program, so the answer is what this
-    process can really do; without tracing privileges those are all False.
+    process can really do; without tracing privileges those are all False. Each probe runs once per
+    process: about 10 ms in all here, plus parsing the kernel's BTF once (about 40 ms, shared with every
+    diagnostic).
     """
     found = features()
     can_load = found.can_trace
