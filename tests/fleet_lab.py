@@ -550,6 +550,7 @@ class DirectController:
         self._client: Client | None = None
         self.statuses: dict[str, list[HostStatus]] = {}
         self.batches: dict[str, list[RecordBatch]] = {}
+        self.audit: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
     def __enter__(self) -> DirectController:
@@ -586,6 +587,19 @@ class DirectController:
 
         async def subscribe() -> None:
             await self.client.subscribe(session_subjects(session), cb=on_message)
+            await self.client.flush()
+
+        self.lab._run(subscribe())
+
+    def watch_audit(self) -> None:
+        """Keep the agents' own refusal records (netsleuth.audit.agent.<host>) in `self.audit`."""
+
+        async def on_message(msg: Msg) -> None:
+            with self._lock:
+                self.audit.append(json.loads(msg.data))
+
+        async def subscribe() -> None:
+            await self.client.subscribe("netsleuth.audit.agent.*", cb=on_message)
             await self.client.flush()
 
         self.lab._run(subscribe())

@@ -38,6 +38,7 @@ def controller(lab: FleetLab) -> Iterator[DirectController]:
     for name in lab.hosts:  # a previous test may have killed one
         lab.start_agent(name)
     with DirectController(lab) as direct:
+        direct.watch_audit()
         yield direct
 
 
@@ -74,6 +75,13 @@ def refused(controller: DirectController, host: str, signed: SignedTask, expect:
     controller.wait_states(session, {host: ("rejected",)})
     status = controller.states(session)[host]
     assert status.reason == reply.reason  # the controller audits the same sentence it was told
+    # The agent's own audit record, whoever delivered the task.
+    wait_for(
+        lambda: any(entry["task_id"] == signed.task.id for entry in controller.audit), 5, "the audit record"
+    )
+    (entry,) = [entry for entry in controller.audit if entry["task_id"] == signed.task.id]
+    assert entry["action"] == "task.rejected" and entry["decision"] == "deny" and entry["host"] == host
+    assert entry["reason"] == reply.reason and entry["user"] == signed.task.user
     return status
 
 
@@ -167,10 +175,10 @@ def test_agent_nats_user_reaches_only_its_own_subjects(lab: FleetLab) -> None:
 
 
 # -- sessions --------------------------------------------------------------------------------------------
-def test_two_hosts_start_together_and_see_the_far_drop(lab: FleetLab, controller: DirectController) -> None:
-    hosts = ("client", "server")
+def test_three_hosts_start_together_and_see_the_far_drop(lab: FleetLab, controller: DirectController) -> None:
+    hosts = ("client", "lb", "server")
     pids = {host: lab.agent(host).pid for host in hosts}
-    t0_ns = controller.run_session("sync1", hosts, config={"proto": "tcp", "dport": 8080}, deadline_s=2.5)
+    t0_ns = controller.run_session("sync1", hosts, config={"proto": "tcp"}, deadline_s=2.5)
     states = controller.states("sync1")
     for host in hosts:
         assert states[host].state in ("ready", "running")
@@ -182,7 +190,7 @@ def test_two_hosts_start_together_and_see_the_far_drop(lab: FleetLab, controller
     assert connect_through_vip(lab) == "TimeoutError"  # SYN -> DNAT on lb -> dropped on server
     controller.wait_states("sync1", {host: ("ended",) for host in hosts}, timeout=15)
     skews = [s.start_skew_ns for s in controller.statuses["sync1"] if s.state == "running"]
-    assert len(skews) == 2 and all(skew is not None and 0 <= skew < 100_000_000 for skew in skews), skews
+    assert len(skews) == 3 and all(skew is not None and 0 <= skew < 100_000_000 for skew in skews), skews
     server = controller.states("sync1")["server"]
     assert server.reason.startswith("duration")
     drops = [r for r in controller.records("sync1", "server") if r["type"] == "drop"]
@@ -192,6 +200,13 @@ def test_two_hosts_start_together_and_see_the_far_drop(lab: FleetLab, controller
     assert server.events == len(drops)
     # The client's SYNs left normally: nothing dropped in its namespace.
     assert controller.states("sync1")["client"].totals["total"] == 0
+    # The lb's conntrack entry of the flow came at the end: what lets the controller join it across the DNAT.
+    nat = [
+        r for r in controller.records("sync1", "lb") if r["type"] == "conntrack" and "DST_NAT" in r["status"]
+    ]
+    assert any(
+        r["orig"]["dst"] == VIP and r["orig"]["dport"] == 80 and r["reply"]["sport"] == 8080 for r in nat
+    ), nat
     summary = controller.records("sync1", "server")[-1]
     assert summary["type"] == "summary" and summary["total"] == server.totals["total"]
     for host in hosts:

@@ -28,6 +28,7 @@ from netsleuth.fleet.protocol import Budgets, ProtocolError, SignedTask, Task, d
 
 __all__ = ["AcceptedTask", "ReplayGuard", "TaskAdmission", "TaskRefused"]
 
+HOST_NETNS = "/proc/self/ns/net"  # the agent runs in the host's own namespace
 _CLOCK_SKEW_S = 30.0  # a task issued this far in our future is refused: our clock or theirs is wrong
 _MAX_REMEMBERED = 100_000
 
@@ -190,8 +191,16 @@ class TaskAdmission:
                 if asked and asked != allowed:
                     raise TaskRefused(f"config.netns {asked!r} is outside the task's scope {allowed!r}", task)
                 config["netns"] = allowed
+            elif asked is not None:
+                raise TaskRefused(
+                    f"config.netns {asked!r} is outside the task's scope (this host's own namespace)", task
+                )
+            else:
+                # No namespace named: "this host's own namespace" (FLEET-CONTRACT.md), the agent's own - the
+                # kernel filter confines it there rather than tracing every container on the host.
+                config["netns"] = HOST_NETNS
             target = config.get("netns")
-            if isinstance(target, str) and not self._known_netns(target):
+            if isinstance(target, str) and target != HOST_NETNS and not self._known_netns(target):
                 raise TaskRefused(f"network namespace {target!r} does not exist on this host", task)
         if scope.addresses:
             allowed_networks = [_network(text, "scope address") for text in scope.addresses]

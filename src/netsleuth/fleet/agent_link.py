@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -43,6 +44,7 @@ from netsleuth.fleet.protocol import (
     PingReply,
     ProtocolError,
     TaskReply,
+    agent_audit_subject,
     control_subject,
     decode,
     ping_subject,
@@ -349,9 +351,26 @@ class FleetLink:
             # Also as a status on the session's subject, where the controller audits outcomes. A task that did
             # not parse names no session: its refusal is the reply alone.
             status = HostStatus(self.config.host_id, task.session, "rejected", reason, self._clock.offset_ns)
+            # And in the audit trail, whoever sent it: a task that bypassed the controller is recorded too.
+            audit = {
+                "time": status.time,
+                "host": self.config.host_id,
+                "action": "task.rejected",
+                "decision": "deny",
+                "reason": reason,
+                "task_id": task.id,
+                "session": task.session,
+                "user": task.user,
+                "diagnostic": task.diagnostic,
+                "scope": task.scope.to_json(),
+            }
             assert self._nc is not None
             with contextlib.suppress(NatsError):
                 await self._nc.publish(status_subject(task.session, self.config.host_id), status.encode())
+                await self._nc.publish(
+                    agent_audit_subject(self.config.host_id),
+                    json.dumps(audit, separators=(",", ":")).encode(),
+                )
 
     async def _on_control(self, msg: Msg) -> None:
         try:

@@ -53,6 +53,7 @@ __all__ = [
     "SignedTask",
     "Task",
     "TaskReply",
+    "agent_audit_subject",
     "canonical_json",
     "control_subject",
     "decode",
@@ -121,6 +122,11 @@ def control_subject(host: str) -> str:
 
 def ping_subject(host: str) -> str:
     return f"{PREFIX}.host.{validate_host_id(host)}.ping"
+
+
+def agent_audit_subject(host: str) -> str:
+    """Where an agent records its own refusals (captured by the controller's audit stream)."""
+    return f"{PREFIX}.audit.agent.{validate_host_id(host)}"
 
 
 def host_subjects(host: str) -> str:

@@ -33,6 +33,7 @@ from netsleuth.agent.record_caps import take_within_caps
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import NetsleuthError
 from netsleuth.fleet.admission import AcceptedTask
+from netsleuth.fleet.conntrack_records import CONNTRACK_DIAGNOSTICS, conntrack_records
 from netsleuth.fleet.diagnostic_source import FleetDiagnostic
 from netsleuth.fleet.protocol import HostState, HostStatus, RecordBatch, records_subject, status_subject
 
@@ -44,6 +45,7 @@ _BATCH_RECORDS = 256  # records per message: bounded, so one message stays well 
 _BATCH_BYTES = 256 << 10
 
 Publish = Callable[[str, bytes], None]
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def record_wall_ns(record: dict[str, Any], mono_to_wall_ns: int) -> int | None:
@@ -58,7 +60,8 @@ def record_wall_ns(record: dict[str, Any], mono_to_wall_ns: int) -> int | None:
             stamp = datetime.datetime.fromisoformat(text)
             if stamp.tzinfo is None:
                 stamp = stamp.replace(tzinfo=datetime.UTC)
-            return int(stamp.timestamp() * 1e9)
+            # Integer arithmetic: a float timestamp loses the microseconds at today's epoch values.
+            return (stamp - _EPOCH) // datetime.timedelta(microseconds=1) * 1000
     return None
 
 
@@ -262,12 +265,32 @@ class FleetSession:
 
     def _finish(self, diagnostic: FleetDiagnostic, reason: str, detail: str) -> None:
         if self._skew_ns is not None:
+            notes = diagnostic.notes()
+            if self.task.diagnostic in CONNTRACK_DIAGNOSTICS:
+                notes += self._send_conntrack()
             summary = diagnostic.summary(interrupted=reason != "duration")
             # The summary's own totals count from attach; the window's (from T0) are what this host saw.
             summary.update(self._window.to_json())
-            summary["notes"] = diagnostic.notes()
+            summary["notes"] = notes
             self._send_summary(summary)
         self._status("ended", f"{reason}: {detail}" if detail else reason, self._window)
+
+    def _send_conntrack(self) -> list[str]:
+        """The namespace's conntrack entries of this session's flows (for the controller's NAT join);
+        outside the event cap like the summary, and bounded on their own. Returns notes."""
+        config = self.accepted.config
+        netns = config.get("netns")
+        where = netns if isinstance(netns, str) and netns else "/proc/self/ns/net"
+        label = where if not where.startswith("/") else "host"
+        try:
+            records, note = conntrack_records(config, where, label)
+        except Exception as error:  # no ctnetlink, a namespace gone: the session's own records still stand
+            return [f"conntrack entries not read: {error}"]
+        for start in range(0, len(records), _BATCH_RECORDS):
+            batch = RecordBatch(self.host, self.id, self._batches, records[start : start + _BATCH_RECORDS])
+            self._publish(records_subject(self.id, self.host), batch.encode())
+            self._batches += 1
+        return [note] if note else []
 
     def _send_summary(self, summary: dict[str, Any]) -> None:
         # Always sent, like a local session's summary: outside the event cap, its groups cut to fit a message.

@@ -1,0 +1,327 @@
+"""The fleet agent without a kernel or a server: admission, scope pushdown, the session runner's T0 window,
+caps and deadline on a fake diagnostic, clock offsets, conntrack matching, config, packaging."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netsleuth.agent.config import SessionLimits, parse_config
+from netsleuth.agent.programs import ProgramLedger
+from netsleuth.bpf.stats import ProgramStats
+from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple
+from netsleuth.diagnostics.totals import EventTotals
+from netsleuth.errors import UsageError
+from netsleuth.fleet.admission import HOST_NETNS, AcceptedTask, TaskAdmission, TaskRefused
+from netsleuth.fleet.clock import OffsetEstimator, parse_nats_time
+from netsleuth.fleet.conntrack_records import entry_matches
+from netsleuth.fleet.nats_config import example_server_config
+from netsleuth.fleet.protocol import (
+    Budgets,
+    HostStatus,
+    RecordBatch,
+    Scope,
+    SignedTask,
+    Task,
+    generate_private_key,
+    new_task_id,
+    public_key_to_text,
+)
+from netsleuth.fleet.session_runner import FleetSession, record_wall_ns
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = generate_private_key()
+NOW = 1_800_000_000.0
+
+
+def _task(**changes: Any) -> Task:
+    body: dict[str, Any] = {
+        "id": new_task_id(),
+        "session": "s1",
+        "host": "node-a",
+        "diagnostic": "drops",
+        "config": {"proto": "tcp"},
+        "scope": Scope(netns=("web",)),
+        "issued_at": NOW,
+        "expires_at": NOW + 30,
+        "deadline_s": 5.0,
+        "budgets": Budgets(max_events=10, max_bytes=10_000, cpu_percent=50),
+        "user": "alice",
+    }
+    body.update(changes)
+    return Task(**body)
+
+
+def _admission(host_netns: str = "", clock: list[float] | None = None) -> TaskAdmission:
+    now = clock or [NOW]
+    return TaskAdmission(
+        host_id="node-a",
+        controller_key=KEY.public_key(),
+        catalogue=lambda: ("drops", "conn"),
+        limits=SessionLimits(max_events=5, max_duration=60, cpu_budget_percent=2),
+        host_netns=host_netns,
+        known_netns=lambda name: name in ("web", "db"),
+        clock=lambda: now[0],
+    )
+
+
+def _signed(task: Task) -> bytes:
+    return SignedTask.sign(task, KEY, "k").encode()
+
+
+# -- admission -------------------------------------------------------------------------------------------
+def test_accepted_task_has_scope_pushed_into_its_config_and_budgets_capped() -> None:
+    accepted = _admission().admit(_signed(_task(scope=Scope(netns=("web",), addresses=("198.18.0.0/16",)))))
+    assert accepted.config == {"proto": "tcp", "netns": "web", "host": ["198.18.0.0/16"]}
+    assert accepted.budgets == Budgets(max_events=5, max_bytes=10_000, cpu_percent=2)
+
+
+def test_empty_scope_means_the_hosts_own_namespace() -> None:
+    assert _admission().admit(_signed(_task(scope=Scope()))).config["netns"] == HOST_NETNS
+    with pytest.raises(TaskRefused, match="outside the task's scope"):
+        _admission().admit(_signed(_task(scope=Scope(), config={"netns": "web"})))
+
+
+def test_a_namespaced_agent_forces_its_namespace() -> None:
+    admission = _admission(host_netns="lab-client")
+    assert admission.admit(_signed(_task(scope=Scope()))).config["netns"] == "lab-client"
+    with pytest.raises(TaskRefused, match="outside this host"):
+        admission.admit(_signed(_task(scope=Scope(netns=("web",)))))
+
+
+@pytest.mark.parametrize(
+    ("task", "reason"),
+    [
+        (_task(host="node-b"), "is for host 'node-b'"),
+        (_task(issued_at=NOW - 60, expires_at=NOW - 1), "expired"),
+        (_task(issued_at=NOW + 120, expires_at=NOW + 130), "in this agent's future"),
+        (_task(expires_at=NOW + 3000), "over this agent's maximum"),
+        (_task(diagnostic="tcpdump"), "unknown diagnostic 'tcpdump'"),
+        (_task(deadline_s=600), "sessions.max_duration"),
+        (_task(scope=Scope(netns=("web", "db"))), "one network namespace"),
+        (_task(scope=Scope(netns=("nope",))), "does not exist"),
+        (_task(scope=Scope(netns=("web",), cgroups=("/x",))), "cgroup"),
+        (_task(config={"netns": "db"}), "outside the task's scope"),
+        (
+            _task(scope=Scope(netns=("web",), addresses=("10.0.0.0/8",)), config={"host": ["192.0.2.1"]}),
+            "outside",
+        ),
+    ],
+)
+def test_refusals(task: Task, reason: str) -> None:
+    with pytest.raises(TaskRefused, match=reason) as refused:
+        _admission().admit(_signed(task))
+    assert refused.value.task == task  # the controller can audit which task was refused
+
+
+def test_forged_and_malformed_and_replayed() -> None:
+    admission = _admission()
+    forged = SignedTask.sign(_task(), generate_private_key(), "k").encode()
+    with pytest.raises(TaskRefused, match="does not verify"):
+        admission.admit(forged)
+    with pytest.raises(TaskRefused, match="malformed task") as malformed:
+        admission.admit(b'{"task": 1}')
+    assert malformed.value.task is None
+    once = _signed(_task())
+    admission.admit(once)
+    with pytest.raises(TaskRefused, match="replay"):
+        admission.admit(once)
+
+
+def test_replay_memory_is_pruned_after_expiry() -> None:
+    clock = [NOW]
+    admission = _admission(clock=clock)
+    admission.admit(_signed(_task(expires_at=NOW + 1)))
+    assert len(admission.replays) == 1
+    clock[0] = NOW + 2  # the remembered id expired: a full table forgets it (tested via the guard directly)
+    guard = admission.replays
+    assert guard.remember("another-task-id", NOW + 10)
+
+
+# -- the session runner on a fake diagnostic -------------------------------------------------------------
+class FakeDiagnostic:
+    """Records at given wall times; totals count every record ever polled (like the kernel counters)."""
+
+    attach_kind = "fake"
+
+    def __init__(self, wall_times_ns: list[int]) -> None:
+        self._pending = sorted(wall_times_ns)
+        self.polled = 0
+        self.closed = False
+
+    def start(self) -> None:
+        pass
+
+    def poll(self, timeout_ms: int) -> list[dict[str, Any]]:
+        now = time.time_ns()
+        due = [t for t in self._pending if t <= now]
+        self._pending = [t for t in self._pending if t > now]
+        if not due:
+            time.sleep(min(timeout_ms, 5) / 1000)
+        self.polled += len(due)
+        return [
+            {"type": "drop", "v": 1, "monotonic_ns": t - (time.time_ns() - time.monotonic_ns())} for t in due
+        ]
+
+    def drain(self) -> list[dict[str, Any]]:
+        return self.poll(0)
+
+    def summary(self, interrupted: bool) -> dict[str, Any]:
+        return {"type": "summary", "interrupted": interrupted}
+
+    def totals(self) -> EventTotals:
+        return EventTotals(matched=self.polled, emitted=self.polled)
+
+    def program_fds(self) -> dict[str, int]:
+        return {"fake": 7}
+
+    def notes(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Ledger(ProgramLedger):
+    def stats_of(self, fd: int) -> ProgramStats:
+        return ProgramStats(run_time_ns=0, run_count=0)
+
+
+def _run_session(
+    diagnostic: FakeDiagnostic, budgets: Budgets, deadline_s: float, start_in_s: float | None, **task: Any
+) -> tuple[list[HostStatus], list[dict[str, Any]], FleetSession]:
+    published: list[tuple[str, bytes]] = []
+    ended = threading.Event()
+    accepted = AcceptedTask(_task(deadline_s=deadline_s, **task), {}, budgets, deadline_s)
+    session = FleetSession(
+        accepted, "node-a", lambda: diagnostic, lambda s, d: published.append((s, d)), _Ledger(),
+        lambda: 1234, lambda _: ended.set(),
+    )  # fmt: skip
+    session.begin()
+    if start_in_s is not None:
+        session.start_at(time.time_ns() + int(start_in_s * 1e9))
+    assert ended.wait(10)
+    statuses = [HostStatus.from_json(json.loads(d)) for s, d in published if s.endswith(".status")]
+    records = [
+        r
+        for s, d in published
+        if s.endswith(".records")
+        for r in RecordBatch.from_json(json.loads(d)).records
+    ]
+    return statuses, records, session
+
+
+def test_records_before_t0_are_discarded_and_totals_are_the_windows() -> None:
+    now = time.time_ns()
+    before, after = now + 50_000_000, now + 400_000_000  # T0 is at +250 ms
+    diagnostic = FakeDiagnostic([before, after, after + 1])
+    statuses, records, _ = _run_session(diagnostic, Budgets(), deadline_s=0.5, start_in_s=0.25)
+    assert [s.state for s in statuses] == ["preparing", "ready", "running", "ended"]
+    assert all(s.offset_ns == 1234 for s in statuses)
+    running, end = statuses[2], statuses[3]
+    assert running.start_skew_ns is not None and 0 <= running.start_skew_ns < 50_000_000
+    assert end.reason.startswith("duration")
+    drops = [r for r in records if r["type"] == "drop"]
+    assert len(drops) == 2 and end.events == 2
+    assert end.totals["total"] == 2  # the event before T0 is not in the window's totals either
+    assert records[-1]["type"] == "summary" and records[-1]["total"] == 2
+    assert diagnostic.closed
+
+
+def test_event_cap_ends_the_session() -> None:
+    now = time.time_ns()
+    diagnostic = FakeDiagnostic([now + 200_000_000 + i for i in range(5)])
+    statuses, records, _ = _run_session(diagnostic, Budgets(max_events=3), deadline_s=5, start_in_s=0.1)
+    assert statuses[-1].reason.startswith("max_events") and statuses[-1].events == 3
+    assert len([r for r in records if r["type"] == "drop"]) == 3
+
+
+def test_no_start_ends_at_the_tasks_expiry_and_cancel_works() -> None:
+    statuses, records, _ = _run_session(
+        FakeDiagnostic([]), Budgets(), deadline_s=5, start_in_s=None, issued_at=time.time(),
+        expires_at=time.time() + 0.3,
+    )  # fmt: skip
+    assert statuses[-1].state == "ended" and statuses[-1].reason.startswith("start_timeout")
+    assert records == []  # nothing was started: no window, no summary
+
+
+def test_record_wall_time_from_monotonic_or_iso() -> None:
+    assert record_wall_ns({"monotonic_ns": 10}, 5) == 15
+    assert record_wall_ns({"time": "2026-11-23T08:00:00.000001+00:00"}, 0) == 1_795_420_800_000_001_000
+    assert record_wall_ns({"type": "x"}, 0) is None
+
+
+# -- clock -----------------------------------------------------------------------------------------------
+def test_nats_time_and_min_rtt_offset() -> None:
+    assert parse_nats_time("2026-11-23T08:46:32.158726472Z") == 1_795_423_592_158_726_472
+    assert parse_nats_time("2026-11-23T08:46:32Z") == 1_795_423_592_000_000_000
+    with pytest.raises(ValueError):
+        parse_nats_time("yesterday")
+    estimator = OffsetEstimator()
+    assert estimator.offset_ns == 0
+    estimator.add(1000, 3000, 1500)  # rtt 2000, offset +500
+    estimator.add(1000, 1200, 1000)  # rtt 200, offset +100: the better sample wins
+    estimator.add(1000, 9000, 0)
+    assert estimator.offset_ns == 100
+
+
+# -- conntrack matching ----------------------------------------------------------------------------------
+def test_a_dnat_entry_matches_before_and_after_the_nat() -> None:
+    entry = ConntrackEntry(
+        "lb",
+        FlowTuple("tcp", ("198.18.0.5", 40312), ("198.18.1.10", 80)),
+        FlowTuple("tcp", ("198.18.2.7", 8080), ("198.18.0.5", 40312)),
+    )
+    assert entry_matches(entry, {"proto": "tcp", "dport": 80})
+    assert entry_matches(entry, {"proto": "tcp", "dport": 8080})
+    assert entry_matches(entry, {"host": ["198.18.2.7"]})
+    assert not entry_matches(entry, {"dport": 443})
+    assert not entry_matches(entry, {"proto": "udp"})
+
+
+# -- config and packaging --------------------------------------------------------------------------------
+def test_fleet_section(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o600)
+    key = public_key_to_text(KEY.public_key())
+    fleet: dict[str, Any] = {
+        "url": "nats://n:4222",
+        "host_id": "node-a",
+        "user": "agent-node-a",
+        "password_file": str(secret),
+        "controller_key": key,
+        "labels": {"zone": "a"},
+    }
+    config = parse_config({"fleet": fleet}).fleet
+    assert config is not None and config.password() == "s3cret" and config.labels == (("zone", "a"),)
+    assert parse_config({}).fleet is None
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"url": "http://x"}, "fleet.url"),
+        ({"host_id": "Node_A"}, "fleet.host_id"),
+        ({"controller_key": "abc"}, "fleet.controller_key"),
+        ({"heartbeat_seconds": 0}, "fleet.heartbeat_seconds"),
+        ({"colour": "red"}, "fleet.colour is not a known setting"),
+    ]
+    for change, message in bad:
+        with pytest.raises(UsageError, match=message):
+            parse_config({"fleet": {**fleet, **change}})
+    secret.chmod(0o644)
+    with pytest.raises(UsageError, match="readable by other users"):
+        parse_config({"fleet": fleet})
+
+
+def test_packaged_nats_config_is_the_generated_one_and_valid() -> None:
+    packaged = REPO / "packaging" / "nats-server.conf"
+    assert packaged.read_text() == example_server_config()
+    if shutil.which("nats-server") is None:
+        pytest.skip("nats-server is not installed (make deps installs it)")
+    check = subprocess.run(["nats-server", "-c", str(packaged), "-t"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
