@@ -136,3 +136,33 @@ def test_conntrack_is_not_read_when_nothing_waits(tmp_path: Path) -> None:
         conns.ready()
         clock.now += 1
     assert conntrack.reads == 0
+
+
+def test_refused_behind_a_dnat_names_the_hop(tmp_path: Path) -> None:
+    """The RST comes back from the backend; the client sees it from the address it dialled."""
+    clock = FakeClock()
+    conns = ConnTracker(
+        ConnSelector(), fake_context(tmp_path), clock=clock, conntrack=FakeConntrack([LB_ENTRY])
+    )
+    conns.add_tcp(
+        raw_event(EventKind.STATE, CLIENT, VIP, state="SYN_SENT", old_state="CLOSE", sk=1, side=1, netns=A)
+    )
+    conns.add_tcp(
+        raw_event(
+            EventKind.STATE,
+            CLIENT,
+            VIP,
+            state="CLOSE",
+            old_state="SYN_SENT",
+            reason=111,
+            sk=1,
+            side=1,
+            netns=A,
+        )
+    )
+    [report] = conns.flush()
+    assert report.outcome == "refused"
+    assert report.verdict == (
+        "connect 198.18.70.1:40000 → 198.18.70.2:80 refused: DNAT 198.18.70.2:80 → 198.18.71.2:8080 in "
+        "netns lb, then 198.18.71.2:8080 answered the SYN with RST"
+    )
