@@ -14,10 +14,10 @@ BPF_OBJECTS := $(patsubst bpf/%.bpf.c,src/netsleuth/_generated/%.bpf.o,$(BPF_SOU
 # Debian packages: clang/llvm build the BPF objects, libbpf1 loads them, the rest are what tests and
 # benchmarks drive (firewalls, captures, bpftrace for comparison, Prometheus for the exporter).
 DEB_PACKAGES := clang llvm libbpf1 libbpf-dev bpftool bpftrace tshark iptables nftables conntrack iproute2 \
-	ethtool kmod procps prometheus util-linux systemd chromium dnsmasq-base bind9-dnsutils dnsperf
+	ethtool kmod procps prometheus util-linux systemd chromium dnsmasq-base bind9-dnsutils dnsperf nats-server
 RUN_DURATION ?= 5
 
-.PHONY: all setup deps venv bpf check-bpf lint typecheck unit privileged test run bench clean
+.PHONY: all setup deps venv bpf check-bpf lint typecheck unit privileged test run bench clean fleet-demo
 
 all: bpf
 
@@ -85,6 +85,11 @@ run: setup
 
 bench: setup
 	$(BIN)/python bench/drops_storm.py
+
+# The fleet on one machine (tests/fleet_lab.py): nats-server, client/lb/server namespaces, one agent each, and
+# one synchronised session showing the far firewall drop and the DNAT-bypass reset.
+fleet-demo: setup
+	$(BIN)/python -m tests.fleet_lab --demo
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -634,7 +634,7 @@ class DirectController:
             )
         return [record for batch in batches for record in batch.records]
 
-    def wait_states(self, session: str, wanted: dict[str, Iterable[str]], timeout: float = 15) -> None:
+    def wait_states(self, session: str, wanted: dict[str, Iterable[str]], timeout: float = 30) -> None:
         """Until each host's latest state is one of its wanted states."""
 
         def reached() -> bool:
@@ -657,12 +657,67 @@ class DirectController:
         return t0_ns
 
 
+_LISTEN = (
+    "import socket,sys\n"
+    "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+    "s.bind(('0.0.0.0',int(sys.argv[1])));s.listen(64);open(sys.argv[2],'w').close()\n"
+    "while True: s.accept()[0].close()\n"
+)
+_CONNECT = (
+    "import socket,sys\n"
+    "s=socket.socket();s.settimeout(float(sys.argv[3]))\n"
+    "try: s.connect((sys.argv[1],int(sys.argv[2]))); print('connected')\n"
+    "except OSError as e: print(type(e).__name__)\n"
+)
+
+
+def serve(lab: FleetLab, host: str, port: int) -> subprocess.Popen[bytes]:
+    """A TCP listener in `host`'s namespace (killed with the namespace when the lab closes)."""
+    ready = lab.workdir / f"listen-{host}-{port}"
+    process = lab.hosts[host].ns.popen(["python3", "-c", _LISTEN, str(port), str(ready)])
+    wait_for(ready.exists, 10, f"a listener on {host}:{port}")
+    return process
+
+
+def connect(lab: FleetLab, host: str, address: str, port: int, timeout: float = 1.0) -> str:
+    """One TCP connect from `host`: "connected", "TimeoutError", "ConnectionRefusedError", ..."""
+    return lab.hosts[host].run("python3", "-c", _CONNECT, address, str(port), str(timeout)).stdout.strip()
+
+
+def _demo(lab: FleetLab) -> int:
+    """The fleet at work: a controller, `netsleuth fleet run diagnose` on client, lb and server, and two
+    flows through the load balancer - one dropped by the server's firewall, one whose reply bypasses the
+    DNAT and is reset by the client."""
+    from tests.controller_lab import ControllerProcess
+
+    serve(lab, "server", 8081)
+    with ControllerProcess(lab) as controller:
+        print(f"controller {controller.url}; running: netsleuth fleet run --hosts client,lb,server diagnose")
+        argv = [PYTHON, "-m", "netsleuth", "fleet", "run", "--hosts", "client,lb,server", "--proto", "tcp"]
+        argv += ["--duration", "4", "diagnose"]
+        run_log = lab.workdir / "fleet-run.txt"
+        with run_log.open("w") as out:
+            fleet_run = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=controller.env("alice")
+            )
+            # Traffic once every host is running (the CLI prints each host's state as it changes).
+            wait_for(lambda: run_log.read_text().count("running") >= 3, 20, "all three hosts running")
+            print(
+                f"  client -> {VIP}:80 (DNAT to :8080, dropped on server): {connect(lab, 'client', VIP, 80)}"
+            )
+            print(
+                f"  client -> {VIP}:81 (DNAT to :8081, reply bypasses lb): {connect(lab, 'client', VIP, 81)}"
+            )
+            fleet_run.wait(60)
+        print(run_log.read_text())
+        return fleet_run.returncode or 0
+
+
 def _main() -> int:
-    """`make fleet-demo`: bring the lab up, show each host's registry entry, keep it up until Ctrl-C."""
+    """`make fleet-demo` (--demo): the lab, a controller and one merged diagnosis; without --demo: bring the
+    lab up, print it and keep it up until Enter (to poke at it by hand)."""
     if os.geteuid() != 0:
-        print(
-            "the fleet lab needs root (network namespaces, BPF): run `sudo make fleet-demo`", file=sys.stderr
-        )
+        print("the fleet lab needs root (namespaces, BPF): run `sudo make fleet-demo`", file=sys.stderr)
         return 1
     with FleetLab() as lab:
         print(f"NATS {lab.nats_url} (config {lab.nats_config_path})")
@@ -670,14 +725,13 @@ def _main() -> int:
             host = lab.hosts[name]
             print(
                 f"  {name:<8} {host.address:<12} netns {host.netns:<14} agent pid {lab.agent(name).pid:<7} "
-                f"kernel {entry.kernel} diagnostics {','.join(entry.diagnostics)} "
-                f"clock offset {entry.features.get('clock_offset_ns', 0) / 1e6:+.3f} ms"
+                f"kernel {entry.kernel}, {len(entry.diagnostics)} diagnostics, "
+                f"clock offset {entry.features.get('clock_offset_ns', 0) / 1e3:+.0f} us"
             )
-        print(
-            json.dumps(
-                {"nats_url": lab.nats_url, **lab.controller_credentials, "key": lab.controller_key_text}
-            )
-        )
+        if "--demo" in sys.argv[1:]:
+            return _demo(lab)
+        access = {"nats_url": lab.nats_url, **lab.controller_credentials, "key": lab.controller_key_text}
+        print(json.dumps(access))
         if sys.stdin.isatty():
             with contextlib.suppress(KeyboardInterrupt):
                 input("the lab is up; press Enter (or Ctrl-C) to tear it down\n")

@@ -17,6 +17,7 @@ session, so their own time says nothing about where in the path they sit.
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,39 @@ def _record_tuple(record: Mapping[str, Any]) -> FlowTuple | None:
     return FlowTuple(proto, src, dst)
 
 
+# `dropped [SYN] 198.18.0.5:48606 > 198.18.2.7:8080: ...`: the packet of a `conn` timeline drop (its JSON has
+# the reason and rule but not the tuple, which differs from the connection's after a NAT).
+_PACKET_IN_TEXT = re.compile(r"\] (\S+) > (\S+?):? ")
+
+
+def _packet_tuple(record: Mapping[str, Any]) -> FlowTuple | None:
+    """The tuple of the packet itself for a conn timeline drop or reset, where it can be known."""
+    if record.get("type") != "conn_event" or record.get("event") not in ("drop", "reset"):
+        return None
+    if record.get("saddr") is not None:
+        return _record_tuple({**record, "type": "drop"})
+    found = _PACKET_IN_TEXT.search(str(record.get("text") or ""))
+    if found is None:
+        return None
+    src, dst = _split(found.group(1)), _split(found.group(2))
+    return FlowTuple(str(record.get("proto") or "tcp"), src, dst) if src and dst else None
+
+
+def _nat_entry(record: Mapping[str, Any], where: str) -> ConntrackEntry | None:
+    """A conntrack record, or a `conn` timeline's NAT event (its before/after tuples), as a NAT entry."""
+    if record.get("type") == "conntrack":
+        return ConntrackEntry.from_record(record, where=where)
+    if record.get("type") == "conn_event" and record.get("event") == "nat":
+        proto = str(record.get("proto") or "tcp")
+        before = FlowTuple.from_json(proto, record.get("before") or {})
+        after = FlowTuple.from_json(proto, record.get("after") or {})
+        if before is not None and after is not None:
+            return ConntrackEntry(
+                where=where, original=before, reply=after.reversed(), state=record.get("state")
+            )
+    return None
+
+
 def _drop_text(record: Mapping[str, Any], host: str) -> str:
     netfilter = record.get("netfilter")
     if isinstance(netfilter, dict) and netfilter.get("rule"):
@@ -108,8 +142,17 @@ class _Observation:
 class MergedTimeline:
     """Accumulates one session's records; `timeline()` and `verdicts()` can be asked at any moment."""
 
-    def __init__(self, hostnames: Mapping[str, str] | None = None, max_entries: int = 100_000) -> None:
+    def __init__(
+        self,
+        hostnames: Mapping[str, str] | None = None,
+        max_entries: int = 100_000,
+        netns_owner: Mapping[str, str] | None = None,
+    ) -> None:
+        """`netns_owner`: namespace name (or inode as text) -> the host id that holds it, from the registry,
+        so an event one host reports about another host's namespace (a `conn` report joins the server's
+        drop to the client's connection) is placed on the host where it happened."""
         self._hostnames = dict(hostnames or {})
+        self._netns_owner = dict(netns_owner or {})
         self._offsets: dict[str, int] = {}
         self._entries: list[dict[str, Any]] = []
         self._observations: list[_Observation] = []
@@ -155,13 +198,13 @@ class MergedTimeline:
         if flow is not None:
             entry["_flow"] = flow
             entry["flow"] = f"{flow.proto} {flow.text()}"
-        if record.get("type") == "conntrack":
-            conntrack = ConntrackEntry.from_record(record, where=host)
-            if conntrack is not None:
-                self._conntrack.append(conntrack)
-                self._conntrack_time[conntrack] = corrected or 0
+        where = self._owner(record, host)
+        conntrack = _nat_entry(record, where)
+        if conntrack is not None:
+            self._conntrack.append(conntrack)
+            self._conntrack_time.setdefault(conntrack, corrected or 0)
         elif flow is not None and corrected is not None:
-            self._observe(host, corrected, record, flow)
+            self._observe(where, corrected, record, _packet_tuple(record) or flow)
         if len(self._entries) < self._max_entries:
             self._entries.append(entry)
         else:
@@ -196,6 +239,14 @@ class MergedTimeline:
             observation = _Observation(host, time_ns, flow, "retransmit", f"{text} on host {host}")
         if observation is not None:
             self._observations.append(observation)
+
+    def _owner(self, record: Mapping[str, Any], host: str) -> str:
+        """The host whose namespace the record happened in (the reporting host when unknown)."""
+        for key in ("netns_name", "netns"):
+            value = record.get(key)
+            if value is not None and str(value) in self._netns_owner:
+                return self._netns_owner[str(value)]
+        return host
 
     def _where(self, host: str) -> str:
         """`lb (host b)`; just `host b` when the hostname adds nothing (the same as the id, or shared by
@@ -292,7 +343,14 @@ class MergedTimeline:
         # One hop per (host, what, text): a SYN retransmitted five times is one hop "(x5)".
         chosen: dict[tuple[str, str, str], tuple[_Observation, float]] = {}
         counts: dict[tuple[str, str, str], int] = {}
+        seen: set[tuple[str, str, str, int]] = set()
         for observation, position in placed:
+            # The same kernel event reported twice (the server's own drop record and the client's conn
+            # report that joined it) counts once.
+            exact = (observation.host, observation.kind, observation.text, observation.time_ns)
+            if exact in seen:
+                continue
+            seen.add(exact)
             key = (observation.host, observation.kind, observation.text)
             counts[key] = counts.get(key, 0) + 1
             if key not in chosen or observation.time_ns < chosen[key][0].time_ns:

@@ -112,6 +112,12 @@ class FleetSession:
         self._batches = 0
         self._skew_ns: int | None = None
         self._window = EventTotals()
+        self._diagnostic: FleetDiagnostic | None = None  # set once attached, for the T0 marker
+        self._marked = threading.Event()  # T0 has passed and its baseline is read
+        self._done = threading.Event()  # the session is over: the marker must not touch it any more
+        self._mark_lock = threading.Lock()
+        self._t0_mono = 0
+        self._baseline = EventTotals()
         self.thread = threading.Thread(target=self._run, name=f"fleet-{self.id}", daemon=True)
 
     # -- control, from the link's thread ----------------------------------------------------------------
@@ -119,6 +125,28 @@ class FleetSession:
         if not self._start.is_set():
             self._t0_ns = t0_ns
             self._start.set()
+            threading.Thread(target=self._mark_t0, name=f"fleet-{self.id}-t0", daemon=True).start()
+
+    def _mark_t0(self) -> None:
+        """At T0: read the baseline of the window's totals and say "running". On its own thread so that
+        every host starts its window at T0 to within a scheduler tick, even while its session thread is in
+        the middle of a slow read (a `diagnose` poll can take hundreds of milliseconds)."""
+        while (remaining_ns := self._t0_ns - self._wall_ns()) > 0:
+            if self._done.is_set():
+                return
+            time.sleep(min(remaining_ns / 1e9, 0.05))
+        if self._diagnostic is not None:  # else still preparing: the session thread marks when it is ready
+            self._mark_now(self._diagnostic)
+
+    def _mark_now(self, diagnostic: FleetDiagnostic) -> None:
+        with self._mark_lock:
+            if self._done.is_set() or self._marked.is_set():
+                return
+            self._t0_mono = self._mono_ns()
+            self._skew_ns = self._wall_ns() - self._t0_ns
+            self._baseline = diagnostic.totals()
+            self._marked.set()
+        self._status("running")
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -185,6 +213,7 @@ class FleetSession:
                 clock=lambda: self._mono_ns() / 1e9,
             )
             budget.check()
+            self._diagnostic = diagnostic
             self._status("ready")
             reason, detail = self._wait_and_stream(diagnostic, budget)
             self._finish(diagnostic, reason, detail)
@@ -194,6 +223,8 @@ class FleetSession:
             _LOG.exception("fleet session %s failed", self.id)
             self._status("failed", f"internal error: {error}")
         finally:
+            with self._mark_lock:
+                self._done.set()
             for handle in handles:
                 self._ledger.detaching(handle)
             if diagnostic is not None:
@@ -219,20 +250,20 @@ class FleetSession:
             if over:
                 return "cpu_budget", over
         t0_ns = self._t0_ns
-        # Ring-buffer events are discarded until the wall clock reaches T0, and events stamped before T0 are
-        # discarded after it too (they were still in the ring when T0 passed).
-        while self._wall_ns() < t0_ns:
+        # Events in the ring keep being read (and those stamped before T0 discarded) until T0 has been marked:
+        # by the marker thread, at T0 itself, whatever a slow poll here is doing at that instant.
+        while not self._marked.is_set():
             if self._cancel.is_set():
                 return "cancelled", "the controller cancelled the session"
             if self._stop.is_set():
                 return self._stop_reason
+            if self._wall_ns() >= t0_ns:
+                self._mark_now(diagnostic)  # T0 came while preparing, or before the marker woke
+                break
             wait_ms = max(1, min(_POLL_MS, math.ceil((t0_ns - self._wall_ns()) / 1e6)))
             diagnostic.poll(wait_ms)
-        started_wall = self._wall_ns()
-        self._skew_ns = started_wall - t0_ns
-        baseline = diagnostic.totals()
-        deadline_mono = self._mono_ns() + int(self.accepted.deadline_s * 1e9) - max(0, self._skew_ns)
-        self._status("running")
+        baseline = self._baseline
+        deadline_mono = self._t0_mono + int(self.accepted.deadline_s * 1e9)
         mono_to_wall = self._mono_to_wall()
 
         def in_window(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
