@@ -389,6 +389,16 @@ static __always_inline void handle_query(struct __sk_buff *skb, struct dns_packe
 	query->query_len = pkt->dns_len;
 	query->ifindex = skb->ifindex;
 
+	if (cfg.per_server) {
+		/* The agent's groups: a long-running exporter must not fill the table with names and processes. */
+		query->group.tgid = 0;
+		query->group.netns = 0;
+		query->group.qtype = 0;
+		query->group.qname_len = 0;
+		query->group.qname_cut = 0;
+		__builtin_memset(query->group.comm, 0, sizeof(query->group.comm));
+		__builtin_memset(query->group.qname, 0, sizeof(query->group.qname));
+	}
 	group = group_of(buf, &query->group, true);
 	if (group)
 		__sync_fetch_and_add(&group->queries, 1);

@@ -332,3 +332,34 @@ def test_bad_input_is_one_sentence_and_exit_2(args: list[str], words: str) -> No
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stderr
     assert os.geteuid() == 0  # privileged suite: root is what made it past the argument checks
+
+
+def test_agent_exports_dns_counters_by_server_and_rcode(dns_lab: DnsLab) -> None:
+    from tests.privileged.test_agent_harness import AgentProcess
+
+    # A second server address where nothing listens: its queries are never answered (timeouts).
+    dns_lab.server.run("ip", "addr", "add", "198.18.0.3/24", "dev", "veth0")
+    config = {"exporter": {"dns": {"enabled": True, "timeout": 1.0}}}
+    with AgentProcess(config) as agent:
+        agent.wait_ready()
+        for name, count in (("www.ok.test", 3), ("nothing.test", 2), ("servfail.test", 1)):
+            for _ in range(count):
+                dig(dns_lab.client, dns_lab.pair.b4, name)
+        dig(dns_lab.client, "198.18.0.3", "www.ok.test")
+        server, silent = "198.18.0.2:53/udp", "198.18.0.3:53/udp"
+
+        def swept() -> bool:
+            return agent.metric("netsleuth_dns_timeouts_total", server=silent) == 1
+
+        wait_for(swept, 20, "the timeout to be swept and exported")
+        assert agent.metric("netsleuth_dns_queries_total", server=server) == 6
+        assert agent.metric("netsleuth_dns_answers_total", server=server, rcode="NOERROR") == 3
+        assert agent.metric("netsleuth_dns_answers_total", server=server, rcode="NXDOMAIN") == 2
+        assert agent.metric("netsleuth_dns_answers_total", server=server, rcode="SERVFAIL") == 1
+        assert agent.metric("netsleuth_dns_timeouts_total", server=server) == 0
+        assert agent.metric("netsleuth_dns_queries_total", server=silent) == 1
+        assert agent.metric("netsleuth_dns_latency_seconds_count", server=server) == 6
+        assert agent.metric("netsleuth_dns_latency_seconds_bucket", server=server, le="+Inf") == 6
+        programs, _links = agent.bpf_ids()
+        assert len(programs) == 4  # the drops exporter + dns egress, ingress, kfree_skb
+        assert agent.stop() == 0

@@ -34,7 +34,7 @@ def test_whole_answer_gives_question_records_and_rcode() -> None:
     assert facts.qname == "www.ok.test"
     assert facts.qtype == 1
     assert facts.rcode == 0
-    assert facts.answers == ("A 198.18.0.2", "A 198.18.0.3")
+    assert sorted(facts.answers) == ["A 198.18.0.2", "A 198.18.0.3"]  # a set on the server side
     assert facts.answer_count == 2
     assert not facts.truncated
 

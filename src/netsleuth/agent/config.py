@@ -66,8 +66,17 @@ class InterruptsExporterConfig:
 
 
 @dataclass(frozen=True)
+class DnsExporterConfig:
+    # Off by default: its socket programs run for every packet of every socket on the host.
+    enabled: bool = False
+    server_series: int = 20  # DNS servers with their own series; the rest are summed as server="other"
+    timeout: float = 5.0  # seconds without an answer before a query counts as a timeout
+
+
+@dataclass(frozen=True)
 class ExporterConfig:
     drops: DropsExporterConfig = field(default_factory=DropsExporterConfig)
+    dns: DnsExporterConfig = field(default_factory=DnsExporterConfig)
     tcp: bool = True  # TCP/UDP counters of /proc/net/snmp and /proc/net/netstat
     nic: NicExporterConfig = field(default_factory=NicExporterConfig)
     softnet: bool = True
@@ -197,6 +206,13 @@ def _exporter(table: _Table) -> ExporterConfig:
         retire_netns_after=drops_table.number("retire_netns_after", 300.0, 0, 86_400 * 7, "seconds"),
     )
     drops_table.finish()
+    dns_table = table.table("dns")
+    dns = DnsExporterConfig(
+        enabled=dns_table.boolean("enabled", False),
+        server_series=dns_table.integer("server_series", 20, 1, 10_000),
+        timeout=dns_table.number("timeout", 5.0, 0.1, 3600, "seconds"),
+    )
+    dns_table.finish()
     nic_table = table.table("nic")
     exclude = nic_table.string("exclude_devices", "")
     try:
@@ -225,6 +241,7 @@ def _exporter(table: _Table) -> ExporterConfig:
     table.finish()
     return ExporterConfig(
         drops=drops,
+        dns=dns,
         tcp=simple["tcp"],
         nic=nic,
         softnet=simple["softnet"],

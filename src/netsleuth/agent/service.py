@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from netsleuth.agent.config import AgentConfig
 from netsleuth.agent.conntrack_collector import ConntrackCollector
+from netsleuth.agent.dns_collector import DnsCollector, DnsExporterSession
 from netsleuth.agent.drops_collector import DropsCollector
 from netsleuth.agent.drops_source import ExporterDropsSession
 from netsleuth.agent.function_names import FunctionNames
@@ -56,6 +57,8 @@ class Agent:
         self._run_time_stats: RunTimeStats | None = None
         self._drops: ExporterDropsSession | None = None
         self._drops_handle: int | None = None
+        self._dns: DnsExporterSession | None = None
+        self._dns_handles: list[int] = []
         self._servers: list[TcpServer | UnixServer] = []
         self._threads: list[threading.Thread] = []
         self._collectors: list[Collector] = []
@@ -100,6 +103,8 @@ class Agent:
 
     def _register_collectors(self, context: DiagnosticContext) -> None:
         exporter = self.config.exporter
+        if self._dns is not None:
+            self._register("dns", DnsCollector(self._dns, exporter.dns.server_series))
         if self._drops is not None:
             self._register(
                 "drops", DropsCollector(self._drops, context.reasons, FunctionNames(), exporter.drops)
@@ -136,6 +141,18 @@ class Agent:
         ((program, fd),) = drops.program_fds().items()
         self._drops_handle = self.ledger.attached("exporter", program, fd)
 
+    def _attach_dns(self) -> None:
+        if not self.config.exporter.dns.enabled:
+            return
+        dns = DnsExporterSession(self.config.exporter.dns.timeout)
+        try:
+            dns.start()
+        except BaseException:
+            dns.close()
+            raise
+        self._dns = dns
+        self._dns_handles = [self.ledger.attached("exporter", p, fd) for p, fd in dns.program_fds().items()]
+
     def _serve(self, server: TcpServer | UnixServer, name: str) -> None:
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name=name)
         thread.start()
@@ -151,12 +168,17 @@ class Agent:
             raise
 
     def _start(self) -> None:
-        needs_bpf = self.config.exporter.drops.enabled or self.config.sessions.enabled
+        needs_bpf = (
+            self.config.exporter.drops.enabled
+            or self.config.sessions.enabled
+            or self.config.exporter.dns.enabled
+        )
         if needs_bpf:
             require_tracing()
         context = DiagnosticContext(reasons=load_drop_reasons())
         self._enable_bpf_stats()
         self._attach_exporter(context)
+        self._attach_dns()
         self._sessions = SessionManager(self.config.sessions, context, self.ledger, self.bpf_stats_enabled)
         self._register_collectors(context)
         if self.config.fleet is not None:
@@ -205,6 +227,11 @@ class Agent:
                 self.ledger.detaching(self._drops_handle)
             self._drops.close()
             self._drops = None
+        if self._dns is not None:
+            for handle in self._dns_handles:
+                self.ledger.detaching(handle)
+            self._dns.close()
+            self._dns = None
         if self._run_time_stats is not None:
             self._run_time_stats.close()
             self._run_time_stats = None

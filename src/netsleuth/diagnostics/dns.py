@@ -95,6 +95,7 @@ class DnsConfig:
     summary_only: bool = False
     sample_every: int = 1
     duration: float | None = None
+    per_server: bool = False  # the agent's exporter: kernel groups by server only
 
     def run_options(self) -> RunOptions:
         return RunOptions(summary=self.summary_only, sample=self.sample_every, duration=self.duration)
@@ -500,6 +501,7 @@ class DnsDiagnostic:
         cfg.filter_dst = int(bool(packet_filter.destinations))
         cfg.filter_owner = int(packet_filter.filters_owner)
         cfg.emit_events = int(not self.config.summary_only)
+        cfg.per_server = int(self.config.per_server)
         arity = vmlinux_btf().tracepoint_arity("kfree_skb")
         cfg.has_rx_sk = int(arity is not None and arity >= 4)
         if packet_filter.dev:
@@ -690,12 +692,14 @@ class DnsDiagnostic:
             frames_end = _EVENT_SIZE + 8 * event.nr_frames
             payload = raw[frames_end : frames_end + event.caplen]
             if event.kind == DnsEventKind.DROP:
+                if self.config.summary_only:
+                    continue  # counted in the kernel; naming it (kallsyms, firewall rules) serves no record
                 frames = tuple(
                     int.from_bytes(raw[i : i + 8], "little") for i in range(_EVENT_SIZE, frames_end, 8)
                 )
                 drop = self._drop(event, frames, payload)
                 self._remember_drop(drop)
-                if self.config.name_wanted(drop.name) and not self.config.summary_only:
+                if self.config.name_wanted(drop.name):
                     records.append(drop)
             elif event.kind == DnsEventKind.ANSWER:
                 held_now.append(_HeldAnswer(event, payload, time.monotonic()))

@@ -76,7 +76,8 @@ class DnsConfigC(ctypes.Structure):
         ("filter_dev", ctypes.c_uint8),
         ("emit_events", ctypes.c_uint8),
         ("has_rx_sk", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 6),
+        ("per_server", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 5),
         ("dev", ctypes.c_char * 16),
         ("comm", ctypes.c_char * 16),
     )
