@@ -187,3 +187,41 @@ def test_cpu_budget_aborts_a_session_in_a_drop_storm(pair: Pair, udpflood: str, 
     assert records[-2]["type"] == "summary"
     assert agent.metric("netsleuth_sessions_total", diagnostic="drops", reason="cpu_budget") == 1
     wait_for(lambda: only_exporter_attached(agent), 10, "the aborted session's program to detach")
+
+
+def test_every_registered_diagnostic_runs_from_a_json_config(pair: Pair, agent: AgentProcess) -> None:
+    """Sessions are not argv: resets and diagnose open from their JSON configs like drops does."""
+    from tests.privileged.tcp_helpers import connect
+
+    netns = pair.b.name
+    resets = {"diagnostic": "resets", "config": {"netns": netns, "port": 5740}, "max_events": 3}
+    with agent.client.session(resets) as stream:
+        lines = iter(stream)
+        assert next(lines)["diagnostic"] == "resets"
+        for _ in range(3):
+            assert connect(pair.a, pair.b4, 5740) == "ERROR 111"
+        records = list(lines)
+    sent = [record for record in records if record["type"] == "reset"]
+    assert len(sent) == 3 and all(record["cause_code"] == "no_listener" for record in sent)
+    assert all(record["v"] == 1 for record in sent)
+    summary = records[-2]
+    assert (
+        summary["type"] == "summary" and summary["diagnostic"] == "resets" and summary["sent"]["total"] == 3
+    )
+
+    diagnose = {"diagnostic": "diagnose", "config": {"netns": netns, "dport": 5741}, "duration": 2}
+    with agent.client.session(diagnose) as stream:
+        lines = iter(stream)
+        next(lines)
+        udp(pair.a, pair.b4, 5741, 5)
+        records = list(lines)
+    verdicts = [record for record in records if record["type"] == "verdict"]
+    summary = records[-2]
+    assert summary["diagnostic"] == "diagnose" and summary["drops"]["total"] == 5
+    assert verdicts and verdicts[0]["rank"] == 1 and sum(v["evidence"].get("drops", 0) for v in verdicts) == 5
+    assert records[-1]["reason"] == "duration"
+    wait_for(lambda: only_exporter_attached(agent), 10, "the sessions' programs to detach")
+
+    with pytest.raises(AgentError) as refused:
+        agent.client.session({"diagnostic": "resets", "config": {"proto": "udp"}})
+    assert refused.value.status == 400 and "--proto can only be tcp" in str(refused.value)

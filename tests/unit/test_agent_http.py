@@ -7,7 +7,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,11 @@ from netsleuth.agent.programs import ProgramLedger
 from netsleuth.agent.session_diagnostics import DiagnosticContext
 from netsleuth.agent.sessions import SessionManager
 from netsleuth.bpf.stats import ProgramStats
+from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.reasons import DropReasons
 from tests.netlab import wait_for
+from tests.unit.json_record import JsonRecord
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -34,30 +36,30 @@ TOKEN = "test-token-0123456789abcdef"
 class Ticking:
     """A diagnostic that yields one record per poll, in real time."""
 
-    def __init__(self, filters: dict[str, Any], options: dict[str, Any], _context: DiagnosticContext) -> None:
+    def __init__(self, config: Mapping[str, Any], _context: DiagnosticContext) -> None:
         self.attach_kind = "fake"
         self.count = 0
-        self.pad = "x" * int(options.get("pad", 0))
+        self.pad = "x" * int(config.get("pad", 0))
 
     def start(self) -> None:
         pass
 
-    def poll(self, timeout_ms: int) -> list[dict[str, Any]]:
+    def poll(self, timeout_ms: int) -> list[JsonRecord]:
         time.sleep(min(timeout_ms, 20) / 1000)
         self.count += 1
-        return [{"type": "drop", "n": self.count, "pad": self.pad}]
+        return [JsonRecord({"type": "drop", "n": self.count, "pad": self.pad})]
 
-    def drain(self) -> list[dict[str, Any]]:
+    def drain(self) -> list[JsonRecord]:
         return []
 
-    def summary(self, interrupted: bool) -> dict[str, Any]:
-        return {"type": "summary", "total": self.count, "interrupted": interrupted, "groups": []}
+    def totals(self) -> EventTotals:
+        return EventTotals(matched=self.count, emitted=self.count)
+
+    def summary(self, interrupted: bool) -> JsonRecord:
+        return JsonRecord({"type": "summary", "total": self.count, "interrupted": interrupted, "groups": []})
 
     def program_fds(self) -> dict[str, int]:
         return {"fake": 1000}
-
-    def lost_and_sampled(self) -> tuple[int, int]:
-        return 0, 0
 
     def notes(self) -> list[str]:
         return []

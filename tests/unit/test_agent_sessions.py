@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -11,12 +12,14 @@ import pytest
 from netsleuth.agent.config import SessionLimits
 from netsleuth.agent.cpu_budget import CpuBudget
 from netsleuth.agent.programs import ProgramLedger
-from netsleuth.agent.session_diagnostics import DiagnosticContext, DropsDiagnostic
+from netsleuth.agent.session_diagnostics import DiagnosticContext, open_session
 from netsleuth.agent.session_request import parse_session_request
 from netsleuth.agent.sessions import ClientGone, SessionManager, SessionRefused
 from netsleuth.bpf.stats import ProgramStats
+from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
 from netsleuth.kernel.reasons import load_drop_reasons
+from tests.unit.json_record import JsonRecord
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 LIMITS = SessionLimits(
@@ -57,10 +60,10 @@ class Scripted:
 
     instances: ClassVar[list[Scripted]] = []
 
-    def __init__(self, filters: dict[str, Any], options: dict[str, Any], clock: Clock) -> None:
-        if filters.get("port") == 0:
-            raise UsageError("filter port '0' is not a port: give a number from 1 to 65535")
-        self.per_poll = int(options.get("per_poll", 1))
+    def __init__(self, config: Mapping[str, Any], clock: Clock) -> None:
+        if config.get("port") == 0:
+            raise UsageError("--port '0' is not a port: give a number from 1 to 65535")
+        self.per_poll = int(config.get("per_poll", 1))
         self.clock = clock
         self.attach_kind = "fake"
         self.emitted = 0
@@ -71,27 +74,29 @@ class Scripted:
     def start(self) -> None:
         self.started = True
 
-    def _records(self, count: int) -> list[dict[str, Any]]:
-        records = [{"type": "drop", "n": self.emitted + i, "pad": "x" * 50} for i in range(count)]
+    def _records(self, count: int) -> list[JsonRecord]:
+        records = [JsonRecord({"type": "drop", "n": self.emitted + i, "pad": "x" * 50}) for i in range(count)]
         self.emitted += count
         return records
 
-    def poll(self, timeout_ms: int) -> list[dict[str, Any]]:
+    def poll(self, timeout_ms: int) -> list[JsonRecord]:
         self.clock.now += timeout_ms / 1000
         return self._records(self.per_poll)
 
-    def drain(self) -> list[dict[str, Any]]:
+    def drain(self) -> list[JsonRecord]:
         return self._records(2)
 
-    def summary(self, interrupted: bool) -> dict[str, Any]:
+    def totals(self) -> EventTotals:
+        return EventTotals(matched=self.emitted, emitted=self.emitted)
+
+    def summary(self, interrupted: bool) -> JsonRecord:
         groups = [{"reason": "X", "count": i, "example": {"pad": "y" * 100}} for i in range(50)]
-        return {"type": "summary", "total": self.emitted, "interrupted": interrupted, "groups": groups}
+        return JsonRecord(
+            {"type": "summary", "total": self.emitted, "interrupted": interrupted, "groups": groups}
+        )
 
     def program_fds(self) -> dict[str, int]:
         return {"fake_prog": 1000}
-
-    def lost_and_sampled(self) -> tuple[int, int]:
-        return 0, 0
 
     def notes(self) -> list[str]:
         return []
@@ -135,7 +140,7 @@ def manager(
         ProgramLedger(kernel.stats_of),
         lambda: accounting,
         clock=clock,
-        diagnostics={"fake": lambda filters, options, _context: Scripted(filters, options, clock)},
+        diagnostics={"fake": lambda config, _context: Scripted(config, clock)},
     )
     return sessions, kernel
 
@@ -171,6 +176,7 @@ def test_request_defaults_and_refusals() -> None:
         (b'{"diagnostic": "drops", "max_events": 1.5}', "max_events must be a positive whole number"),
         (b'{"diagnostic": "drops", "cpu_budget_percent": 50}', "cpu_budget_percent 50 exceeds"),
         (b'{"diagnostic": "drops", "filters": []}', "filters must be a JSON object"),
+        (b'{"diagnostic": "drops", "config": "x"}', "config must be a JSON object"),
         (b'{"diagnostic": "drops", "durration": 1}', "unknown field 'durration'"),
     ]
     for raw, expected in bad:
@@ -178,32 +184,49 @@ def test_request_defaults_and_refusals() -> None:
             parse_session_request(raw, LIMITS, ("drops",))
 
 
-def test_drops_filters_are_the_cli_flags() -> None:
-    reasons = load_drop_reasons(Path("/nonexistent"), [FIXTURES / "reasons" / "kfree_skb_format_6.1.txt"])
+def test_drops_config_is_the_cli_flags() -> None:
+    from netsleuth.diagnostics.drops import DropsDiagnostic
+
+    reasons = load_drop_reasons()
     context = DiagnosticContext(reasons)
-    diagnostic = DropsDiagnostic(
-        {"proto": "udp", "dport": 53, "host": ["198.18.0.0/15"], "family": 4, "reason": "NETFILTER_DROP"},
-        {"stack": True, "sample": 3},
+    opened = open_session(
+        "drops",
+        {
+            "proto": "udp",
+            "dport": 53,
+            "host": ["198.18.0.0/15"],
+            "family": 4,
+            "reason": "NETFILTER_DROP",
+            "stack": True,
+            "sample": 3,
+        },
         context,
     )
-    config = diagnostic._config
+    session = opened.session  # type: ignore[attr-defined]
+    assert isinstance(session, DropsDiagnostic)
+    config = session.config
     assert config.packet_filter.proto == 17 and config.packet_filter.dport == 53
     assert [str(net) for net in config.packet_filter.hosts] == ["198.18.0.0/15"]
     assert config.packet_filter.family == 4 and config.stack and config.sample_every == 3
     assert config.reasons == {reasons.value("NETFILTER_DROP")}
     assert context.symbols.holders == 1
-    diagnostic.close()
+    opened.close()
     assert context.symbols.holders == 0  # the last session out lets the symbol table go
-    cases: list[tuple[dict[str, Any], str]] = [
-        ({"port": 70000}, "port '70000' is not a port"),
-        ({"reason": "NOPE"}, "unknown drop reason 'NOPE'"),
-        ({"family": 5}, "family must be 4 or 6"),
-        ({"pcap": "/tmp/x.pcapng"}, "unrecognized arguments"),
-        ({"dport": [1, 2]}, "must be a string or a number"),
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        ("drops", {"port": 70000}, "port '70000' is not a port"),
+        ("drops", {"reason": "NOPE"}, "unknown drop reason 'NOPE'"),
+        ("drops", {"family": 5}, "family must be 4 or 6"),
+        ("drops", {"pcap": "/tmp/x.pcapng"}, "drops has no option 'pcap'"),
+        ("drops", {"dport": [1, 2]}, "--dport must be text or a number"),
+        ("resets", {"proto": "udp"}, "--proto can only be tcp"),
+        ("tcp.queues", {"summary": "yes"}, "--summary is true or false"),
+        ("diagnose", {"duration": 7200}, "--duration must be between 0 and 3600 seconds"),
+        ("nope", {}, "unknown diagnostic 'nope'"),
     ]
-    for filters, expected in cases:
+    for name, config_json, expected in cases:
         with pytest.raises(UsageError, match=expected):
-            DropsDiagnostic(filters, {}, context)
+            open_session(name, config_json, context)
+    assert context.symbols.holders == 0  # refused configs hold nothing
 
 
 def test_stream_is_start_records_summary_end() -> None:

@@ -1,27 +1,25 @@
-"""The diagnostics a session can run, each its own BPF attachment with the session's filters, producing the
-very JSON records `netsleuth <diagnostic> --json` prints (same enricher, same `to_json`).
+"""The diagnostics an agent session (local or fleet) can run: every one in the registry, opened from the
+request's JSON config (the same validation as the CLI's flags), on a `KernelContext` whose symbol table is
+shared by the sessions running at the same time.
 """
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from netsleuth.agent.function_names import SharedKallsyms
-from netsleuth.agent.session_request import argv_from_json, parse_with
-from netsleuth.diagnostics.drops import DropsConfig, DropsSession, RawDrop
-from netsleuth.diagnostics.drops_enrich import DropEnricher, DropRecord
-from netsleuth.diagnostics.filters import add_filter_arguments, packet_filter_from_args
+from netsleuth.diagnostics.model import DiagnosticSession, Record
+from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
+from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.kernel.reasons import DropReasons
 
 __all__ = [
     "SESSION_DIAGNOSTICS",
     "DiagnosticContext",
     "DiagnosticFactory",
-    "DropsDiagnostic",
-    "SessionDiagnostic",
+    "open_session",
 ]
 
 
@@ -33,121 +31,74 @@ class DiagnosticContext:
     symbols: SharedKallsyms = field(default_factory=SharedKallsyms)
 
 
-class SessionDiagnostic(Protocol):
-    attach_kind: str
+class _SharedSymbolsSession:
+    """A registry session whose kernel context borrows the agent's shared symbol table: released, and the
+    context closed, when the session closes (the last session out lets the ~40 MB table go)."""
 
-    def start(self) -> None: ...
-
-    def poll(self, timeout_ms: int) -> list[dict[str, Any]]: ...
-
-    def drain(self) -> list[dict[str, Any]]: ...
-
-    def summary(self, interrupted: bool) -> dict[str, Any]: ...
-
-    def program_fds(self) -> dict[str, int]: ...
-
-    def lost_and_sampled(self) -> tuple[int, int]: ...
-
-    def notes(self) -> list[str]: ...
-
-    def close(self) -> None: ...
-
-
-def _drops_filter_arguments(parser: argparse.ArgumentParser) -> None:
-    add_filter_arguments(parser)
-    parser.add_argument("--reason", action="append", default=[])
-    parser.add_argument("--exclude-reason", action="append", default=[])
-
-
-def _drops_option_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stack", action="store_true")
-    parser.add_argument("--sample", type=int, default=1)
-
-
-_REPEATABLE = ("host", "src", "dst", "reason", "exclude_reason")
-
-
-class DropsDiagnostic:
-    """`netsleuth drops --json` with the session's filters."""
-
-    def __init__(self, filters: dict[str, Any], options: dict[str, Any], context: DiagnosticContext) -> None:
-        args = parse_with(_drops_filter_arguments, argv_from_json(filters, _REPEATABLE, ()))
-        opts = parse_with(_drops_option_arguments, argv_from_json(options, (), ("stack",)))
-        reasons = context.reasons
-        self._config = DropsConfig(
-            packet_filter=packet_filter_from_args(args),
-            reasons=frozenset(reasons.parse(args.reason)),
-            exclude_reasons=frozenset(reasons.parse(args.exclude_reason)),
-            stack=opts.stack,
-            sample_every=opts.sample,
-        )
-        self._session = DropsSession(self._config, reasons)
-        # The symbol table is shared by the sessions running and let go after the last (function_names.py:
-        # ~40 MB an idle agent should not hold). No debug-vmlinux source lines: a session stays cheap, and
-        # its records are complete without them.
-        self._symbols = context.symbols
-        self._enricher: DropEnricher | None = DropEnricher(
-            reasons, want_stack=opts.stack, kallsyms=self._symbols.acquire()
-        )
-        self.attach_kind = ""
-        self._notes: list[str] = []
+    def __init__(
+        self, session: DiagnosticSession, symbols: SharedKallsyms, close_context: Callable[[], None]
+    ):
+        self.session = session
+        self._symbols: SharedKallsyms | None = symbols
+        self._close_context = close_context
 
     @property
-    def enricher(self) -> DropEnricher:
-        if self._enricher is None:
-            raise RuntimeError("the session is closed")
-        return self._enricher
+    def attach_kind(self) -> str:
+        return self.session.attach_kind
 
     def start(self) -> None:
-        self._session.start()
-        self.attach_kind = self._session.attach_kind
-        self.enricher.prepare()
+        self.session.start()
 
-    def _enrich(self, raw: RawDrop) -> DropRecord:
-        return self.enricher.enrich(raw)
+    def poll(self, timeout_ms: int) -> Sequence[Record]:
+        return self.session.poll(timeout_ms)
 
-    def poll(self, timeout_ms: int) -> list[dict[str, Any]]:
-        return [self._enrich(raw).to_json() for raw in self._session.poll(timeout_ms)]
+    def drain(self) -> Sequence[Record]:
+        return self.session.drain()
 
-    def drain(self) -> list[dict[str, Any]]:
-        return [self._enrich(raw).to_json() for raw in self._session.drain()]
+    def totals(self) -> EventTotals:
+        return self.session.totals()
 
-    def summary(self, interrupted: bool) -> dict[str, Any]:
-        """The same object `netsleuth drops --json` ends with."""
-        enrich_group = self.enricher.enrich_group
-        groups = [enrich_group(group) for group in self._session.groups()]
-        return {
-            "type": "summary",
-            **self._session.totals().to_json(),
-            "attach": self._session.attach_kind,
-            "interrupted": interrupted,
-            "groups": [group.to_json() for group in sorted(groups, key=lambda g: -g.count)],
-        }
+    def summary(self, interrupted: bool) -> Record:
+        return self.session.summary(interrupted)
 
     def program_fds(self) -> dict[str, int]:
-        return self._session.program_fds()
-
-    def lost_and_sampled(self) -> tuple[int, int]:
-        totals = self._session.totals()
-        return totals.lost, totals.sampled
+        return self.session.program_fds()
 
     def notes(self) -> list[str]:
-        # Naming a rule means reading the firewall of the drop's namespace, which can be out of reach
-        # (entering another namespace needs CAP_SYS_ADMIN, which the systemd unit does not grant): the drops
-        # are still reported, with their hook, and the session says why rules are missing.
-        problems = self._enricher.firewall_problems.values() if self._enricher is not None else ()
-        return [*self._notes, *(f"firewall rules are not named in this session: {text}" for text in problems)]
+        return self.session.notes()
 
     def close(self) -> None:
-        self._session.close()
-        if self._enricher is not None:
-            self._enricher.close()
-            self._enricher = None
+        self.session.close()
+        if self._symbols is not None:
+            self._close_context()
             self._symbols.release()
+            self._symbols = None
 
 
-DiagnosticFactory = Callable[[dict[str, Any], dict[str, Any], DiagnosticContext], SessionDiagnostic]
+def open_session(name: str, config: Mapping[str, Any], context: DiagnosticContext) -> DiagnosticSession:
+    """Validate `config` for the registered diagnostic `name` and open it (nothing attached until start);
+    a UsageError with one sentence when the name or the config is not valid."""
+    from netsleuth.kernel.context import KernelContext
 
-SESSION_DIAGNOSTICS: dict[str, DiagnosticFactory] = {
-    "drops": DropsDiagnostic,
-}
+    spec = get_diagnostic(name)
+    parsed = spec.config_from_json(dict(config))
+    # No debug-vmlinux source lines in sessions: they stay cheap, and their records are complete without.
+    kernel = KernelContext(kallsyms=context.symbols.acquire(), firewall=True)
+    try:
+        session = spec.open(parsed, kernel)
+    except BaseException:
+        kernel.close()
+        context.symbols.release()
+        raise
+    return _SharedSymbolsSession(session, context.symbols, kernel.close)
+
+
+DiagnosticFactory = Callable[[Mapping[str, Any], DiagnosticContext], DiagnosticSession]
+
+
+def _factory(name: str) -> DiagnosticFactory:
+    return lambda config, context: open_session(name, config, context)
+
+
+# Every registered diagnostic, by name (the diagnostic's module is imported only when a session opens it).
+SESSION_DIAGNOSTICS: dict[str, DiagnosticFactory] = {name: _factory(name) for name in diagnostic_names()}

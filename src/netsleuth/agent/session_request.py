@@ -1,31 +1,40 @@
 """A session request (the JSON body of POST /v1/sessions), validated against the agent's limits.
 
     {"diagnostic": "drops",
-     "filters": {"netns": "web1", "proto": "udp", "dport": 53, "reason": ["NETFILTER_DROP"]},
-     "options": {"stack": false, "sample": 1},
+     "config": {"netns": "web1", "proto": "udp", "dport": 53, "reason": ["NETFILTER_DROP"], "stack": false},
      "duration": 10, "max_events": 1000, "max_bytes": 1048576, "cpu_budget_percent": 2}
 
-Filters and options are the CLI's own flags without the dashes (`exclude_reason` for --exclude-reason,
-`family`: 4 or 6 for -4/-6) and are parsed by the CLI's own parser, so a session means exactly what the
-same `netsleuth drops` command line would. Limits left out take the agent's defaults; asking for more than
-the agent allows is refused (never silently clamped), naming the field.
+`config` is the diagnostic's own JSON config: its CLI flags without the dashes (`exclude_reason` for
+--exclude-reason, `family`: 4 or 6 for -4/-6), checked by the same code as the flags
+(netsleuth.diagnostics.model.ConfigInput), so a session means exactly what the same command line would.
+`filters` and `options` (the first version's split of the same keys) are still read, merged into `config`.
+Limits left out take the agent's defaults; asking for more than the agent allows is refused (never
+silently clamped), naming the field.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any
 
 from netsleuth.agent.config import SessionLimits
 from netsleuth.errors import UsageError
 
-__all__ = ["SessionRequest", "argv_from_json", "parse_session_request", "parse_with"]
+__all__ = ["SessionRequest", "parse_session_request"]
 
 _MAX_BODY_BYTES = 64 << 10
-_KEYS = ("diagnostic", "filters", "options", "duration", "max_events", "max_bytes", "cpu_budget_percent")
+_KEYS = (
+    "diagnostic",
+    "config",
+    "filters",
+    "options",
+    "duration",
+    "max_events",
+    "max_bytes",
+    "cpu_budget_percent",
+)
 
 
 @dataclass(frozen=True)
@@ -35,14 +44,12 @@ class SessionRequest:
     max_events: int
     max_bytes: int
     cpu_budget_percent: float
-    filters: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "diagnostic": self.diagnostic,
-            "filters": self.filters,
-            "options": self.options,
+            "config": self.config,
             "duration": self.duration,
             "max_events": self.max_events,
             "max_bytes": self.max_bytes,
@@ -98,51 +105,5 @@ def parse_session_request(body: bytes, limits: SessionLimits, diagnostics: Seque
         cpu_budget_percent=_number(
             raw, "cpu_budget_percent", limits.cpu_budget_percent, limits.cpu_budget_percent, "percent"
         ),
-        filters=_object(raw, "filters"),
-        options=_object(raw, "options"),
+        config={**_object(raw, "filters"), **_object(raw, "options"), **_object(raw, "config")},
     )
-
-
-def _scalar_text(key: str, value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise UsageError(f"filter {key} must be a string or a number (got {value!r})")
-    return str(value)
-
-
-def argv_from_json(values: dict[str, Any], repeatable: Sequence[str], flags: Sequence[str]) -> list[str]:
-    """{"dport": 53, "host": ["198.18.0.1"], "stack": true, "family": 6} -> the CLI's argv."""
-    argv: list[str] = []
-    for key, value in values.items():
-        option = "--" + key.replace("_", "-")
-        if key == "family":
-            if value not in (4, 6):
-                raise UsageError(f"filter family must be 4 or 6 (got {value!r})")
-            argv.append(f"-{value}")
-        elif key in flags:
-            if not isinstance(value, bool):
-                raise UsageError(f"option {key} must be true or false (got {value!r})")
-            argv += [option] if value else []
-        elif key in repeatable:
-            for item in value if isinstance(value, list) else [value]:
-                argv += [option, _scalar_text(key, item)]
-        else:
-            argv += [option, _scalar_text(key, value)]
-    return argv
-
-
-class _RaisingParser(argparse.ArgumentParser):
-    """argparse exits on errors; a session must turn them into a refusal instead."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message.replace("--", "").replace("argument ", "filter "))
-
-
-def parse_with(
-    add_arguments: Callable[[argparse.ArgumentParser], None], argv: list[str]
-) -> argparse.Namespace:
-    parser = _RaisingParser(prog="session", add_help=False, exit_on_error=False)
-    add_arguments(parser)
-    try:
-        return parser.parse_args(argv)
-    except argparse.ArgumentError as error:
-        raise UsageError(str(error).replace("--", "").replace("argument ", "filter ")) from None

@@ -24,7 +24,7 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,9 +36,9 @@ from netsleuth.agent.session_diagnostics import (
     SESSION_DIAGNOSTICS,
     DiagnosticContext,
     DiagnosticFactory,
-    SessionDiagnostic,
 )
 from netsleuth.agent.session_request import SessionRequest, parse_session_request
+from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.errors import NetsleuthError, UsageError
 from netsleuth.render.jsonl import JsonLinesWriter
 
@@ -88,7 +88,7 @@ class SessionStats:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _encode(record: dict[str, Any]) -> bytes:
+def _encode(record: Mapping[str, Any]) -> bytes:
     # The CLI's writer, so a session's lines are byte-for-byte what `--json` prints.
     buffer = io.StringIO()
     JsonLinesWriter(buffer).write(record)
@@ -103,7 +103,7 @@ class LiveSession:
         manager: SessionManager,
         session_id: str,
         request: SessionRequest,
-        diagnostic: SessionDiagnostic,
+        diagnostic: DiagnosticSession,
         peer: str,
         clock: Callable[[], float],
     ) -> None:
@@ -140,10 +140,10 @@ class LiveSession:
             sink.write(data, self.deadline)
             self.bytes += len(data)
 
-    def _take(self, records: list[dict[str, Any]]) -> tuple[list[bytes], tuple[str, str] | None]:
+    def _take(self, records: Sequence[Record]) -> tuple[list[bytes], tuple[str, str] | None]:
         """Encode records while the caps allow; returns the lines and why it stopped, if it did."""
         lines, ended = take_within_caps(
-            (_encode(record) for record in records),
+            (_encode(record.to_json()) for record in records),
             self.events,
             self.bytes,
             self.request.max_events,
@@ -178,7 +178,7 @@ class LiveSession:
 
     def _final_lines(self, reason: str, detail: str) -> list[bytes]:
         self._budget.sample()
-        summary = self._diagnostic.summary(interrupted=reason != "duration")
+        summary = dict(self._diagnostic.summary(interrupted=reason != "duration").to_json())
         line = _encode(summary)
         room = self.request.max_bytes - self.bytes
         if len(line) > room and summary.get("groups"):
@@ -243,7 +243,8 @@ class LiveSession:
         self._manager.finished(self, "client_gone", detail)
 
     def close(self) -> None:
-        lost, sampled = self._diagnostic.lost_and_sampled()
+        totals = self._diagnostic.totals()
+        lost, sampled = totals.lost, totals.sampled
         for handle in self._handles:
             self._manager.ledger.detaching(handle)
         self._diagnostic.close()
@@ -304,11 +305,9 @@ class SessionManager:
                     "busy", 429, f"{self.limits.max_concurrent} sessions are running, this agent's maximum"
                 )
             self._reserved += 1
-        diagnostic: SessionDiagnostic | None = None
+        diagnostic: DiagnosticSession | None = None
         try:
-            diagnostic = self._diagnostics[request.diagnostic](
-                request.filters, request.options, self._context
-            )
+            diagnostic = self._diagnostics[request.diagnostic](request.config, self._context)
             diagnostic.start()
             session = LiveSession(self, secrets.token_hex(6), request, diagnostic, peer, self._clock)
         except UsageError as error:

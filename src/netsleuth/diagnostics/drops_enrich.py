@@ -14,6 +14,7 @@ from typing import Any
 
 from netsleuth.diagnostics.attribution import Owner, drop_owner_facts
 from netsleuth.diagnostics.drops import RawDrop, RawDropGroup
+from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.tcp_context import iso_time
 from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.kallsyms import Kallsyms
@@ -49,6 +50,7 @@ class DropRecord:
         packet = self.packet
         data: dict[str, Any] = {
             "type": "drop",
+            "v": SCHEMA_VERSIONS["drop"],
             "time": iso_time(self.time),
             "reason": self.reason,
             "reason_code": self.reason_code,

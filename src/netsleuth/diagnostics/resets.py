@@ -24,6 +24,7 @@ from netsleuth.diagnostics.reset_causes import (
     classify_abort,
     classify_reset,
 )
+from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
 from netsleuth.diagnostics.tcp_names import errno_name
 from netsleuth.diagnostics.tcp_session import RawTcpEvent, RawTcpGroup, TcpSessionConfig, Trigger
@@ -115,6 +116,7 @@ class ResetRecord:
                 trigger["inferred"] = True
         data: dict[str, Any] = {
             "type": "reset",
+            "v": SCHEMA_VERSIONS["reset"],
             "time": iso_time(self.time),
             "direction": self.direction,
             "by_firewall": self.by_firewall,
@@ -178,6 +180,7 @@ class AbortRecord:
     def to_json(self) -> dict[str, Any]:
         return {
             "type": "abort",
+            "v": SCHEMA_VERSIONS["abort"],
             "time": iso_time(self.time),
             "direction": "none",
             "errno": errno_name(self.errno),

@@ -25,6 +25,7 @@ from netsleuth._generated.tcp_abi import (
 from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
 from netsleuth.diagnostics.causes import cause
 from netsleuth.diagnostics.reset_causes import duration_text, netns_prefix
+from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
 from netsleuth.diagnostics.tcp_names import errno_name, errno_text
 from netsleuth.diagnostics.tcp_session import RawTcpEvent, RawTcpGroup
@@ -91,6 +92,7 @@ def _base_json(
 ) -> dict[str, Any]:
     return {
         "type": kind,
+        "v": SCHEMA_VERSIONS[kind],
         "time": iso_time(when),
         "family": raw.family,
         "proto": "tcp",
