@@ -363,3 +363,30 @@ def test_agent_exports_dns_counters_by_server_and_rcode(dns_lab: DnsLab) -> None
         programs, _links = agent.bpf_ids()
         assert len(programs) == 4  # the drops exporter + dns egress, ingress, kfree_skb
         assert agent.stop() == 0
+
+
+def test_agent_session_runs_dns_from_the_registry(dns_lab: DnsLab) -> None:
+    from tests.privileged.test_agent_harness import AgentProcess
+
+    request = {
+        "diagnostic": "dns",
+        "config": {"netns": dns_lab.client.name, "rcode": ["NXDOMAIN"], "timeout": 1},
+        "duration": 60,
+        "max_events": 2,
+    }
+    with AgentProcess() as agent:
+        agent.wait_ready()
+        with agent.client.session(request) as stream:
+            lines = iter(stream)
+            assert next(lines)["type"] == "session_start"
+            for name in ("www.ok.test", "gone.test", "gone.test"):
+                dig(dns_lab.client, dns_lab.pair.b4, name)
+            records = []
+            for line in lines:
+                records.append(line)
+                if line["type"] == "session_end":
+                    break
+    answers = [record for record in records if record["type"] == "dns"]
+    assert [(a["name"], a["rcode"], a["v"]) for a in answers] == [("gone.test", "NXDOMAIN", 1)] * 2
+    summary = next(record for record in records if record["type"] == "summary")
+    assert summary["diagnostic"] == "dns" and summary["queries"] == 3 and summary["answers"] == 3

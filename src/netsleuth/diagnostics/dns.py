@@ -45,6 +45,7 @@ from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
 from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
 from netsleuth.diagnostics.packet_abi import decode_tuple
+from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.kconfig import thread_size
@@ -76,7 +77,6 @@ _SWEEP_S = 0.2
 _TCP = 6
 _TCP_RETRY_WINDOW_NS = 10_000_000_000
 _TIMEOUT_PSEUDO_RCODE = "TIMEOUT"  # --rcode TIMEOUT keeps timeouts when filtering by response code
-_SCHEMA_V = 1
 
 
 # -- config ----------------------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ class DnsDrop:
     def to_json(self) -> dict[str, Any]:
         return {
             "type": "dns_drop",
-            "v": _SCHEMA_V,
+            "v": SCHEMA_VERSIONS["dns_drop"],
             "time": _iso(self.time),
             "direction": self.direction,
             "reason": self.reason,
@@ -275,7 +275,7 @@ class DnsAnswer:
     def to_json(self) -> dict[str, Any]:
         return {
             "type": "dns",
-            "v": _SCHEMA_V,
+            "v": SCHEMA_VERSIONS["dns"],
             **self.query.to_json(),
             "latency_ms": round(self.latency_ms, 3),
             "rcode": self.rcode,
@@ -304,7 +304,7 @@ class DnsTimeout:
     def to_json(self) -> dict[str, Any]:
         return {
             "type": "dns_timeout",
-            "v": _SCHEMA_V,
+            "v": SCHEMA_VERSIONS["dns_timeout"],
             **self.query.to_json(),
             "waited_ms": round(self.waited_ms, 3),
             "answer_arrived_ms": None if self.answer_arrived_ms is None else round(self.answer_arrived_ms, 3),
@@ -333,7 +333,7 @@ class DnsUnmatched:
     def to_json(self) -> dict[str, Any]:
         return {
             "type": "dns_unmatched",
-            "v": _SCHEMA_V,
+            "v": SCHEMA_VERSIONS["dns_unmatched"],
             "time": _iso(self.time),
             "pid": self.owner.pid,
             "comm": self.owner.comm,
@@ -386,7 +386,7 @@ class DnsSummary:
     def to_json(self) -> dict[str, Any]:
         return {
             "type": "summary",
-            "v": _SCHEMA_V,
+            "v": SCHEMA_VERSIONS["summary"],
             "diagnostic": "dns",
             **self.totals.to_json(),
             "attach": self.attach,

@@ -25,6 +25,7 @@ DIAGNOSTIC_MODULES: dict[str, str] = {
     "tcp.connlat": "netsleuth.diagnostics.tcp_diagnostics",
     "tcp.queues": "netsleuth.diagnostics.tcp_diagnostics",
     "conn": "netsleuth.diagnostics.conn_diagnostic",
+    "dns": "netsleuth.diagnostics.dns",
     "diagnose": "netsleuth.diagnose.diagnostic",
 }
 
