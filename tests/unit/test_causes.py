@@ -22,7 +22,16 @@ from tests.fixtures.doctor import scenario_window
 from tests.unit.tcp_fakes import fake_context, raw_event
 
 # The facts consumers fill templates with; a template naming anything else would fail at run time.
-FACTS = {"somaxconn", "port", "comm", "rmem_max", "default_key", "max_key", "backlog", "device"}
+FACTS = {
+    # doctor findings and diagnose verdicts
+    *("somaxconn", "port", "comm", "rmem_max", "default_key", "max_key", "backlog", "device"),
+    # every reset (reset_causes._explained) and the cases' own
+    *("local", "remote", "netns", "owner", "prefix", "state", "socket_state", "segment", "a_segment"),
+    *("rejecter", "unidentified", "side", "age", "peer_check", "remote_port", "queued", "evidence"),
+    *("unread", "retried", "dropped", "known_state", "numbers", "because", "reason"),
+    # aborts (reset_causes.classify_abort)
+    *("remote_host", "retransmits", "error", "role"),
+}
 
 
 def _fields(template: str) -> set[str]:

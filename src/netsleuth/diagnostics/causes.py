@@ -179,9 +179,10 @@ _ENTRIES = (
     Cause(
         "firewall_reject",
         "rejected by a firewall rule with a TCP reset",
+        explanation="{rejecter} answered {remote}'s connection to {local} with a TCP reset{unidentified}",
         checks=(
-            "iptables-save -c | grep -n -- '--reject-with tcp-reset'",
-            "nft -a list ruleset | grep 'reject with tcp reset'",
+            "{prefix}iptables-save -c | grep -n -- '--reject-with tcp-reset'; "
+            "{prefix}nft -a list ruleset | grep 'reject with tcp reset'",
         ),
         fixes=("remove or narrow the rule",),
     ),
@@ -208,35 +209,53 @@ _ENTRIES = (
             "numbers). INVALID packets skip NAT and are often dropped by `ct state invalid drop` rules or "
             "answered with a RST from a listener (seed 001). "
         ),
-        checks=("cat /proc/net/stat/nf_conntrack (invalid column)",),
-        fixes=("sysctl -w net.netfilter.nf_conntrack_tcp_be_liberal=1",),
     ),
-    # -- no socket ---------------------------------------------------------------------------------------
+    # -- TCP resets and aborts: `explanation` is the record's sentence, `checks[0]` its check ---------------
+    # Facts (reset_causes.py): local, remote, netns ("netns NAME"), owner, port (local), prefix (what runs a
+    # command in the namespace), state, a_segment ("an ACK segment"), segment ("ACK segment"), and the
+    # case's own (unread, dropped, retried, numbers, because, reason, side, age, queued, peer_check...).
     Cause(
         "no_listener",
         "nothing listens on the port",
+        explanation="nothing listens on {local} ({netns}): the kernel refused {remote}'s SYN",
+        checks=(
+            "{prefix}ss -ltnp 'sport = :{port}' — is the service running and bound to this address and port?",
+        ),
         fixes=(
             "start the service on that port, or point the client at the port the service really uses",
             "ss -ltnup",
         ),
-        checks=("ss -ltnp 'sport = :{port}' — is the service running and bound to this address and port?",),
     ),
     Cause(
         "no_socket",
         "segment for a connection that does not exist here",
-        summary=(
-            "the connection it belongs to is gone here (closed, timed out, the service restarted) or never "
-            "existed here (NAT or routing sent it to the wrong host)"
+        explanation=(
+            "{a_segment} from {remote} matched no socket on {local} ({netns}): the connection it belongs to "
+            "is gone here (closed, timed out, the service restarted) or never existed here (NAT or routing "
+            "sent it to the wrong host)"
         ),
-        checks=("ss -tan '( sport = :{port} )'; compare with the peer's connection table",),
+        checks=("{prefix}ss -tan '( sport = :{port} )'; compare with the peer's connection table",),
     ),
-    Cause("non_syn_to_listener", "non-SYN segment to a listening socket"),
-    # -- resets by this host's applications and timers ---------------------------------------------------
+    Cause(
+        "non_syn_to_listener",
+        "non-SYN segment to a listening socket",
+        explanation=(
+            "{a_segment} from {remote} reached the LISTEN socket on {local} ({netns}), which only accepts "
+            "SYNs: no connection exists for it; {evidence}"
+        ),
+        checks=(
+            "{prefix}cat /proc/net/stat/nf_conntrack (invalid column); to test the theory, "
+            "{prefix}sysctl -w net.netfilter.nf_conntrack_tcp_be_liberal=1",
+        ),
+    ),
     Cause(
         "unread_data",
         "closed with unread data",
-        summary="Linux then resets instead of closing gracefully (RFC 2525 2.17)",
-        fixes=(
+        explanation=(
+            "{owner} closed its connection {local} -> {remote} with {unread} bytes it had not read: Linux "
+            "then resets instead of closing gracefully (RFC 2525 2.17)"
+        ),
+        checks=(
             "make the application read everything the peer sent before close(), or shutdown(SHUT_WR) and "
             "drain until EOF",
         ),
@@ -244,8 +263,10 @@ _ENTRIES = (
     Cause(
         "linger_zero",
         "abortive close (SO_LINGER 0)",
-        summary="an abortive close sent RST",
-        fixes=(
+        explanation=(
+            "{owner} closed {local} -> {remote} with SO_LINGER {{on, 0}}: an abortive close sent RST{dropped}"
+        ),
+        checks=(
             "strace -f -e trace=setsockopt -p PID | grep SO_LINGER: remove l_linger=0 unless the abort is "
             "intended",
         ),
@@ -253,59 +274,86 @@ _ENTRIES = (
     Cause(
         "listener_closed",
         "listener closed with connections not yet accepted",
-        summary="the kernel resets connections nobody accepted",
+        explanation=(
+            "the listening socket on {local} was closed while the connection from {remote} waited in its "
+            "accept queue: the kernel resets connections nobody accepted"
+        ),
+        checks=("{prefix}ss -ltn 'sport = :{port}' — did the service stop or restart?",),
     ),
     Cause(
         "keepalive_timeout",
         "keepalive timeout",
-        summary="the peer or the path is gone, so the kernel reset the connection",
-        checks=("ss -tno state established; check the path to the peer and net.ipv4.tcp_keepalive_*",),
+        explanation=(
+            "keepalive probes from {local} to {remote} went unanswered: the peer or the path is gone, so the "
+            "kernel reset the connection"
+        ),
+        checks=(
+            "{prefix}ss -tno state established; check the path to the peer and net.ipv4.tcp_keepalive_*",
+        ),
     ),
     Cause(
         "memory_abort",
         "orphaned connection aborted for memory",
-        summary="too many orphans or TCP memory pressure",
-        checks=("cat /proc/net/sockstat (orphan, mem) against net.ipv4.tcp_max_orphans and tcp_mem",),
+        explanation=(
+            "the kernel aborted the orphaned connection {local} -> {remote} ({socket_state}, already closed "
+            "by its application){retried}: too many orphans or TCP memory pressure"
+        ),
+        checks=("{prefix}cat /proc/net/sockstat (orphan, mem) against net.ipv4.tcp_max_orphans and tcp_mem",),
     ),
     Cause(
         "fin_wait2_linger",
         "TCP_LINGER2 below zero",
-        fixes=("look for setsockopt(TCP_LINGER2) in the application",),
+        explanation=(
+            "{owner} set TCP_LINGER2 below zero: the kernel aborts {local} -> {remote} instead of waiting in "
+            "FIN_WAIT2"
+        ),
+        checks=("look for setsockopt(TCP_LINGER2) in the application",),
     ),
     Cause(
         "abort",
         "connection aborted by its application or from outside",
-        summary=(
-            "a disconnect (connect(AF_UNSPEC)) or a socket destroyed from outside (`ss -K`, SOCK_DESTROY)"
+        explanation=(
+            "{owner} aborted {local} -> {remote} ({known_state}): a disconnect (connect(AF_UNSPEC)) or a "
+            "socket destroyed from outside (`ss -K`, SOCK_DESTROY)"
         ),
         checks=("strace the application for connect(AF_UNSPEC), or look for tools killing sockets",),
     ),
-    # -- resets answering a segment ------------------------------------------------------------------------
     Cause(
         "time_wait",
         "segment for a connection in TIME_WAIT",
-        summary="a late retransmission, or the peer reused the ports too soon",
+        explanation=(
+            "{a_segment} from {remote} arrived for a connection {local} already closed (TIME_WAIT): a late "
+            "retransmission, or the peer reused the ports too soon"
+        ),
         checks=("look at how the peer closes; net.ipv4.tcp_tw_reuse on the side that connects",),
     ),
     Cause(
         "syn_in_window",
         "SYN on an existing connection",
-        summary=(
-            "the peer restarted the connection with the same ports (it rebooted, or its NAT reused the port)"
+        explanation=(
+            "a SYN from {remote} arrived on the existing {state} connection {local}: the peer restarted the "
+            "connection with the same ports (it rebooted, or its NAT reused the port)"
         ),
         checks=("compare the peer's connection table; check NAT port reuse between the two",),
     ),
     Cause(
         "data_after_close",
         "data after close",
-        summary="Linux resets instead of accepting data nobody will read",
-        fixes=(
+        explanation=(
+            "data from {remote} arrived after {owner} closed {local} ({state}): Linux resets instead of "
+            "accepting data nobody will read"
+        ),
+        checks=(
             "the application closed before the peer finished sending: read until EOF, or shutdown(SHUT_WR)",
         ),
     ),
     Cause(
         "out_of_window",
         "segment outside the window",
+        explanation=(
+            "{a_segment} from {remote}{numbers} is outside the window of the {state} connection "
+            "{local}{because}"
+        ),
         checks=(
             "a stale segment after a port reuse, a middlebox rewriting sequence numbers, or NAT mapping two "
             "connections onto one: capture both sides with tcpdump and compare sequence numbers",
@@ -314,39 +362,66 @@ _ENTRIES = (
     Cause(
         "bad_flags",
         "segment not valid for the socket's state",
+        explanation="{a_segment} from {remote} is not valid for the {state} socket {local}",
         checks=("capture the exchange with tcpdump to see which side breaks the protocol",),
     ),
     Cause(
         "unspecified",
         "reset without a known cause",
+        explanation=(
+            "the kernel answered a {segment} from {remote} on {local} ({state}) with RST (reason {reason})"
+        ),
         checks=("capture the exchange with tcpdump; run with --stack to see where the kernel decided",),
     ),
-    # -- resets received -------------------------------------------------------------------------------
     Cause(
         "connection_refused",
         "connection refused by the peer",
-        summary="nothing listens on that port there, or a firewall rejects it with tcp-reset",
+        explanation=(
+            "{remote} refused the connection from {local}: it answered the SYN with RST (nothing listens on "
+            "that port there, or a firewall rejects it with tcp-reset)"
+        ),
+        checks=("{peer_check}, or `ss -ltn 'sport = :{remote_port}'` on the peer",),
     ),
     Cause(
         "peer_reset",
         "reset by the peer",
-        summary="it closed with unread data, aborted (SO_LINGER 0), crashed, or a middlebox dropped the flow",
+        explanation=(
+            "the peer {remote} reset the {state} connection to {local}{side}{age}: it closed with unread "
+            "data, aborted (SO_LINGER 0), crashed, or a middlebox dropped the flow{queued}"
+        ),
+        checks=("{peer_check}",),
     ),
     Cause(
         "peer_reset_while_closing",
         "reset by the peer while closing",
-        summary="the peer had unread data or aborted instead of finishing the close",
+        explanation=(
+            "the peer {remote} reset the connection to {local} after this side closed it "
+            "({state}{side}{age}): the peer had unread data or aborted instead of finishing the close"
+        ),
+        checks=("{peer_check}",),
     ),
-    # -- connections ended without a reset -----------------------------------------------------------------
     Cause(
         "retransmit_timeout",
         "retransmission timeout",
-        summary="no RST was sent, so the peer may still think the connection is open",
+        explanation=(
+            "the kernel gave up on {local} -> {remote} after {retransmits} unanswered retransmissions "
+            "(ETIMEDOUT): no RST was sent, so the peer may still think the connection is open"
+        ),
+        checks=(
+            "look for drops on the path (`netsleuth drops --host {remote_host}`) and `ss -ti` retransmit "
+            "counters; net.ipv4.tcp_retries2 sets how long the kernel tries",
+        ),
     ),
-    Cause("connect_timeout", "connect timeout", checks=("net.ipv4.tcp_syn_retries",)),
+    Cause(
+        "connect_timeout",
+        "connect timeout",
+        explanation="SYNs from {local} to {remote} went unanswered until the kernel gave up (ETIMEDOUT)",
+        checks=("`netsleuth conn --dst {remote}` shows where the SYNs died; net.ipv4.tcp_syn_retries",),
+    ),
     Cause(
         "socket_error",
         "socket error",
+        explanation="the kernel reported {error} on {local} -> {remote}{role} in {socket_state}",
         checks=(
             "the error came from an ICMP message or the local stack: run `netsleuth drops` for the flow",
         ),

@@ -16,6 +16,7 @@ up (the firewall rule, conntrack's counters). Kernel sources for each case:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from netsleuth.diagnostics.causes import cause
@@ -135,79 +136,68 @@ def _age(facts: ResetFacts) -> str:
     return f", {duration_text(facts.age_seconds)} after it started" if facts.age_seconds is not None else ""
 
 
+def _explained(code: str, facts: ResetFacts, **case: object) -> ResetCause:
+    """The catalogue's sentence and check for `code`, filled with this reset's facts."""
+    entry = cause(code)
+    words: dict[str, object] = {
+        "local": facts.local,
+        "remote": facts.remote,
+        "netns": facts.netns,
+        "owner": facts.owner,
+        "port": facts.local_port,
+        "prefix": netns_prefix(facts.netns_name),
+        "state": facts.state or "no socket",
+        "socket_state": facts.state,
+        "segment": _segment(facts.trigger),
+        "a_segment": _a(_segment(facts.trigger)),
+        **case,
+    }
+    return ResetCause(code, entry.explain(**words), entry.checks_for(**words)[0])
+
+
 def _firewall(facts: ResetFacts) -> ResetCause:
-    prefix = netns_prefix(facts.netns_name)
-    entry = cause("firewall_reject")
-    check = "; ".join(prefix + command for command in entry.checks)
     if facts.rule:
         where = f" ({facts.rule_where}, {facts.netns})" if facts.rule_where else f" ({facts.netns})"
-        text = (
-            f'firewall rule "{facts.rule}"{where} answered {facts.remote}\'s connection to {facts.local} '
-            "with a TCP reset"
+        named = _explained(
+            "firewall_reject", facts, rejecter=f'firewall rule "{facts.rule}"{where}', unidentified=""
         )
-        return ResetCause(entry.code, text, f"{entry.fixes[0]}; {check}")
-    text = (
-        f"a netfilter REJECT rule ({facts.netns}) answered {facts.remote}'s connection to {facts.local} with "
-        "a TCP reset; the rule itself could not be identified"
+        return ResetCause(named.code, named.text, f"{cause(named.code).fixes[0]}; {named.check}")
+    return _explained(
+        "firewall_reject",
+        facts,
+        rejecter=f"a netfilter REJECT rule ({facts.netns})",
+        unidentified="; the rule itself could not be identified",
     )
-    return ResetCause(entry.code, text, check)
 
 
 def _received(facts: ResetFacts) -> ResetCause:
-    side = f", we are the {facts.side}" if facts.side else ""
-    state = facts.state or "unknown state"
-    peer_check = (
-        "see why the peer sent it: run `netsleuth resets --host "
-        f"{facts.remote.rsplit(':', 1)[0].strip('[]')}`"
-        " where the peer runs"
-    )
+    host, port = facts.remote.rsplit(":", 1)[0], facts.remote.rsplit(":", 1)[-1]
+    case: dict[str, object] = {
+        "state": facts.state or "unknown state",
+        "side": f", we are the {facts.side}" if facts.side else "",
+        "age": _age(facts),
+        "peer_check": f"see why the peer sent it: run `netsleuth resets --host {host.strip('[]')}` where the "
+        "peer runs",
+        "remote_port": port,
+    }
     if facts.state == "SYN_SENT":
-        return ResetCause(
-            "connection_refused",
-            f"{facts.remote} refused the connection from {facts.local}: it answered the SYN with RST "
-            f"({cause('connection_refused').summary})",
-            f"{peer_check}, or `ss -ltn 'sport = :{facts.remote.rsplit(':', 1)[-1]}'` on the peer",
-        )
+        return _explained("connection_refused", facts, **case)
     if facts.state in ("FIN_WAIT1", "FIN_WAIT2", "CLOSING", "LAST_ACK", "TIME_WAIT"):
-        return ResetCause(
-            "peer_reset_while_closing",
-            f"the peer {facts.remote} reset the connection to {facts.local} after this side closed it "
-            f"({state}{side}{_age(facts)}): {cause('peer_reset_while_closing').summary}",
-            peer_check,
-        )
+        return _explained("peer_reset_while_closing", facts, **case)
     queued = ""
     if facts.unread or facts.unsent:
         queued = f"; {facts.unsent} bytes were still unacknowledged, {facts.unread} unread"
-    return ResetCause(
-        "peer_reset",
-        f"the peer {facts.remote} reset the {state} connection to {facts.local}{side}{_age(facts)}: "
-        f"{cause('peer_reset').summary}{queued}",
-        peer_check,
-    )
+    return _explained("peer_reset", facts, queued=queued, **case)
 
 
 def _no_socket(facts: ResetFacts) -> ResetCause:
-    prefix = netns_prefix(facts.netns_name)
     trigger = facts.trigger
     if trigger is not None and trigger.flags & _SYN and not trigger.flags & _ACK:
-        entry = cause("no_listener")
-        return ResetCause(
-            entry.code,
-            f"nothing listens on {facts.local} ({facts.netns}): the kernel refused {facts.remote}'s SYN",
-            prefix + entry.checks_for(port=facts.local_port)[0],
-        )
-    entry = cause("no_socket")
-    return ResetCause(
-        entry.code,
-        f"{_a(_segment(trigger))} from {facts.remote} matched no socket on {facts.local} ({facts.netns}): "
-        f"{entry.summary}",
-        prefix + entry.checks_for(port=facts.local_port)[0],
-    )
+        return _explained("no_listener", facts)
+    return _explained("no_socket", facts)
 
 
 def _non_syn_to_listener(facts: ResetFacts) -> ResetCause:
-    prefix = netns_prefix(facts.netns_name)
-    invalid = cause("conntrack_invalid")
     conntrack = facts.conntrack
     if conntrack is not None and not conntrack.loaded:
         evidence = (
@@ -215,133 +205,57 @@ def _non_syn_to_listener(facts: ResetFacts) -> ResetCause:
             "host never had or already forgot (e.g. the service restarted)"
         )
     else:
-        evidence = invalid.summary
+        evidence = cause("conntrack_invalid").summary
         if conntrack is not None:
             evidence += f" ({conntrack.text()})"
-    return ResetCause(
-        "non_syn_to_listener",
-        f"{_a(_segment(facts.trigger))} from {facts.remote} reached the LISTEN socket on {facts.local} "
-        f"({facts.netns}), which only accepts SYNs: no connection exists for it; {evidence}",
-        f"{prefix}{invalid.checks[0]}; to test the theory, {prefix}{invalid.fixes[0]}",
-    )
+    return _explained("non_syn_to_listener", facts, evidence=evidence)
+
+
+_NO_REASON = (None, "TCP_STATE", "TCP_DISCONNECT_WITH_DATA", "NOT_SPECIFIED")
 
 
 def _active(facts: ResetFacts) -> ResetCause | None:
     """The socket aborted on its own (tcp_send_active_reset): close, disconnect, timers."""
     reason = facts.reason
-    prefix = netns_prefix(facts.netns_name)
     if reason == "TCP_ABORT_ON_CLOSE" or (reason is None and facts.unread):
-        entry = cause("unread_data")
-        return ResetCause(
-            entry.code,
-            f"{facts.owner} closed its connection {facts.local} -> {facts.remote} with {facts.unread} bytes "
-            f"it had not read: {entry.summary}",
-            entry.fixes[0],
-        )
+        return _explained("unread_data", facts, unread=facts.unread)
     if reason == "TCP_KEEPALIVE_TIMEOUT":
-        entry = cause("keepalive_timeout")
-        return ResetCause(
-            entry.code,
-            f"keepalive probes from {facts.local} to {facts.remote} went unanswered: {entry.summary}",
-            prefix + entry.checks[0],
-        )
+        return _explained("keepalive_timeout", facts)
     if reason == "TCP_ABORT_ON_MEMORY":
-        entry = cause("memory_abort")
         retried = f" after {facts.retransmits} retransmissions" if facts.retransmits else ""
-        return ResetCause(
-            entry.code,
-            f"the kernel aborted the orphaned connection {facts.local} -> {facts.remote} ({facts.state}, "
-            f"already closed by its application){retried}: {entry.summary}",
-            prefix + entry.checks[0],
-        )
+        return _explained("memory_abort", facts, retried=retried)
     if reason == "TCP_ABORT_ON_LINGER":
-        return ResetCause(
-            "fin_wait2_linger",
-            f"{facts.owner} set TCP_LINGER2 below zero: the kernel aborts {facts.local} -> {facts.remote} "
-            "instead of waiting in FIN_WAIT2",
-            cause("fin_wait2_linger").fixes[0],
-        )
-    if facts.linger_zero and reason in (None, "TCP_STATE", "TCP_DISCONNECT_WITH_DATA", "NOT_SPECIFIED"):
-        entry = cause("linger_zero")
+        return _explained("fin_wait2_linger", facts)
+    if facts.linger_zero and reason in _NO_REASON:
         dropped = f" and dropped {facts.unsent} unsent bytes" if facts.unsent else ""
-        return ResetCause(
-            entry.code,
-            f"{facts.owner} closed {facts.local} -> {facts.remote} with SO_LINGER {{on, 0}}: "
-            f"{entry.summary}{dropped}",
-            entry.fixes[0],
-        )
+        return _explained("linger_zero", facts, dropped=dropped)
     if not facts.accepted and facts.side == "server":
-        return ResetCause(
-            "listener_closed",
-            f"the listening socket on {facts.local} was closed while the connection from {facts.remote} "
-            f"waited in its accept queue: {cause('listener_closed').summary}",
-            f"{prefix}ss -ltn 'sport = :{facts.local_port}' — did the service stop or restart?",
-        )
-    if reason in (None, "TCP_STATE", "TCP_DISCONNECT_WITH_DATA", "NOT_SPECIFIED"):
-        entry = cause("abort")
-        return ResetCause(
-            entry.code,
-            f"{facts.owner} aborted {facts.local} -> {facts.remote} ({facts.state or 'no state'}): "
-            f"{entry.summary}",
-            entry.checks[0],
-        )
+        return _explained("listener_closed", facts)
+    if reason in _NO_REASON:
+        return _explained("abort", facts, known_state=facts.state or "no state")
     return None
 
 
 def _answered(facts: ResetFacts) -> ResetCause:
     """An RST answering a segment that reached a socket."""
     reason = facts.reason
-    segment = _segment(facts.trigger)
-    state = facts.state or "no socket"
     if facts.state == "LISTEN" and (facts.trigger is None or not facts.trigger.flags & _SYN):
         return _non_syn_to_listener(facts)
     if reason == "TCP_TIMEWAIT_SOCKET" or facts.state == "TIME_WAIT":
-        entry = cause("time_wait")
-        return ResetCause(
-            entry.code,
-            f"{_a(segment)} from {facts.remote} arrived for a connection {facts.local} already closed "
-            f"(TIME_WAIT): {entry.summary}",
-            entry.checks[0],
-        )
+        return _explained("time_wait", facts)
     if reason == "INVALID_SYN":
-        entry = cause("syn_in_window")
-        return ResetCause(
-            entry.code,
-            f"a SYN from {facts.remote} arrived on the existing {state} connection {facts.local}: "
-            f"{entry.summary}",
-            entry.checks[0],
-        )
+        return _explained("syn_in_window", facts)
     if reason == "TCP_ABORT_ON_DATA":
-        entry = cause("data_after_close")
-        return ResetCause(
-            entry.code,
-            f"data from {facts.remote} arrived after {facts.owner} closed {facts.local} ({state}): "
-            f"{entry.summary}",
-            entry.fixes[0],
-        )
+        return _explained("data_after_close", facts)
     detail = _OUT_OF_WINDOW.get(reason or "")
     if detail is not None or (reason is None and facts.state not in (None, "LISTEN")):
         trigger = facts.trigger
         numbers = f" (seq {trigger.seq}, ack {trigger.ack})" if trigger else ""
         because = f": {detail}" if detail else ""
-        return ResetCause(
-            "out_of_window",
-            f"{_a(segment)} from {facts.remote}{numbers} is outside the window of the {state} connection "
-            f"{facts.local}{because}",
-            cause("out_of_window").checks[0],
-        )
+        return _explained("out_of_window", facts, numbers=numbers, because=because)
     if reason == "TCP_FLAGS":
-        return ResetCause(
-            "bad_flags",
-            f"{_a(segment)} from {facts.remote} is not valid for the {state} socket {facts.local}",
-            cause("bad_flags").checks[0],
-        )
-    return ResetCause(
-        "unspecified",
-        f"the kernel answered a {segment} from {facts.remote} on {facts.local} ({state}) with RST "
-        f"(reason {reason or 'not given by this kernel'})",
-        cause("unspecified").checks[0],
-    )
+        return _explained("bad_flags", facts)
+    return _explained("unspecified", facts, reason=reason or "not given by this kernel")
 
 
 def classify_reset(facts: ResetFacts) -> ResetCause:
@@ -362,26 +276,18 @@ def classify_abort(
     errno_number: int, state: str | None, local: str, remote: str, retransmits: int, side: str | None
 ) -> ResetCause:
     """A connection the kernel killed without any RST (sock:inet_sk_error_report)."""
-    if errno_number == _ETIMEDOUT and state != "SYN_SENT":
-        return ResetCause(
-            "retransmit_timeout",
-            f"the kernel gave up on {local} -> {remote} after {retransmits} unanswered retransmissions "
-            f"(ETIMEDOUT): {cause('retransmit_timeout').summary}",
-            f"look for drops on the path (`netsleuth drops --host {remote.rsplit(':', 1)[0].strip('[]')}`) "
-            "and `ss -ti` retransmit counters; net.ipv4.tcp_retries2 sets how long the kernel tries",
-        )
     if errno_number == _ETIMEDOUT:
-        entry = cause("connect_timeout")
-        return ResetCause(
-            entry.code,
-            f"SYNs from {local} to {remote} went unanswered until the kernel gave up (ETIMEDOUT)",
-            f"`netsleuth conn --dst {remote}` shows where the SYNs died; {entry.checks[0]}",
-        )
-    import os
-
-    role = f" ({side})" if side else ""
-    return ResetCause(
-        "socket_error",
-        f"the kernel reported {os.strerror(errno_number)} on {local} -> {remote}{role} in {state}",
-        cause("socket_error").checks[0],
-    )
+        code = "connect_timeout" if state == "SYN_SENT" else "retransmit_timeout"
+    else:
+        code = "socket_error"
+    words = {
+        "local": local,
+        "remote": remote,
+        "remote_host": remote.rsplit(":", 1)[0].strip("[]"),
+        "retransmits": retransmits,
+        "error": os.strerror(errno_number),
+        "role": f" ({side})" if side else "",
+        "socket_state": state,
+    }
+    entry = cause(code)
+    return ResetCause(code, entry.explain(**words), entry.checks_for(**words)[0])
