@@ -68,7 +68,14 @@ def wait_hosts_running(
 ) -> None:
     def running() -> bool:
         body = client.get(f"/api/v1/sessions/{session_id}").json()
-        return all(body["hosts"][host]["state"] == "running" for host in hosts)
+        states = {host: body["hosts"][host] for host in hosts}
+        gone = {
+            h: f"{v['state']}: {v['reason']}"
+            for h, v in states.items()
+            if v["state"] in ("failed", "rejected")
+        }
+        assert not gone, f"hosts did not start: {gone}"
+        return all(view["state"] == "running" for view in states.values())
 
     wait_for(running, timeout, f"hosts {hosts} to run session {session_id}")
 

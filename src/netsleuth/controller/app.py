@@ -83,7 +83,9 @@ def create_app(config: ControllerConfig) -> FastAPI:
         audit = AuditLog(js)
         registry = HostRegistry(js, config.sessions.stale_after)
         await registry.start()
-        manager = SessionManager(nc, js, config.sessions, key, config.key_id, audit, registry.hostnames)
+        manager = SessionManager(
+            nc, js, config.sessions, key, config.key_id, audit, registry.hostnames, registry.netns_owners
+        )
         holder["services"] = Services(config, Authenticator(config), Rbac(config), audit, registry, manager)
         try:
             yield

@@ -75,10 +75,11 @@ class UserConfig:
 
 @dataclass(frozen=True)
 class SessionsConfig:
-    prepare_timeout: float = 5.0  # seconds for every host to load + attach and answer
+    prepare_timeout: float = 15.0  # seconds for every host to load + attach (BTF, CO-RE) and answer
     start_margin: float = 0.25  # T0 = now + margin, so every agent gets the start before T0
     stale_after: float = 15.0  # a heartbeat older than this: the host is "stale"
-    host_silence: float = 5.0  # a running host silent (no status/records) this long past its deadline: failed
+    host_silence: float = 10.0  # a host that answers no ping for this long is failed (a dead one: at once)
+    end_grace: float = 15.0  # after the deadline, how long a live host may take to drain and report its end
     history_max_age: float = 7 * 86400.0
     max_timeline: int = 100_000  # merged records kept per session; more are counted, not kept
 
@@ -175,6 +176,7 @@ def _sessions(data: dict[str, Any]) -> SessionsConfig:
         "start_margin",
         "stale_after",
         "host_silence",
+        "end_grace",
         "history_max_age",
         "max_timeline",
     }
@@ -185,6 +187,7 @@ def _sessions(data: dict[str, Any]) -> SessionsConfig:
         start_margin=_number(data, "start_margin", "sessions", defaults.start_margin),
         stale_after=_number(data, "stale_after", "sessions", defaults.stale_after),
         host_silence=_number(data, "host_silence", "sessions", defaults.host_silence),
+        end_grace=_number(data, "end_grace", "sessions", defaults.end_grace),
         history_max_age=_number(data, "history_max_age", "sessions", defaults.history_max_age),
         max_timeline=_count(data, "max_timeline", "sessions", defaults.max_timeline),
     )

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -91,6 +92,17 @@ class HostRegistry:
 
     def all(self) -> list[dict[str, Any]]:
         return [self._with_state(entry) for _, entry in sorted(self._hosts.items())]
+
+    def netns_owners(self, hosts: Iterable[str]) -> dict[str, str]:
+        """Namespace name (and inode as text) -> host id, for the given hosts (a session's)."""
+        owners: dict[str, str] = {}
+        for host in hosts:
+            for namespace in (self._hosts.get(host) or {}).get("namespaces") or []:
+                if isinstance(namespace, dict):
+                    for key in ("name", "inode"):
+                        if namespace.get(key) not in (None, ""):
+                            owners.setdefault(str(namespace[key]), host)
+        return owners
 
     def hostnames(self) -> dict[str, str]:
         return {host: str(entry.get("hostname") or host) for host, entry in self._hosts.items()}

@@ -6,7 +6,7 @@ time-limited task (prepare: the agent verifies, loads and attaches, then reports
 ready or has failed, pick T0 = now + margin and send `start` to each ready host with T0 expressed on that
 host's own clock, so all of them watch the same window. Then collect, ping the running hosts every second
 (a host that stops answering is failed while the others go on), and end each host that has not reported its
-end `host_silence` seconds after the deadline. The agents enforce the deadline themselves too: a controller
+end `end_grace` seconds after the deadline. The agents enforce the deadline themselves too: a controller
 that dies mid-session leaves nothing attached anywhere.
 """
 
@@ -20,7 +20,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +62,6 @@ _FINAL = frozenset({"ended", "failed", "rejected"})
 _ACTIVE = frozenset({"preparing", "running"})
 _PINGS = 3
 _LIVENESS_S = 1.0
-_MISSED_PINGS = 3  # consecutive unanswered liveness pings (not "no responders": that is immediate)
 _HISTORY_BYTES = 900 << 10  # under max_payload (1 MiB): above it keep the verdicts, the timeline's start
 _KEPT_IN_MEMORY = 200  # ended sessions kept for fast reads; older ones are read from the history stream
 _SUBSCRIBER_QUEUE = 20_000
@@ -119,7 +118,12 @@ class HostView:
 
 class FleetSession:
     def __init__(
-        self, session_id: str, spec: SessionSpec, hostnames: dict[str, str], max_timeline: int
+        self,
+        session_id: str,
+        spec: SessionSpec,
+        hostnames: dict[str, str],
+        max_timeline: int,
+        netns_owner: dict[str, str] | None = None,
     ) -> None:
         self.id = session_id
         self.spec = spec
@@ -128,7 +132,7 @@ class FleetSession:
         self.t0_ns: int | None = None
         self.ended_ns: int | None = None
         self.hosts = {host: HostView() for host in spec.hosts}
-        self.merged = MergedTimeline(hostnames, max_entries=max_timeline)
+        self.merged = MergedTimeline(hostnames, max_entries=max_timeline, netns_owner=netns_owner)
         self.verdicts: list[dict[str, Any]] = []
         self.cancel_requested = False
         self.changed = asyncio.Event()
@@ -214,6 +218,7 @@ class SessionManager:
         key_id: str,
         audit: AuditLog,
         hostnames: Callable[[], dict[str, str]],
+        netns_owners: Callable[[Iterable[str]], dict[str, str]] | None = None,
     ) -> None:
         self._nc = nc
         self._js = js
@@ -222,6 +227,7 @@ class SessionManager:
         self._key_id = key_id
         self._audit = audit
         self._hostnames = hostnames
+        self._netns_owners = netns_owners
         self._sessions: OrderedDict[str, FleetSession] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -266,7 +272,8 @@ class SessionManager:
     async def start(self, session_id: str, spec: SessionSpec) -> FleetSession:
         """Creates the session and starts it in the background (the caller has authorised and audited it)."""
         hostnames = self._hostnames()
-        session = FleetSession(session_id, spec, hostnames, self._config.max_timeline)
+        owners = self._netns_owners(spec.hosts) if self._netns_owners is not None else {}
+        session = FleetSession(session_id, spec, hostnames, self._config.max_timeline, owners)
         self._sessions[session_id] = session
         self._forget_old()
         # Subscribed before any task goes out: a fast agent's "ready" cannot arrive before we listen.
@@ -478,27 +485,34 @@ class SessionManager:
         session.emit("status", {"host": host, **view.to_json()})
 
     async def _supervise(self, session: FleetSession, deadline_ns: int) -> None:
-        silence_ns = int(self._config.host_silence * 1e9)
-        cancel_deadline_ns: int | None = None
+        """Until every host is final: ping the pending ones once a second (a dead agent has no responder,
+        which NATS says at once; a hung one misses `host_silence` seconds of pings), and fail whoever has
+        not reported its end `end_grace` seconds after the deadline (or after a cancel)."""
+        grace_ns = int(self._config.end_grace * 1e9)
+        limit_ns = deadline_ns + grace_ns
+        cancelled = False
+        next_ping = 0.0
         while True:
             pending = [host for host, view in session.hosts.items() if view.state not in _FINAL]
             if not pending:
                 return
-            now = time.time_ns()
-            if session.cancel_requested and cancel_deadline_ns is None:
-                cancel_deadline_ns = now + silence_ns
-            limit = min(deadline_ns + silence_ns, cancel_deadline_ns or deadline_ns + silence_ns)
-            if now >= limit:
+            if session.cancel_requested and not cancelled:
+                cancelled = True
+                limit_ns = min(limit_ns, time.time_ns() + grace_ns)
+            if time.time_ns() >= limit_ns:
                 for host in pending:
-                    self._fail(
-                        session, host, f"no end status {self._config.host_silence:g} s after the deadline"
-                    )
+                    what = "the cancel" if cancelled else "the deadline"
+                    self._fail(session, host, f"no end status {self._config.end_grace:g} s after {what}")
                 await self._send_control(session, pending, "cancel")
                 return
-            await asyncio.gather(*(self._liveness(session, host) for host in pending))
+            if time.monotonic() >= next_ping:
+                next_ping = time.monotonic() + _LIVENESS_S
+                await asyncio.gather(*(self._liveness(session, host) for host in pending))
             session.changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(session.changed.wait(), timeout=_LIVENESS_S)
+                await asyncio.wait_for(
+                    session.changed.wait(), timeout=max(0.05, next_ping - time.monotonic())
+                )
 
     async def _liveness(self, session: FleetSession, host: str) -> None:
         view = session.hosts[host]
@@ -510,7 +524,7 @@ class SessionManager:
             self._fail(session, host, "agent stopped answering (disconnected from NATS)")
         except (NatsTimeoutError, TimeoutError):
             view.missed_pings += 1
-            if view.missed_pings >= _MISSED_PINGS:
+            if view.missed_pings * _LIVENESS_S >= self._config.host_silence:
                 self._fail(session, host, f"agent stopped answering ({view.missed_pings} pings unanswered)")
         except Exception:  # NATS itself is down; the deadline will decide
             view.missed_pings += 1

@@ -1,0 +1,186 @@
+"""The controller's configuration, authentication, authorisation and request parsing, without NATS."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from netsleuth.controller.auth import Authenticator, AuthError, Principal, hash_token, token_matches
+from netsleuth.controller.config import ControllerConfig, load_controller_config, parse_controller_config
+from netsleuth.controller.rbac import Denied, Rbac
+from netsleuth.controller.requests import BadRequest, parse_session_request
+from netsleuth.errors import UsageError
+from netsleuth.fleet.protocol import generate_private_key, private_key_to_text
+
+DIAGNOSTICS = ("drops", "resets", "conn", "diagnose")
+TOKEN = "alice-token-0123456789abcdef"
+
+
+def _config(tmp_path: Path, extra: dict[str, Any] | None = None) -> ControllerConfig:
+    key = tmp_path / "signing.key"
+    key.write_text(private_key_to_text(generate_private_key()))
+    data: dict[str, Any] = {
+        "signing": {"key_file": "signing.key"},
+        "roles": {
+            "web": {"diagnostics": ["drops", "conn"], "hosts": ["web-*", "label:tier=web"], "netns": ["web"]},
+            "ops": {"diagnostics": ["*"], "hosts": ["*"], "netns": ["host"], "max_duration": 120},
+            "admins": {"admin": True, "diagnostics": ["*"], "hosts": ["*"], "netns": ["*"]},
+        },
+        "users": [
+            {"name": "alice", "token_hash": hash_token(TOKEN), "roles": ["web"]},
+            {"name": "olga", "token_hash": hash_token("olga-token-0123456789", "scrypt"), "roles": ["ops"]},
+        ],
+    }
+    data.update(extra or {})
+    return parse_controller_config(data, "test", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"signing": {}}, "signing.key_file"),
+        ({"signing": {"key_file": "missing.key"}}, "does not exist"),
+        ({"sessions": {"prepare_timeout": -1}}, "sessions.prepare_timeout must be a number above 0"),
+        ({"sessions": {"prepare_timout": 3}}, "unknown setting sessions.prepare_timout"),
+        ({"users": [{"name": "x", "token_hash": "plain", "roles": []}]}, "hash-token"),
+        ({"users": [{"name": "x", "token_hash": hash_token("t" * 20), "roles": ["nope"]}]}, "role 'nope'"),
+        ({"roles": {"r": {"hosts": ["label:tier"]}}, "users": []}, "label:KEY=VALUE"),
+        ({"http": {"listen": "nowhere"}}, "http.listen must be HOST:PORT"),
+        ({"nats": {"url": "http://x"}}, "nats.url"),
+        ({"users": []}, "nobody could ever log in"),
+    ],
+)
+def test_config_mistakes_are_one_sentence(tmp_path: Path, change: dict[str, Any], words: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        _config(tmp_path, change)
+    assert words in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_config_file_that_is_not_toml(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[http\n")
+    with pytest.raises(UsageError, match="is not valid TOML"):
+        load_controller_config(path)
+
+
+def test_tokens_are_checked_against_hashes_only(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    assert TOKEN not in json.dumps([user.token_hash for user in config.users])
+    auth = Authenticator(config)
+    assert auth.authenticate(f"Bearer {TOKEN}") == Principal("alice", ("web",), "token")
+    assert auth.authenticate("Bearer olga-token-0123456789").user == "olga"  # scrypt
+    for header, words in [
+        (None, "needs an Authorization"),
+        ("Basic abc", "Bearer"),
+        ("Bearer wrong", "not valid"),
+        ("Bearer " + "x" * 9000, "too long"),
+    ]:
+        with pytest.raises(AuthError, match=words):
+            auth.authenticate(header)
+    assert token_matches(TOKEN, hash_token(TOKEN, "scrypt")) and not token_matches("other", hash_token(TOKEN))
+
+
+def test_oidc_jwt_against_a_jwks_file(tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    jwk = json.loads(jwt.algorithms.OKPAlgorithm.to_jwk(key.public_key()))
+    (tmp_path / "jwks.json").write_text(
+        json.dumps({"keys": [{**jwk, "kid": "k1", "alg": "EdDSA", "use": "sig"}]})
+    )
+    config = _config(
+        tmp_path,
+        {"oidc": {"jwks_file": "jwks.json", "issuer": "https://idp.example", "audience": "netsleuth",
+                  "user_claim": "email", "roles_claim": "groups"}},
+    )  # fmt: skip
+    auth = Authenticator(config)
+    now = datetime.datetime.now(datetime.UTC)
+    claims = {"iss": "https://idp.example", "aud": "netsleuth", "email": "dev@example.org",
+              "groups": ["web", "not-a-role"], "exp": now + datetime.timedelta(minutes=5)}  # fmt: skip
+    token = jwt.encode(claims, key, algorithm="EdDSA", headers={"kid": "k1"})
+    assert auth.authenticate(f"Bearer {token}") == Principal("dev@example.org", ("web",), "oidc")
+    expired = jwt.encode({**claims, "exp": now - datetime.timedelta(minutes=1)}, key, "EdDSA", {"kid": "k1"})
+    with pytest.raises(AuthError, match="expired"):
+        auth.authenticate(f"Bearer {expired}")
+    wrong_audience = jwt.encode({**claims, "aud": "other"}, key, "EdDSA", {"kid": "k1"})
+    with pytest.raises(AuthError, match="not valid"):
+        auth.authenticate(f"Bearer {wrong_audience}")
+    forged = jwt.encode(claims, Ed25519PrivateKey.generate(), "EdDSA", {"kid": "k1"})
+    with pytest.raises(AuthError, match="not valid"):
+        auth.authenticate(f"Bearer {forged}")
+
+
+def test_roles_allow_only_what_one_role_grants(tmp_path: Path) -> None:
+    rbac = Rbac(_config(tmp_path))
+    alice = Principal("alice", ("web",), "token")
+    web1 = {"host": "web-1", "labels": {}}
+    tagged = {"host": "db-7", "labels": {"tier": "web"}}
+    rbac.check_session(alice, "drops", [web1, tagged], "web")
+    cases = [
+        ("resets", [web1], "web", "do not allow diagnostic resets"),
+        ("drops", [{"host": "db-1", "labels": {}}], "web", "on host db-1"),
+        ("drops", [web1], "db", "network namespace db on host web-1"),
+        ("drops", [web1], None, "network namespace host"),
+    ]
+    for diagnostic, hosts, netns, words in cases:
+        with pytest.raises(Denied, match=words):
+            rbac.check_session(alice, diagnostic, hosts, netns)
+    with pytest.raises(Denied, match="no role"):
+        rbac.check_session(Principal("x", ("gone",), "oidc"), "drops", [web1], "web")
+    assert rbac.may_see(alice, tagged) and not rbac.may_see(alice, {"host": "db-1"})
+    assert not rbac.is_admin(alice) and rbac.is_admin(Principal("r", ("admins",), "token"))
+    assert rbac.limits(Principal("o", ("ops", "web"), "token")).max_duration == 120
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        (b"{", 400, "not valid JSON"),
+        (b'"x"', 400, "JSON object"),
+        (b'{"diagnostic": "drops", "duration": 1}', 400, "exactly one of 'hosts'"),
+        (
+            b'{"hosts": ["a"], "selector": {"x": "y"}, "diagnostic": "drops", "duration": 1}',
+            400,
+            "exactly one",
+        ),
+        (b'{"hosts": [], "diagnostic": "drops", "duration": 1}', 400, "non-empty list"),
+        (b'{"hosts": ["a.b"], "diagnostic": "drops", "duration": 1}', 400, "host id"),
+        (b'{"hosts": ["a"], "diagnostic": "bpftrace", "duration": 1}', 422, "unknown diagnostic"),
+        (b'{"hosts": ["a"], "diagnostic": "drops", "duration": true}', 400, "duration"),
+        (
+            b'{"hosts": ["a"], "diagnostic": "drops", "duration": 1, "config": {"Bad": 1}}',
+            400,
+            "not a filter",
+        ),
+        (b'{"hosts": ["a"], "diagnostic": "drops", "duration": 1, "config": {"netns": ""}}', 400, "netns"),
+        (
+            b'{"hosts": ["a"], "diagnostic": "drops", "duration": 1, "config": {"comm": "'
+            + b"x" * 300
+            + b'"}}',
+            413,
+            "longer than",
+        ),
+        (
+            b'{"hosts": ["a"], "diagnostic": "drops", "duration": 1, "config": {"host": [[1]]}}',
+            400,
+            "list of",
+        ),
+        (b'{"hosts": ["a"], "diagnostic": "drops", "duration": 1, "x": 1}', 400, "unknown field 'x'"),
+        (b" " * 70_000, 413, "larger than"),
+    ],
+)
+def test_session_requests_are_refused_with_one_sentence(body: bytes, status: int, words: str) -> None:
+    with pytest.raises(BadRequest) as raised:
+        parse_session_request(body, DIAGNOSTICS)
+    assert raised.value.status == status and words in str(raised.value)
+
+
+def test_a_good_session_request() -> None:
+    body = {"hosts": ["lb", "lb", "server"], "diagnostic": "conn", "config": {"dport": 80, "netns": "web"},
+            "duration": 5}  # fmt: skip
+    request = parse_session_request(json.dumps(body).encode(), DIAGNOSTICS)
+    assert request.hosts == ("lb", "server") and request.netns == "web" and request.duration == 5.0
