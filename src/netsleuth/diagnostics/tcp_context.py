@@ -1,19 +1,13 @@
-"""Text helpers shared by the tcp-family records: endpoints and times as the records show them.
-
-The context these records are enriched with is netsleuth.kernel.context.KernelContext; `TcpContext` is its
-old name, kept only until the commands construct a `KernelContext` themselves.
-"""
+"""Text helpers shared by the tcp-family records: endpoints and times as the records show them (the context
+they are enriched with is netsleuth.kernel.context.KernelContext; owners are diagnostics.attribution's)."""
 
 from __future__ import annotations
 
 import datetime
 
 from netsleuth.diagnostics.attribution import owner_json, owner_text
-from netsleuth.kernel.context import KernelContext
 
-__all__ = ["TcpContext", "endpoint_text", "iso_time", "owner_json", "owner_text"]
-
-TcpContext = KernelContext  # deprecated alias: use KernelContext
+__all__ = ["endpoint_text", "iso_time", "owner_json", "owner_text"]
 
 
 def endpoint_text(address: str | None, port: int | None) -> str:
