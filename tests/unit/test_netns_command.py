@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from netsleuth.diagnose.drop_rules import DropContext, drop_verdicts
 from netsleuth.doctor.findings import Finding, FixAction, FixKind, Severity
 from netsleuth.doctor.fixes import action_netns, apply_command, mtu_fix, placed_in, sysctl_fix
 from netsleuth.netns_command import in_netns, is_placed
@@ -111,3 +112,33 @@ def test_host_wide_actions_are_applied_in_the_hosts_namespace() -> None:
     assert action_netns(host_wide, "fx1") is None
     assert action_netns((FixAction(FixKind.MTU, "fxa", "1400"),), "fx1") == "fx1"
     assert apply_command("a:b c", None) == "netsleuth doctor --fix 'a:b c' --yes"
+
+
+def _firewall_fix(context: DropContext) -> str:
+    from tests.unit.test_diagnose_rules import group
+
+    netfilter = {
+        "hook": "input",
+        "table": "filter",
+        "chain": "INPUT",
+        "rule": "-A INPUT -j DROP",
+        "backend": "iptables-nft",
+        "family": "ip",
+        "rule_number": 1,
+    }
+    [verdict] = drop_verdicts([group("NETFILTER_DROP", 2, netfilter=netfilter)], context)  # netns 4026531840
+    return verdict.fix[0]
+
+
+def test_drop_fix_in_an_unnamed_namespace_is_entered_by_a_process_file_never_run_on_the_host() -> None:
+    # A container's namespace has no `ip netns` name: printed bare, `iptables -D INPUT 1` would delete the
+    # host's first INPUT rule.
+    files = {4026531840: "/proc/4242/ns/net"}
+    inside = DropContext(1.0, {}, {}, host_netns=4026531833, netns_file=files.get)
+    assert _firewall_fix(inside).startswith("nsenter --net=/proc/4242/ns/net iptables -t filter -D INPUT 1")
+    gone = DropContext(1.0, {}, {}, host_netns=4026531833, netns_file=lambda inode: None)
+    assert _firewall_fix(gone).startswith(
+        "ip netns exec 4026531840 iptables"
+    )  # fails to enter, changes nothing
+    host = DropContext(1.0, {}, {}, host_netns=4026531840, netns_file=files.get)
+    assert _firewall_fix(host).startswith("iptables -t filter -D INPUT 1")

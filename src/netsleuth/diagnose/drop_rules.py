@@ -6,7 +6,7 @@ can act on. Anything else still becomes a verdict, named by its reason, so no dr
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,22 @@ class DropContext:
     seconds: float
     sysctls: dict[str, str]
     resets_by_flow: dict[tuple[str | None, int | None], int]  # (daddr, dport) → RSTs sent for it
+    # Where fixes run: this host's namespace inode, and a file to enter an unnamed one (/proc/PID/ns/net).
+    # Unset (recorded groups), a drop's fix is placed by its `ip netns` name alone.
+    host_netns: int | None = None
+    netns_file: Callable[[int], str | None] | None = None
+
+
+def _fix_netns(group: DropGroup, context: DropContext) -> str | None:
+    """The namespace a fix for `group` must run in, as `in_netns` takes it: its `ip netns` name, else a file
+    of a process inside it; None for this host's own. A namespace with neither (every process gone) gets its
+    inode, so the printed command fails to enter it rather than change the host."""
+    if group.netns_name:
+        return group.netns_name
+    if context.host_netns is None or group.netns in (0, context.host_netns):
+        return None
+    path = context.netns_file(group.netns) if context.netns_file is not None else None
+    return path or str(group.netns)
 
 
 def _who(example: DropRecord) -> str:
@@ -113,14 +129,16 @@ def _firewall(group: DropGroup, context: DropContext) -> Verdict:
         if netfilter.get("backend") == "iptables-legacy":
             tool += "-legacy"
         fix.append(
-            in_netns(f"{tool} -t {table} -D {chain} {netfilter.get('rule_number')}", group.netns_name)
+            in_netns(
+                f"{tool} -t {table} -D {chain} {netfilter.get('rule_number')}", _fix_netns(group, context)
+            )
             + "   # if this traffic should pass"
         )
     elif rule and netfilter.get("handle") is not None:
         fix.append(
             in_netns(
                 f"nft delete rule {netfilter.get('family')} {table} {chain} handle {netfilter['handle']}",
-                group.netns_name,
+                _fix_netns(group, context),
             )
             + "   # if this traffic should pass"
         )
@@ -145,7 +163,7 @@ def _no_listener(group: DropGroup, context: DropContext) -> Verdict:
         f"{group.count} packet(s) refused{refused}"
     )
     start, look = cause_entry("no_listener").fixes
-    fix = (start, in_netns(look, group.netns_name) + "   # what does listen there")
+    fix = (start, in_netns(look, _fix_netns(group, context)) + "   # what does listen there")
     return Verdict(
         "no-listener",
         _severity(group, context.seconds, loss=False),
@@ -170,7 +188,7 @@ def _listen_overflow(group: DropGroup, context: DropContext) -> Verdict:
         _severity(group, context.seconds, loss=True),
         cause,
         _evidence(group, context.seconds, somaxconn=somaxconn),
-        listen_overflow_fix(example.owner.comm, somaxconn, group.netns_name),
+        listen_overflow_fix(example.owner.comm, somaxconn, _fix_netns(group, context)),
         group.count,
         LISTEN_OVERFLOW_FINDINGS,
         cause_code="listen_overflow",
@@ -200,7 +218,9 @@ def _udp_rcvbuf(group: DropGroup, context: DropContext) -> Verdict:
     fix = (
         faster,
         f"{larger}: "
-        + in_netns("sysctl -w net.core.rmem_max=26214400 net.core.rmem_default=26214400", group.netns_name),
+        + in_netns(
+            "sysctl -w net.core.rmem_max=26214400 net.core.rmem_default=26214400", _fix_netns(group, context)
+        ),
     )
     return Verdict(
         "udp-rcvbuf",
@@ -246,7 +266,7 @@ def _rp_filter(group: DropGroup, context: DropContext) -> Verdict:
         _severity(group, context.seconds, loss=False),
         cause,
         _evidence(group, context.seconds),
-        (in_netns(loose, group.netns_name) + f"   # {rp_filter.remedy}",),
+        (in_netns(loose, _fix_netns(group, context)) + f"   # {rp_filter.remedy}",),
         group.count,
         ("rp-filter-drops",),
         cause_code=rp_filter.code,

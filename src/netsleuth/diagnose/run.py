@@ -28,6 +28,7 @@ from netsleuth.doctor.rules import diagnose as doctor_rules
 from netsleuth.doctor.snapshot import collect_snapshot
 from netsleuth.doctor.window import Window, counter_delta
 from netsleuth.kernel.context import KernelContext
+from netsleuth.kernel.netns import current_netns_inode
 
 if TYPE_CHECKING:
     from netsleuth.doctor.model import Snapshot
@@ -153,7 +154,13 @@ class DiagnosisSession:
         resets_by_flow = self._tcp.resets_by_flow()
         after = collect_snapshot(config.root, config.netns_name, settings_from=self._before)
         report = doctor_rules(Window(self._before, after))
-        context = DropContext(seconds=seconds, sysctls=after.sysctls, resets_by_flow=resets_by_flow)
+        context = DropContext(
+            seconds=seconds,
+            sysctls=after.sysctls,
+            resets_by_flow=resets_by_flow,
+            host_netns=current_netns_inode(),
+            netns_file=self._context.netns_path,
+        )
         verdicts = drop_verdicts(groups, context)
         if not any(verdict.category == "listen-overflow" for verdict in verdicts):
             overflows = counter_delta(self._before.netstat.get(_OVERFLOWS), after.netstat.get(_OVERFLOWS))
