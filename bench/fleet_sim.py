@@ -1,0 +1,293 @@
+"""Simulated fleet agents: many hosts in one asyncio process, each speaking the real agent protocol to a real
+NATS server (netsleuth.fleet.protocol), for the scale benchmark (bench/fleet_scale.py) and the UI load test.
+
+Each simulated host registers in the KV bucket and keeps its entry fresh, answers clock pings, checks every
+task like the real agent's admission does where it matters for load (the Ed25519 signature over the task,
+the host, the expiry, replays), replies, and then plays a session: preparing -> ready (after `prepare_s`),
+running at T0, `records` drop records in batches spread over the window, a summary, `ended` with exact
+totals. It attaches nothing: it measures the protocol, the server and the controller, not the kernel.
+
+    fleet = SimulatedFleet(nats_url, credentials, hosts=[f"sim-{i:04d}" for i in range(1000)],
+                           controller_key=public_key, agents_per_connection=25)
+    await fleet.start()       # connected, subscribed, registered
+    fleet.ready_at[session]   # {host: time.monotonic() of its "ready"}; ended_at likewise
+    await fleet.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from netsleuth import __version__
+from netsleuth.fleet.protocol import (
+    HOSTS_BUCKET,
+    Control,
+    HostEntry,
+    HostStatus,
+    PingReply,
+    ProtocolError,
+    RecordBatch,
+    SignedTask,
+    Task,
+    TaskReply,
+    control_subject,
+    decode,
+    ping_subject,
+    records_subject,
+    status_subject,
+    task_subject,
+)
+
+__all__ = ["SimulatedFleet", "SimulatedSession"]
+
+_ISO = "%Y-%m-%dT%H:%M:%S"
+
+
+def _iso(ns: int) -> str:
+    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC).isoformat(timespec="microseconds")
+
+
+@dataclass
+class SimulatedSession:
+    task: Task
+    host: str
+    client: Client
+    t0_ns: int = 0
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: bool = False
+    runner: asyncio.Task[None] | None = None
+
+
+class SimulatedFleet:
+    def __init__(
+        self,
+        nats_url: str,
+        credentials: dict[str, str],
+        hosts: Sequence[str],
+        controller_key: Ed25519PublicKey,
+        agents_per_connection: int = 25,
+        records: int = 10,
+        batch_records: int = 64,
+        prepare_s: float = 0.0,
+        heartbeat_s: float = 5.0,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        self.nats_url = nats_url
+        self.credentials = credentials
+        self.hosts = list(hosts)
+        self.controller_key = controller_key
+        self.agents_per_connection = max(1, agents_per_connection)
+        self.records = records
+        self.batch_records = batch_records
+        self.prepare_s = prepare_s
+        self.heartbeat_s = heartbeat_s
+        self.labels = labels or {"sim": "yes"}
+        self.clients: list[Client] = []
+        self._client_of: dict[str, Client] = {}
+        self._sessions: dict[tuple[str, str], SimulatedSession] = {}
+        self._seen_tasks: set[str] = set()
+        self._heartbeat: asyncio.Task[None] | None = None
+        self.ready_at: dict[str, dict[str, float]] = defaultdict(dict)
+        self.running_at: dict[str, dict[str, float]] = defaultdict(dict)
+        self.ended_at: dict[str, dict[str, float]] = defaultdict(dict)
+        self.tasks_received = 0
+        self.task_at: dict[str, dict[str, float]] = defaultdict(dict)  # when each host's task arrived
+        self.start_at: dict[str, dict[str, float]] = defaultdict(dict)  # when its start arrived
+        self.t0_ns: dict[str, int] = {}
+        self.refused: list[str] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        groups = [
+            self.hosts[start : start + self.agents_per_connection]
+            for start in range(0, len(self.hosts), self.agents_per_connection)
+        ]
+        for group in groups:
+            client = await nats.connect(
+                self.nats_url, name="netsleuth-sim", max_reconnect_attempts=-1, pending_size=16 << 20,
+                **self.credentials,
+            )  # fmt: skip
+            self.clients.append(client)
+            for host in group:
+                self._client_of[host] = client
+                await client.subscribe(task_subject(host), cb=self._task_handler(host))
+                await client.subscribe(control_subject(host), cb=self._control_handler(host))
+                await client.subscribe(ping_subject(host), cb=self._on_ping)
+            await client.flush()
+        await self._register_all()
+        self._heartbeat = asyncio.create_task(self._heartbeats())
+
+    async def stop(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+        for session in list(self._sessions.values()):
+            if session.runner is not None:
+                session.runner.cancel()
+        for client in self.clients:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    # -- registry ----------------------------------------------------------------------------------------
+    def _entry(self, host: str) -> bytes:
+        now = time.time_ns()
+        return HostEntry(
+            host=host,
+            hostname=host,
+            kernel="6.18-sim",
+            features={"simulated": True},
+            version=__version__,
+            labels=self.labels,
+            namespaces=[],
+            containers=[],
+            heartbeat=time.strftime(_ISO, time.gmtime(now / 1e9)) + "Z",
+            heartbeat_ns=now,
+            diagnostics=("drops", "resets", "conn", "diagnose"),
+        ).encode()
+
+    async def _register_all(self) -> None:
+        # A KV put is a JetStream publish to the key's subject; wait for every ack, a few hundred at a time.
+        for start in range(0, len(self.hosts), 200):
+            chunk = self.hosts[start : start + 200]
+            await asyncio.gather(
+                *(
+                    self._client_of[host].request(f"$KV.{HOSTS_BUCKET}.{host}", self._entry(host), timeout=10)
+                    for host in chunk
+                )
+            )
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            with contextlib.suppress(Exception):
+                await self._register_all()
+
+    # -- protocol ----------------------------------------------------------------------------------------
+    async def _on_ping(self, msg: Msg) -> None:
+        if msg.reply:
+            await msg.respond(PingReply(time.time_ns()).encode())
+
+    def _task_handler(self, host: str) -> Any:
+        async def on_task(msg: Msg) -> None:
+            self.tasks_received += 1
+            arrived = time.monotonic()
+            try:
+                signed = SignedTask.from_json(decode(msg.data, "task"))
+                signed.verify(self.controller_key)
+                task = signed.task
+                if task.host != host:
+                    raise ProtocolError(f"the task is for host {task.host!r}")
+                if task.expires_at <= time.time():
+                    raise ProtocolError("the task expired")
+                if task.id in self._seen_tasks:
+                    raise ProtocolError(f"task {task.id} was already received: a replay")
+                self._seen_tasks.add(task.id)
+            except ProtocolError as error:
+                self.refused.append(str(error))
+                await msg.respond(TaskReply(False, str(error)).encode())
+                return
+            await msg.respond(TaskReply(True, "", 0).encode())
+            self.task_at[task.session][host] = arrived
+            session = SimulatedSession(task, host, self._client_of[host])
+            self._sessions[(task.session, host)] = session
+            session.runner = asyncio.create_task(self._play(session))
+
+        return on_task
+
+    def _control_handler(self, host: str) -> Any:
+        async def on_control(msg: Msg) -> None:
+            with contextlib.suppress(ProtocolError):
+                control = Control.from_json(decode(msg.data, "control"))
+                session = self._sessions.get((control.session, host))
+                if session is None:
+                    return
+                if control.action == "start":
+                    session.t0_ns = control.t0_ns
+                    self.start_at[control.session][host] = time.monotonic()
+                    self.t0_ns[control.session] = control.t0_ns
+                else:
+                    session.cancelled = True
+                session.started.set()
+
+        return on_control
+
+    async def _status(self, session: SimulatedSession, state: Any, reason: str = "", **extra: Any) -> None:
+        status = HostStatus(session.host, session.task.session, state, reason, 0, **extra)
+        await session.client.publish(status_subject(session.task.session, session.host), status.encode())
+
+    @staticmethod
+    def _drop_record(host: str, now_ns: int, sport: int) -> dict[str, Any]:
+        return {
+            "type": "drop",
+            "v": 1,
+            "time": _iso(now_ns),
+            "monotonic_ns": time.monotonic_ns(),
+            "reason": "NETFILTER_DROP",
+            "proto": "tcp",
+            "saddr": "198.18.0.5",
+            "sport": sport,
+            "daddr": "198.18.2.7",
+            "dport": 8080,
+            "netns": host,
+            "location": "nf_hook_slow+0x9a",
+        }
+
+    async def _play(self, session: SimulatedSession) -> None:
+        task, host = session.task, session.host
+        await self._status(session, "preparing")
+        if self.prepare_s:
+            await asyncio.sleep(self.prepare_s)
+        await self._status(session, "ready")
+        self.ready_at[task.session][host] = time.monotonic()
+        try:
+            await asyncio.wait_for(session.started.wait(), max(0.1, task.expires_at - time.time()))
+        except TimeoutError:
+            await self._status(session, "ended", "start_timeout: no start came before the task expired")
+            return
+        if session.cancelled:
+            await self._status(session, "ended", "cancelled")
+            self.ended_at[task.session][host] = time.monotonic()
+            return
+        await asyncio.sleep(max(0.0, (session.t0_ns - time.time_ns()) / 1e9))
+        await self._status(session, "running", start_skew_ns=time.time_ns() - session.t0_ns)
+        self.running_at[task.session][host] = time.monotonic()
+        sent = 0
+        batches = max(1, -(-self.records // self.batch_records))
+        gap = task.deadline_s / (batches + 1)
+        subject = records_subject(task.session, host)
+        for seq in range(batches):
+            await asyncio.sleep(gap)
+            if session.cancelled:
+                break
+            count = min(self.batch_records, self.records - sent)
+            now = time.time_ns()
+            records = [
+                self._drop_record(host, now, port) for port in range(40000 + sent, 40000 + sent + count)
+            ]
+            await session.client.publish(subject, RecordBatch(host, task.session, seq, records).encode())
+            sent += count
+        await asyncio.sleep(max(0.0, (session.t0_ns + task.deadline_s * 1e9 - time.time_ns()) / 1e9))
+        totals = {"seen": sent, "total": sent, "emitted": sent, "sampled": 0, "lost": 0, "ungrouped": 0}
+        summary = {"type": "summary", "v": 1, **totals, "groups": [], "notes": ["simulated agent"]}
+        await session.client.publish(subject, RecordBatch(host, task.session, batches, [summary]).encode())
+        reason = "cancelled" if session.cancelled else f"duration: ran for its {task.deadline_s:g} s"
+        await self._status(
+            session, "ended", reason, totals=totals, lost=0, sampled=0, events=sent,
+            sent_bytes=len(json.dumps(summary)) * sent,
+        )  # fmt: skip
+        self.ended_at[task.session][host] = time.monotonic()
+        self._sessions.pop((task.session, host), None)
