@@ -309,3 +309,63 @@ def test_printed_fix_and_apply_lines_work_when_pasted(tmp_path: Path) -> None:
         made = set(rollback_dir.glob("*.json")) - rollback_before if rollback_dir.exists() else set()
         for rollback_file in made:
             rollback_file.unlink()
+
+
+_FLOOD = """
+import socket, sys, time
+deadline = time.time() + float(sys.argv[3])
+held = []
+while time.time() < deadline:
+    s = socket.socket()
+    s.setblocking(False)
+    s.connect_ex((sys.argv[1], int(sys.argv[2])))
+    held.append(s)  # keep them: each completed handshake the full accept queue refuses is an overflow
+    if len(held) > 200:
+        held.pop(0).close()
+    time.sleep(0.005)
+"""
+
+
+def _sysctl(host: Host | None, key: str) -> str:
+    argv = ("sysctl", "-n", key)
+    return (host.run(*argv) if host else run(*argv)).stdout.strip()
+
+
+def test_sysctl_fix_and_apply_lines_from_a_namespace_change_that_namespace_only() -> None:
+    """A listener that never accepts, in netns a, flooded with connects: doctor's listen-overflow finding
+    fixes two per-namespace sysctls. Its printed lines, pasted, change a's values and never the host's."""
+    from tests.privileged.tcp_helpers import Server
+
+    keys = ("net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog")
+    host_before = {key: _sysctl(None, key) for key in keys}
+    rollback_dir = Path("/var/lib/netsleuth/rollback")
+    rollback_before = set(rollback_dir.glob("*.json")) if rollback_dir.exists() else set()
+    try:
+        with lab() as the_lab:
+            a, _ = _pair(the_lab)
+            with Server(a, "198.18.0.1", 7300, "never_accept"):
+                flood = a.popen([sys.executable, "-c", _FLOOD, "198.18.0.1", "7300", "60"])
+                try:
+                    text = _doctor_text(a.name)
+                    fixes = _printed(text, "fix:")
+                    assert fixes == [
+                        f"ip netns exec {a.name} sysctl -w net.core.somaxconn=8192",
+                        f"ip netns exec {a.name} sysctl -w net.ipv4.tcp_max_syn_backlog=4096",
+                    ], text
+                    assert _printed(text, "apply with:") == [
+                        f"netsleuth doctor --netns {a.name} --fix listen-overflow --yes"
+                    ]
+                    _paste_all(fixes)
+                    assert [_sysctl(a, key) for key in keys] == ["8192", "4096"]
+                    # The next run proposes doubling again; its apply line applies that, in a as well.
+                    applies = _printed(_doctor_text(a.name), "apply with:")
+                    _paste_all(applies)
+                    assert [_sysctl(a, key) for key in keys] == ["16384", "8192"]
+                finally:
+                    flood.kill()
+                    flood.wait()
+        assert {key: _sysctl(None, key) for key in keys} == host_before
+    finally:
+        made = set(rollback_dir.glob("*.json")) - rollback_before if rollback_dir.exists() else set()
+        for rollback_file in made:
+            rollback_file.unlink()
