@@ -43,6 +43,7 @@ struct drop_scratch {
 };
 
 NS_SCRATCH_MAP(scratch, struct drop_scratch);
+NS_SCRATCH_MAP(drop_runs, struct drop_run);
 
 static __always_inline void count(enum ns_stat stat)
 {
@@ -88,10 +89,33 @@ static __always_inline void fill_owner(const bool direct, void *ctx, struct drop
 	}
 }
 
-static __always_inline void add_to_group(struct drop_group *group, __u32 skb_len)
+static __always_inline void add_to_group(struct drop_group *group, __u64 count, __u64 bytes)
 {
-	__sync_fetch_and_add(&group->count, 1);
-	__sync_fetch_and_add(&group->bytes, skb_len);
+	__sync_fetch_and_add(&group->count, count);
+	__sync_fetch_and_add(&group->bytes, bytes);
+}
+
+static __always_inline bool same_kind(const struct drop_group_key *a, const struct drop_group_key *b)
+{
+	return a->location == b->location && a->reason == b->reason && a->netns == b->netns;
+}
+
+/* Add this CPU's pending run to its group (bpf/drops.h struct drop_run). */
+static __always_inline void flush_run(struct drop_run *run)
+{
+	struct drop_group *group;
+
+	if (!run->count)
+		return;
+	run->flushes++;
+	group = bpf_map_lookup_elem(&drop_groups, &run->key);
+	if (group)
+		add_to_group(group, run->count, run->bytes);
+	else
+		ns_count_n(&drop_stats, NS_STAT_UNGROUPED, run->count); /* userspace forgot the group meanwhile */
+	run->count = 0;
+	run->bytes = 0;
+	run->flushes++;
 }
 
 /*
@@ -104,12 +128,13 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 {
 	struct drop_group_key group_key = {};
 	struct drop_group *group;
+	struct drop_run *run;
 	struct drop_scratch *buf;
 	struct drop_event *event;
 	struct net_device *dev;
 	struct sock *sk;
 	unsigned char *l3 = 0;
-	bool have_packet = false, have_device = false, have_owner = false;
+	bool have_packet = false, have_device = false, have_owner = false, grouped;
 	__u32 zero = 0, skb_len;
 	__u64 size;
 
@@ -168,11 +193,27 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	skb_len = NS_RD(direct, skb, len);
 	group_key.location = (__u64)location;
 	group_key.reason = reason;
-	group = bpf_map_lookup_elem(&drop_groups, &group_key);
-	if (group) {
-		add_to_group(group, skb_len);
+	run = bpf_map_lookup_elem(&drop_runs, &zero);
+	if (!run)
+		return 0;
+	if (run->count && same_kind(&run->key, &group_key)) {
+		/* The storm case: another drop of the kind this CPU counted last, whose group exists. */
+		run->count++;
+		run->bytes += skb_len;
 		if (!cfg.emit_events)
 			return 0;
+		grouped = true;
+	} else {
+		flush_run(run);
+		group = bpf_map_lookup_elem(&drop_groups, &group_key);
+		grouped = group != 0;
+		if (grouped) {
+			run->key = group_key;
+			run->count = 1;
+			run->bytes = skb_len;
+			if (!cfg.emit_events)
+				return 0;
+		}
 	}
 
 	if (!(cfg.filter_dev || needs_packet() || cfg.filter_owner))
@@ -190,7 +231,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	if (!have_owner)
 		fill_owner(direct, ctx, event, sk);
 
-	if (!group) {
+	if (!grouped) {
 		/* First drop of this kind: it becomes the group's example, with a few frames for the hook. Built in
 		 * the packet area of the scratch buffer, which is filled only later. */
 		struct drop_group *fresh = (struct drop_group *)(buf->tail + DROPS_MAX_FRAMES * 8);
@@ -202,7 +243,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 			ns_take_stack(ctx, fresh->example_frames, sizeof(fresh->example_frames)) / 8;
 		group = ns_group_insert(&drop_groups, &group_key, fresh, &drop_stats, 0);
 		if (group)
-			add_to_group(group, skb_len);
+			add_to_group(group, 1, skb_len);
 	}
 
 	if (!cfg.emit_events || !ns_emit_wanted(&drop_stats, 0, cfg.sample_every))

@@ -87,6 +87,20 @@ struct drop_group {
 	__u64 example_frames[DROPS_EXAMPLE_FRAMES];
 };
 
+/*
+ * The kind of drop this CPU counted last, and how many drops of it (and their bytes) are not yet in its
+ * drop_groups entry. A storm of one kind then costs a compare and two plain adds per drop instead of a hash
+ * lookup and two locked adds; the run goes into the group when a drop of another kind comes to this CPU.
+ * Userspace adds the runs still pending (per-CPU `drop_runs`) when it reads the groups; `flushes` is odd
+ * while a run is being added, and a reader that sees it change reads again.
+ */
+struct drop_run {
+	struct drop_group_key key;
+	__u64 count;
+	__u64 bytes;
+	__u64 flushes;
+};
+
 /* The enums userspace mirrors that no map or variable uses: drops.bpf.c keeps them in its BTF (bpf/abi.h). */
 struct drops_abi_types {
 	enum ns_stat stat;

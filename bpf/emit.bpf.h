@@ -59,6 +59,14 @@ static __always_inline void ns_count(void *stats, __u32 index)
 		*value += 1;
 }
 
+static __always_inline void ns_count_n(void *stats, __u32 index, __u64 n)
+{
+	__u64 *value = bpf_map_lookup_elem(stats, &index);
+
+	if (value)
+		*value += n;
+}
+
 static __always_inline bool ns_should_emit(__u32 sample_every)
 {
 	__u32 zero = 0;

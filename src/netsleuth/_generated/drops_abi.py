@@ -24,6 +24,7 @@ __all__ = [
     "DropEvent",
     "DropGroupKey",
     "DropGroupValue",
+    "DropRunC",
     "DropStat",
     "DropsConfigC",
 ]
@@ -120,9 +121,22 @@ class DropGroupValue(ctypes.Structure):
     )
 
 
+class DropRunC(ctypes.Structure):
+    """struct drop_run: 40 bytes."""
+
+    c_name = "drop_run"
+    _fields_ = (
+        ("key", DropGroupKey),
+        ("count", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("flushes", ctypes.c_uint64),
+    )
+
+
 # max_entries of every map in .maps (ring buffers: bytes).
 MAP_MAX_ENTRIES: dict[str, int] = {
     "drop_groups": 8192,
+    "drop_runs": 1,
     "drop_stats": 6,
     "dst_filter": 256,
     "events": 8388608,

@@ -75,6 +75,7 @@ MODULES: tuple[ModuleSpec, ...] = (
             "drop_event": "DropEvent",
             "drop_group_key": "DropGroupKey",
             "drop_group": "DropGroupValue",
+            "drop_run": "DropRunC",
         },
         (EnumSpec("drops_limits"),),
         {"DropStat": "EventStat"},

@@ -27,6 +27,7 @@ from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.program_session import ProgramSession, Variant
+from netsleuth.diagnostics.drop_runs import groups_with_runs
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
 from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
@@ -253,9 +254,7 @@ class DropsSession:
 
     def groups(self) -> Iterator[RawDropGroup]:
         """Counts by reason x location x netns, each with the first drop of its kind as the example."""
-        for key_bytes, value_bytes in self._programs.entries("drop_groups"):
-            key = DropGroupKey.from_buffer_copy(key_bytes)
-            value = DropGroupValue.from_buffer_copy(value_bytes)
+        for key, value in groups_with_runs(self._programs):
             frames = tuple(value.example_frames[: value.example.nr_frames])
             yield RawDropGroup(
                 reason=key.reason,
