@@ -203,6 +203,8 @@ class FleetLink:
         assert self._stopping is not None and self._register_now is not None
         while not self._stopping.is_set():
             await self._register("up")
+            if self.registrations == 1 and self._clock.best() is not None:
+                await self._register("up")  # at once with the clock offset the first write measured
             self._register_now.clear()
             waits = [
                 asyncio.ensure_future(self._stopping.wait()),
