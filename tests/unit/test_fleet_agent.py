@@ -4,8 +4,10 @@ caps and deadline on a fake diagnostic, clock offsets, conntrack matching, confi
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,7 +21,7 @@ from netsleuth.bpf.stats import ProgramStats
 from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
-from netsleuth.fleet.admission import HOST_NETNS, AcceptedTask, TaskAdmission, TaskRefused
+from netsleuth.fleet.admission import HOST_NETNS, AcceptedTask, ReplayGuard, TaskAdmission, TaskRefused
 from netsleuth.fleet.clock import OffsetEstimator, parse_nats_time
 from netsleuth.fleet.conntrack_records import entry_matches
 from netsleuth.fleet.nats_config import example_server_config
@@ -135,14 +137,16 @@ def test_forged_and_malformed_and_replayed() -> None:
         admission.admit(once)
 
 
-def test_replay_memory_is_pruned_after_expiry() -> None:
+def test_replay_memory_is_bounded_and_forgets_expired_ids() -> None:
     clock = [NOW]
-    admission = _admission(clock=clock)
-    admission.admit(_signed(_task(expires_at=NOW + 1)))
-    assert len(admission.replays) == 1
-    clock[0] = NOW + 2  # the remembered id expired: a full table forgets it (tested via the guard directly)
-    guard = admission.replays
-    assert guard.remember("another-task-id", NOW + 10)
+    guard = ReplayGuard(clock=lambda: clock[0], capacity=2)
+    assert guard.remember("task-0001", NOW + 1) and guard.remember("task-0002", NOW + 100)
+    assert not guard.remember("task-0001", NOW + 1)  # a replay
+    with pytest.raises(TaskRefused, match="2 unexpired task ids"):
+        guard.remember("task-0003", NOW + 100)  # full, nothing expired yet: refuse rather than forget
+    clock[0] = NOW + 2
+    assert guard.remember("task-0003", NOW + 100)  # task-0001 expired: its id is let go
+    assert len(guard) == 2
 
 
 # -- the session runner on a fake diagnostic -------------------------------------------------------------
@@ -325,3 +329,27 @@ def test_packaged_nats_config_is_the_generated_one_and_valid() -> None:
         pytest.skip("nats-server is not installed (make deps installs it)")
     check = subprocess.run(["nats-server", "-c", str(packaged), "-t"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+def test_systemd_accepts_the_fleet_drop_in_and_it_adds_no_capability(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.fail("systemd-analyze is missing (Debian package systemd)")
+    drop_in = (REPO / "packaging" / "netsleuth-agent-fleet.conf").read_text()
+    settings = [line.split("=", 1)[0] for line in drop_in.splitlines() if "=" in line and line[0] not in "#;"]
+    assert not {"CapabilityBoundingSet", "AmbientCapabilities", "User"} & set(settings)
+    netsleuth = Path(sys.executable).parent / "netsleuth"
+    unit = tmp_path / "netsleuth-agent.service"
+    unit.write_text(
+        (REPO / "packaging" / "netsleuth-agent.service")
+        .read_text()
+        .replace("/usr/bin/netsleuth", str(netsleuth))
+    )
+    (tmp_path / "netsleuth-agent.service.d").mkdir()
+    (tmp_path / "netsleuth-agent.service.d" / "fleet.conf").write_text(drop_in)
+    # The drop-in is read from the unit path (an unknown key in it would be reported on stderr).
+    env = {**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:"}
+    result = subprocess.run(
+        [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert result.returncode == 0 and result.stderr == "", result.stderr

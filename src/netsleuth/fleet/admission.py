@@ -52,8 +52,9 @@ class AcceptedTask:
 class ReplayGuard:
     """Task ids seen, each kept until its task's expiry (after which it is refused as expired anyway)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, capacity: int = _MAX_REMEMBERED) -> None:
         self._clock = clock
+        self._capacity = capacity
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -63,12 +64,12 @@ class ReplayGuard:
         with self._lock:
             if task_id in self._seen:
                 return False
-            if len(self._seen) >= _MAX_REMEMBERED:
+            if len(self._seen) >= self._capacity:
                 for known, expiry in list(self._seen.items()):
                     if expiry < now:
                         del self._seen[known]
-            if len(self._seen) >= _MAX_REMEMBERED:
-                raise TaskRefused(f"this agent already holds {_MAX_REMEMBERED} unexpired task ids")
+            if len(self._seen) >= self._capacity:
+                raise TaskRefused(f"this agent already holds {self._capacity} unexpired task ids")
             self._seen[task_id] = expires_at
             return True
 
