@@ -306,13 +306,16 @@ def test_slow_and_name_filters(dns_lab: DnsLab) -> None:
 
 
 def test_nothing_stays_attached_after_exit(dns_lab: DnsLab) -> None:
+    from tests.privileged.test_agent_harness import bpf_object_ids, wait_released
+
     with trace(dns_lab) as run:
         run.wait_ready()
-        ids = {prog["id"] for prog in bpftool_netsleuth_programs("dns_")}
-        assert len(ids) == 3  # egress, ingress, kfree_skb
+        programs, links = bpf_object_ids(run.process.pid)  # ours, whatever else runs on the host
+        names = {prog["name"] for prog in bpftool_netsleuth_programs("dns_") if prog["id"] in programs}
+        assert names == {"dns_egress", "dns_ingress", "dns_drop_b"}
+        assert len(links) == 3  # two cgroup links and the tracepoint's
         run.stop(signal.SIGTERM)
-    remaining = {prog["id"] for prog in bpftool_netsleuth_programs("dns_")}
-    assert not ids & remaining
+    wait_released(programs, links)
 
 
 @pytest.mark.parametrize(
@@ -390,3 +393,33 @@ def test_agent_session_runs_dns_from_the_registry(dns_lab: DnsLab) -> None:
     assert [(a["name"], a["rcode"], a["v"]) for a in answers] == [("gone.test", "NXDOMAIN", 1)] * 2
     summary = next(record for record in records if record["type"] == "summary")
     assert summary["diagnostic"] == "dns" and summary["queries"] == 3 and summary["answers"] == 3
+
+
+def test_diagnose_gives_dns_verdicts(dns_lab: DnsLab) -> None:
+    netns_etc = Path("/etc/netns") / dns_lab.client.name
+    netns_etc.mkdir(parents=True)
+    (netns_etc / "resolv.conf").write_text(
+        f"nameserver {dns_lab.pair.b4}\nsearch a.test b.test c.test\noptions ndots:5 attempts:1\n"
+    )
+    try:
+        with DnsTrace("diagnose", "--netns", dns_lab.client.name, "--duration", "6") as run:
+            run.wait_ready()
+            dns_lab.client.run("getent", "ahostsv4", "api.svc", check=False)
+            for _ in range(3):
+                dig(dns_lab.client, dns_lab.pair.b4, "servfail.test")
+            dns_lab.client.run("iptables", "-A", "INPUT", "-p", "udp", "--sport", "53", "-j", "DROP")
+            dig(dns_lab.client, dns_lab.pair.b4, "lost.ok.test")
+            assert run.finish(60) == 0
+            records = run.records()
+    finally:
+        (netns_etc / "resolv.conf").unlink(missing_ok=True)
+        netns_etc.rmdir()
+    verdicts = {record["category"]: record for record in records if record.get("type") == "verdict"}
+    assert {"dns-timeout-firewall", "dns-servfail", "dns-search-amplification"} <= set(verdicts)
+    firewall = verdicts["dns-timeout-firewall"]
+    assert "--sport 53 -j DROP" in firewall["cause"] and firewall["severity"] == "critical"
+    assert any("iptables -t filter -D INPUT 1" in fix for fix in firewall["fix"])
+    assert verdicts["dns-servfail"]["evidence"]["answers"] == 3
+    amplification = verdicts["dns-search-amplification"]
+    assert "api.svc" in amplification["cause"] and "becomes 4.0 DNS queries" in amplification["cause"]
+    assert any("ndots" in fix for fix in amplification["fix"])

@@ -124,3 +124,14 @@ def test_nxdomain_storm_counts_only_the_names_asked_for() -> None:
     # The same NXDOMAINs as search-list expansions are amplification, not a storm.
     folded = _row(nxdomain=30, noerror=10, lookups=10, expansions=30)
     assert [v.category for v in dns_verdicts([], [folded], 5.0)] == ["dns-search-amplification"]
+
+
+def test_drops_no_timeout_explains_get_their_own_verdict() -> None:
+    rule = "-A INPUT -p udp -m udp --sport 53 -j DROP"
+    explained = drop("NETFILTER_DROP", rule)
+    timeout = DnsTimeout(facts(), 5000.0, explained, None)
+    rcvbuf = drop("SOCKET_RCVBUFF", owner=Owner(4242, "curl", "socket"))
+    verdicts = dns_verdicts([explained, timeout, rcvbuf], [], 10.0)
+    assert sorted(verdict.category for verdict in verdicts) == ["dns-drop", "dns-timeout-firewall"]
+    (dropped,) = [verdict for verdict in verdicts if verdict.category == "dns-drop"]
+    assert "receive buffer of curl[4242]" in dropped.cause and dropped.severity is Severity.CRITICAL

@@ -128,6 +128,48 @@ def _timeout_verdicts(timeouts: Sequence[DnsTimeout], seconds: float) -> list[Ve
     return [_timeout_verdict(group, seconds) for group in groups.values()]
 
 
+def _drop_key(drop: DnsDrop) -> tuple[Any, ...]:
+    packet = drop.packet
+    return (drop.time, drop.reason, drop.id, packet.saddr, packet.sport, packet.daddr, packet.dport)
+
+
+def _drop_verdicts(drops: Sequence[DnsDrop], timeouts: Sequence[DnsTimeout], seconds: float) -> list[Verdict]:
+    """DNS packets dropped on this host that no timeout explains (yet): the resolver may have retried and
+    got through, but each such drop cost the application a retry interval."""
+    explained = {_drop_key(timeout.drop) for timeout in timeouts if timeout.drop is not None}
+    groups: dict[tuple[Any, ...], list[DnsDrop]] = defaultdict(list)
+    for drop in drops:
+        if _drop_key(drop) not in explained:
+            groups[(drop.direction, drop.reason, drop.rule, drop.owner.pid, drop.netns)].append(drop)
+    verdicts = []
+    for group in groups.values():
+        first = group[0]
+        evidence = {
+            "drops": len(group),
+            "rate_per_s": round(len(group) / seconds, 2) if seconds else None,
+            "names": [name for name, _ in Counter(d.name for d in group if d.name).most_common(5)],
+            "example": first.to_json(),
+        }
+        if first.rule:
+            fix = (*_firewall_fix(first),)
+        elif first.reason in _RCVBUF_REASONS:
+            fix = (f"make {first.owner.comm} read its DNS socket faster, or give it a larger SO_RCVBUF",)
+        else:
+            fix = (f"netsleuth drops --reason {first.reason} --port 53   # the full path of each drop",)
+        verdicts.append(
+            Verdict(
+                "dns-drop",
+                Severity.CRITICAL if first.rule or first.reason in _RCVBUF_REASONS else Severity.WARNING,
+                f"{len(group)} DNS {first.direction}(s) {first.cause().split(' ', 1)[1]}: each costs the "
+                "asking process a resolver retry (seconds)",
+                evidence,
+                fix,
+                len(group),
+            )
+        )
+    return verdicts
+
+
 def _server_failure_verdicts(answers: Sequence[DnsAnswer], seconds: float) -> list[Verdict]:
     failed: dict[tuple[str, int, str], list[DnsAnswer]] = defaultdict(list)
     for answer in answers:
@@ -236,8 +278,10 @@ def dns_verdicts(
     """Every DNS verdict of one watch: `records` from a DnsDiagnostic in event mode, `rows` its summary."""
     timeouts = [record for record in records if isinstance(record, DnsTimeout)]
     answers = [record for record in records if isinstance(record, DnsAnswer)]
+    drops = [record for record in records if isinstance(record, DnsDrop)]
     return [
         *_timeout_verdicts(timeouts, seconds),
+        *_drop_verdicts(drops, timeouts, seconds),
         *_server_failure_verdicts(answers, seconds),
         *_nxdomain_verdicts(rows, seconds),
         *_amplification_verdicts(rows),

@@ -49,6 +49,7 @@ from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.kconfig import thread_size
+from netsleuth.kernel.process import comm_of
 from netsleuth.packet import PacketTuple
 
 if TYPE_CHECKING:
@@ -76,6 +77,9 @@ _QUERY_SIZE = ctypes.sizeof(DnsQueryC)
 _SWEEP_S = 0.2
 _TCP = 6
 _TCP_RETRY_WINDOW_NS = 10_000_000_000
+# A closing socket purging what it had not read (e.g. a TCP answer's FIN after the resolver closed): part of
+# a normal close, as drop_rules says; counted in the kernel, not reported.
+_BENIGN_DROPS = frozenset({"QUEUE_PURGE"})
 _TIMEOUT_PSEUDO_RCODE = "TIMEOUT"  # --rcode TIMEOUT keeps timeouts when filtering by response code
 
 
@@ -438,6 +442,7 @@ class DnsDiagnostic:
     def __init__(self, config: DnsConfig, context: KernelContext | None = None) -> None:
         self.config = config
         self._context = context
+        self._own_context = context is None
         self._program = ProgramSession(
             "dns",
             ("dns_drop",),
@@ -462,6 +467,7 @@ class DnsDiagnostic:
         self._drops: OrderedDict[tuple[str | None, int, str | None, int], DnsDrop] = OrderedDict()
         self._timed_out: OrderedDict[tuple[int, int], float] = OrderedDict()  # (cookie, id) -> when
         self._truncated: OrderedDict[tuple[int | None, str, int], int] = OrderedDict()
+        self._process_names: dict[int, str] = {}
         self.attach_kind = ""
 
     # -- start -----------------------------------------------------------------------------------------
@@ -532,12 +538,23 @@ class DnsDiagnostic:
         self.attach_kind = f"cgroup_skb+{self._program.attach_kind}"
 
     # -- decoding --------------------------------------------------------------------------------------
+    def _process_name(self, pid: int, thread_comm: str) -> str:
+        """The process's name rather than the sending thread's (dig sends from `isc-net-0000`)."""
+        name = self._process_names.get(pid)
+        if name is None:
+            name = comm_of(pid) or thread_comm
+            if len(self._process_names) > 4096:
+                self._process_names.clear()
+            self._process_names[pid] = name
+        return name
+
     def _owner(self, query: DnsQueryC, sock_ino: int) -> Owner:
         in_task = bool(query.in_task) and not query.kthread and query.group.tgid
+        thread_comm = query.group.comm.decode(errors="replace")
         return self.context.owner(
             OwnerFacts(
                 task_pid=query.group.tgid if in_task else None,
-                task_comm=query.group.comm.decode(errors="replace"),
+                task_comm=self._process_name(query.group.tgid, thread_comm) if in_task else thread_comm,
                 tracked_pid=0,
                 tracked_comm="",
                 sock_ino=sock_ino,
@@ -564,16 +581,23 @@ class DnsDiagnostic:
             retransmits=query.retransmits,
         )
 
-    def _drop(self, event: DnsEvent, frames: tuple[int, ...], packet: bytes) -> DnsDrop:
-        from netsleuth.diagnostics.drops import RawDrop
+    def _prepared_drop_enricher(self) -> DropEnricher:
+        """Names for drops (reason, symbol, firewall rule). Made at the first poll, after attaching, like
+        drops does: kallsyms is read and the traced namespace's firewall baseline taken before any drop."""
         from netsleuth.diagnostics.drops_enrich import DropEnricher
 
         assert self._reasons is not None
         if self._drop_enricher is None:
             self._drop_enricher = DropEnricher(self._reasons, context=self.context)
             self._drop_enricher.prepare(self.config.packet_filter.netns)
+        return self._drop_enricher
+
+    def _drop(self, event: DnsEvent, frames: tuple[int, ...], packet: bytes) -> DnsDrop:
+        from netsleuth.diagnostics.drops import RawDrop
+
+        drop_enricher = self._prepared_drop_enricher()
         tuple_ = decode_tuple(event.tuple, event.tuple.l3_len)
-        record = self._drop_enricher.enrich(
+        record = drop_enricher.enrich(
             RawDrop(
                 monotonic_ns=event.time_ns,
                 location=event.location,
@@ -698,6 +722,8 @@ class DnsDiagnostic:
                     int.from_bytes(raw[i : i + 8], "little") for i in range(_EVENT_SIZE, frames_end, 8)
                 )
                 drop = self._drop(event, frames, payload)
+                if drop.reason in _BENIGN_DROPS:
+                    continue
                 self._remember_drop(drop)
                 if self.config.name_wanted(drop.name):
                     records.append(drop)
@@ -759,17 +785,33 @@ class DnsDiagnostic:
         return records
 
     # -- the session protocol --------------------------------------------------------------------------
+    @staticmethod
+    def _in_time_order(records: list[DnsRecord]) -> list[DnsRecord]:
+        # Answers are held one round (see _HeldAnswer) and drops are not: put each batch back in order.
+        return sorted(
+            records,
+            key=lambda record: (
+                record.time if isinstance(record, DnsDrop | DnsUnmatched) else record.query.time
+            ),
+        )
+
     def poll(self, timeout_ms: int) -> list[DnsRecord]:
         if self._program.started:
             self._owners.refresh(self._program.bpf_object)
+            if not self.config.summary_only:
+                self._prepared_drop_enricher()
         records = self._decode(self._program.poll(timeout_ms), final=False)
-        records.extend(self._sweep())
-        return records
+        if time.monotonic() - self._last_sweep >= _SWEEP_S:
+            # What arrived while the batch above was being named is read first: a drop explaining a
+            # timeout must be known before the sweep reports that timeout.
+            records.extend(self._decode(self._program.drain(), final=False))
+            records.extend(self._sweep())
+        return self._in_time_order(records)
 
     def drain(self) -> list[DnsRecord]:
         records = self._decode(self._program.drain(), final=True)
         records.extend(self._sweep(force=True))
-        return records
+        return self._in_time_order(records)
 
     def _counters(self) -> list[int]:
         return self._program.counter_sums("dns_stats", DnsStat.COUNT)
@@ -861,6 +903,8 @@ class DnsDiagnostic:
         if self._drop_enricher is not None:
             self._drop_enricher.close()
             self._drop_enricher = None
+        if self._own_context and self._context is not None:
+            self._context.close()  # a context made here (firewall matchers) is ours to close
 
     def __enter__(self) -> DnsDiagnostic:
         return self

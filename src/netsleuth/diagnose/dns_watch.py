@@ -1,0 +1,73 @@
+"""`diagnose`'s DNS watch: the dns programs for the diagnosis window, then `dns_rules` on what they saw.
+
+Only what a verdict needs reaches Python: SERVFAIL/REFUSED answers (filtered in the kernel), timeouts (the
+pending-table sweep) and dropped DNS packets; every other answer is only counted in the kernel's groups,
+which the search-list and NXDOMAIN rules read at the end. If the programs cannot load, the diagnosis goes on
+without DNS and says why (`problem`), as it does for the tcp programs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from netsleuth.diagnose.dns_rules import dns_verdicts
+from netsleuth.diagnose.verdicts import Verdict
+from netsleuth.errors import NetsleuthError
+
+if TYPE_CHECKING:
+    from netsleuth.diagnostics.dns import DnsDiagnostic, DnsRecord
+    from netsleuth.diagnostics.filters import PacketFilter
+    from netsleuth.kernel.context import KernelContext
+
+__all__ = ["DnsWatch"]
+
+_MAX_RECORDS = 10_000  # enough evidence for any verdict; a storm's rest is in the kernel's counts
+_SERVFAIL, _REFUSED = 2, 5
+
+
+class DnsWatch:
+    def __init__(self, packet_filter: PacketFilter, context: KernelContext, duration: float) -> None:
+        from netsleuth.diagnostics.dns import DnsConfig, DnsDiagnostic
+
+        # A query unanswered for half the window (at most the resolver default of 5 s) is a timeout.
+        timeout = min(5.0, max(0.5, duration / 2))
+        config = DnsConfig(
+            packet_filter=packet_filter,
+            rcodes=frozenset({_SERVFAIL, _REFUSED}),
+            filter_rcodes=True,
+            keep_timeouts=True,
+            timeout_s=timeout,
+        )
+        self._session: DnsDiagnostic | None = DnsDiagnostic(config, context)
+        self._records: list[DnsRecord] = []
+        self.problem: str | None = None
+
+    def start(self) -> None:
+        assert self._session is not None
+        try:
+            self._session.start()
+        except NetsleuthError as error:
+            self.problem = f"DNS not watched: {error}"
+            self._session.close()
+            self._session = None
+
+    def _keep(self, records: list[DnsRecord]) -> None:
+        self._records.extend(records[: max(0, _MAX_RECORDS - len(self._records))])
+
+    def poll(self) -> None:
+        if self._session is not None:
+            self._keep(self._session.poll(0))
+
+    def verdicts(self, seconds: float) -> list[Verdict]:
+        if self._session is None:
+            return []
+        self._keep(self._session.drain())
+        return dns_verdicts(self._records, self._session.summary(False).rows, seconds)
+
+    def program_fds(self) -> dict[str, int]:
+        return self._session.program_fds() if self._session is not None else {}
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
