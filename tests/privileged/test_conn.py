@@ -151,9 +151,11 @@ def test_bad_input_exits_2(argv: list[str], message: str) -> None:
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_verdict_through_dnat_names_the_hop_and_the_rule_that_dropped_the_translated_syn() -> None:
+@pytest.mark.parametrize("select", ["netns", "dst"])
+def test_verdict_through_dnat_names_the_hop_and_the_rule_that_dropped_the_translated_syn(select: str) -> None:
     """Issue 13 item 8: client -> lb (nftables DNAT 198.18.70.2:80 -> 198.18.71.2:8080) -> srv (INPUT drops
-    8080), all on this host. The dropped SYN carries the translated pair; conntrack in lb joins it back."""
+    8080), all on this host. The dropped SYN carries the translated pair; conntrack in lb joins it back.
+    Selected by the client's namespace, or by the address it dials (which the dropped SYN no longer has)."""
     with lab() as the_lab:
         client, balancer, server = the_lab.host("c"), the_lab.host("lb"), the_lab.host("s")
         the_lab.link(client, balancer, ["198.18.70.1/24"], ["198.18.70.2/24"])
@@ -173,7 +175,8 @@ def test_verdict_through_dnat_names_the_hop_and_the_rule_that_dropped_the_transl
         )
         server.run("iptables", "-A", "INPUT", "-p", "tcp", "--dport", "8080", "-j", "DROP")
         _fast_syn_timeout(client)
-        with TraceRun("conn", "--netns", client.name) as trace:
+        selection = ("--netns", client.name) if select == "netns" else ("--dst", "198.18.70.2:80")
+        with TraceRun("conn", *selection) as trace:
             trace.wait_ready()
             # conn reads lb's entry while the client retries (it lives 120 s in SYN_SENT there).
             assert connect(client, "198.18.70.2", 80, timeout=30) == "ERROR 110"

@@ -96,8 +96,12 @@ def read_conn_config(values: ConfigInput) -> ConnConfig:
         netns=packet_filter.netns,
         family=packet_filter.family,
     )
-    # Drops anywhere on the host: the one that kills a connection is often in another namespace.
-    drops_filter = PacketFilter(proto=_TCP, hosts=hosts, port=either_port, family=packet_filter.family)
+    # Drops anywhere on the host: the one that kills a connection is often in another namespace, and after a
+    # DNAT its packets no longer carry the server end, so only the client end narrows them in the kernel
+    # (docs/conn.md "Through NAT"); the selector and the NAT join pick the connection's own.
+    drops_filter = PacketFilter(
+        proto=_TCP, hosts=packet_filter.sources, port=packet_filter.sport, family=packet_filter.family
+    )
     return ConnConfig(selector, tcp_filter, drops_filter, run)
 
 
