@@ -193,21 +193,38 @@ class FakeDiagnostic:
         self.closed = True
 
 
-class _Ledger(ProgramLedger):
-    def stats_of(self, fd: int) -> ProgramStats:
-        return ProgramStats(run_time_ns=0, run_count=0)
+def _idle_ledger() -> ProgramLedger:
+    return ProgramLedger(stats_of=lambda fd: ProgramStats(run_count=0, run_time_ns=0))
+
+
+def _busy_ledger() -> ProgramLedger:
+    """Programs that run half of every wall-clock second: far over any small CPU budget."""
+    start = time.monotonic()
+    return ProgramLedger(
+        stats_of=lambda fd: ProgramStats(run_count=1, run_time_ns=int((time.monotonic() - start) * 0.5e9))
+    )
 
 
 def _run_session(
-    diagnostic: FakeDiagnostic, budgets: Budgets, deadline_s: float, start_in_s: float | None, **task: Any
+    diagnostic: FakeDiagnostic,
+    budgets: Budgets,
+    deadline_s: float,
+    start_in_s: float | None,
+    ledger: ProgramLedger | None = None,
+    **task: Any,
 ) -> tuple[list[HostStatus], list[dict[str, Any]], FleetSession]:
     published: list[tuple[str, bytes]] = []
     ended = threading.Event()
     accepted = AcceptedTask(_task(deadline_s=deadline_s, **task), {}, budgets, deadline_s)
     session = FleetSession(
-        accepted, "node-a", lambda: diagnostic, lambda s, d: published.append((s, d)), _Ledger(),
-        lambda: 1234, lambda _: ended.set(),
-    )  # fmt: skip
+        accepted,
+        "node-a",
+        lambda: diagnostic,
+        lambda subject, data: published.append((subject, data)),
+        ledger or _idle_ledger(),
+        lambda: 1234,
+        lambda _: ended.set(),
+    )
     session.begin()
     if start_in_s is not None:
         session.start_at(time.time_ns() + int(start_in_s * 1e9))
@@ -245,6 +262,23 @@ def test_event_cap_ends_the_session() -> None:
     statuses, records, _ = _run_session(diagnostic, Budgets(max_events=3), deadline_s=5, start_in_s=0.1)
     assert statuses[-1].reason.startswith("max_events") and statuses[-1].events == 3
     assert len([r for r in records if r["type"] == "drop"]) == 3
+
+
+def test_byte_cap_ends_the_session_before_the_record_that_would_pass_it() -> None:
+    now = time.time_ns()
+    diagnostic = FakeDiagnostic([now + 200_000_000 + i for i in range(5)])
+    statuses, records, _ = _run_session(diagnostic, Budgets(max_bytes=120), deadline_s=5, start_in_s=0.1)
+    end = statuses[-1]
+    assert end.reason.startswith("max_bytes") and 0 < end.sent_bytes <= 120
+    assert end.events == len([r for r in records if r["type"] == "drop"]) < 5
+
+
+def test_cpu_budget_ends_the_session() -> None:
+    statuses, _, _ = _run_session(
+        FakeDiagnostic([]), Budgets(cpu_percent=1), deadline_s=10, start_in_s=0.1, ledger=_busy_ledger()
+    )
+    assert statuses[-1].reason.startswith("cpu_budget"), statuses[-1].reason
+    assert "over the budget of 1%" in statuses[-1].reason
 
 
 def test_no_start_ends_at_the_tasks_expiry_and_cancel_works() -> None:
