@@ -22,6 +22,12 @@
         lab.sign(task)                    # -> SignedTask, signed with the controller key
         lab.nats_request(subject, data)   # one request as the controller (sync; from any thread or loop)
 
+    serve(lab, "server", 8081)            # a TCP listener in a host's namespace (gone with the lab)
+    connect(lab, "client", VIP, 80)       # one TCP connect from a host: "connected", "TimeoutError", ...
+    with DirectController(lab) as c:      # the controller's side of the protocol, without the controller
+        c.run_session("s1", ["client", "server"], config={"proto": "tcp"}, deadline_s=2)
+        c.wait_states("s1", {"server": ("ended",)}); c.states("s1"); c.records("s1", "server")
+
 Topology (every address in 198.18.0.0/16, one L2 segment on a bridge inside a "fabric" namespace):
     client 198.18.0.5   lb 198.18.1.10   server 198.18.2.7   any other host 198.18.3.<n>
     lb:     nftables DNAT 198.18.1.10:80 -> 198.18.2.7:8080 and 198.18.1.10:81 -> 198.18.2.7:8081, no SNAT
