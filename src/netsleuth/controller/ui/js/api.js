@@ -92,13 +92,17 @@ export async function streamEvents(path, onEvent, { signal, lastEventId } = {}) 
     buffer += value;
     // Normalise CRLF (sse-starlette's default) but keep a trailing lone CR until its LF arrives.
     const keep = buffer.endsWith("\r") ? "\r" : "";
-    buffer = buffer.slice(0, buffer.length - keep.length).replace(/\r\n?/g, "\n");
+    if (buffer.includes("\r")) buffer = buffer.slice(0, buffer.length - keep.length).replace(/\r\n?/g, "\n");
+    else if (keep) buffer = buffer.slice(0, -1);
+    // Walk the chunk with an index and cut the buffer once: slicing per event would copy the rest of a
+    // large chunk for every event in it (quadratic at thousands of events per chunk).
+    let start = 0;
     let cut;
-    while ((cut = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, cut);
-      buffer = buffer.slice(cut + 2);
+    while ((cut = buffer.indexOf("\n\n", start)) >= 0) {
+      const block = buffer.slice(start, cut);
+      start = cut + 2;
       let name = "message";
-      const data = [];
+      let data = null;
       for (const line of block.split("\n")) {
         if (line.startsWith(":")) continue; // keep-alive comment
         const colon = line.indexOf(":");
@@ -106,20 +110,19 @@ export async function streamEvents(path, onEvent, { signal, lastEventId } = {}) 
         let val = colon < 0 ? "" : line.slice(colon + 1);
         if (val.startsWith(" ")) val = val.slice(1);
         if (key === "event") name = val;
-        else if (key === "data") data.push(val);
+        else if (key === "data") data = data === null ? val : `${data}\n${val}`;
         else if (key === "id") lastId = val;
       }
-      if (!data.length) continue;
-      const text = data.join("\n");
-      let parsed = text;
+      if (data === null) continue;
+      let parsed = data;
       try {
-        parsed = JSON.parse(text);
+        parsed = JSON.parse(data);
       } catch {
         /* plain text event */
       }
       onEvent(name, parsed, lastId);
     }
-    buffer += keep;
+    buffer = buffer.slice(start) + keep;
   }
   return lastId;
 }

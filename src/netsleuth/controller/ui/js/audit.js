@@ -6,10 +6,17 @@ import { badge, field, fmtTime, h } from "./dom.js";
 
 const ACTIONS = ["auth", "session.create", "session.cancel", "session.end", "task.rejected", "audit.read"];
 
+function outcomeText(outcome) {
+  if (typeof outcome !== "object") return String(outcome);
+  return Object.entries(outcome)
+    .map(([key, val]) => `${key}: ${typeof val === "object" ? val?.state || JSON.stringify(val) : val}`)
+    .join(", ");
+}
+
 export async function renderAudit(root, ctx) {
   const user = h("input", { type: "text", name: "user", autocomplete: "off" });
   const decision = h("select", { name: "decision" }, h("option", { value: "" }, "any"), h("option", { value: "allow" }, "allow"), h("option", { value: "deny" }, "deny"));
-  const since = h("input", { type: "text", name: "since", placeholder: "2026-11-23T09:00:00Z or unix s", autocomplete: "off" });
+  const since = h("input", { type: "text", name: "since", placeholder: "ISO time or unix s", autocomplete: "off" });
   const action = h("select", { name: "action" }, h("option", { value: "" }, "any"), ACTIONS.map((a) => h("option", { value: a }, a)));
   const text = h("input", { type: "search", name: "text", placeholder: "session, host, reason…", autocomplete: "off" });
   const apply = h("button", { type: "submit" }, "Apply");
@@ -67,7 +74,7 @@ export async function renderAudit(root, ctx) {
           h("td", { class: "mono" }, e.action),
           h("td", {}, badge(e.decision || "–"), e.status ? h("div", { class: "muted small" }, String(e.status)) : null),
           h("td", {}, what(e)),
-          h("td", {}, e.reason || "", e.outcome ? h("div", { class: "muted small" }, typeof e.outcome === "object" ? JSON.stringify(e.outcome) : e.outcome) : null),
+          h("td", {}, e.reason || "", e.outcome ? h("div", { class: "muted small" }, outcomeText(e.outcome)) : null),
         ),
       ),
     );

@@ -10,11 +10,14 @@ export function hostState(host) {
   return host.state || host.status || "unknown";
 }
 
+/** Probed BPF features: what the host has, then what it lacks ("no fentry"); other facts are not features. */
 export function featureList(features) {
   if (!features || typeof features !== "object") return [];
-  return Object.entries(features)
-    .filter(([, v]) => v !== false && v !== null && v !== undefined && v !== 0)
-    .map(([k, v]) => (v === true ? k : `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`));
+  const entries = Object.entries(features).filter(([, v]) => typeof v === "boolean");
+  return [
+    ...entries.filter(([, v]) => v).map(([k]) => ({ text: k, has: true })),
+    ...entries.filter(([, v]) => !v).map(([k]) => ({ text: `no ${k}`, has: false })),
+  ];
 }
 
 export function namespaceNames(host) {
@@ -111,7 +114,7 @@ export async function renderHosts(root, ctx) {
     put(cells[1], h("strong", {}, host.host), host.hostname && host.hostname !== host.host ? h("div", { class: "muted small" }, host.hostname) : null, labelsOf(host).length ? h("div", { class: "tags" }, labelsOf(host).map((l) => h("span", { class: "tag" }, l))) : null);
     put(cells[2], badge(hostState(host)), host.last_error ? h("div", { class: "error small" }, host.last_error) : null);
     put(cells[3], h("span", { class: "mono" }, host.kernel || "–"));
-    put(cells[4], h("div", { class: "tags" }, featureList(host.features).map((f) => h("span", { class: "tag" }, f))));
+    put(cells[4], h("div", { class: "tags" }, featureList(host.features).map((f) => h("span", { class: f.has ? "tag" : "tag lacks" }, f.text))));
     put(cells[5], h("span", { class: "mono" }, host.version || "–"));
     put(cells[6], h("span", { title: fmtTime(host.heartbeat) }, fmtAgo(host.heartbeat)));
     const names = [...namespaceNames(host).map((n) => `netns ${n}`), ...containerNames(host).map((c) => `container ${c}`)];

@@ -15,21 +15,30 @@ const DESCRIPTIONS = {
   conn: "per-connection life: handshake, retransmits, drops, resets, outcome",
 };
 
-function allows(list, value) {
-  return Array.isArray(list) && (list.includes("*") || list.includes(value));
+/** Role entries are names or globs (`web-*`, `*`), as the controller matches them (fnmatch). */
+function globMatch(pattern, value) {
+  const re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")}$`);
+  return re.test(value);
 }
 
-async function catalogue(me) {
+function allows(list, value) {
+  return Array.isArray(list) && list.some((pattern) => globMatch(pattern, value));
+}
+
+/** The role may run on a host's own namespace (no netns in the request): `*` or `host` in its netns list. */
+function allowsWholeHost(list) {
+  return Array.isArray(list) && (list.includes("*") || list.includes("host"));
+}
+
+/** What the hosts can run (each reports its catalogue), limited to what the role allows. */
+function catalogue(me, hosts) {
   const allowed = me.allowed?.diagnostics || [];
-  let names = null;
-  try {
-    const answer = await api("/diagnostics");
-    names = Array.isArray(answer) ? answer : answer.diagnostics;
-  } catch {
-    names = null;
-  }
-  if (!Array.isArray(names)) names = allowed.includes("*") ? KNOWN_DIAGNOSTICS : allowed;
-  return names.map((d) => (typeof d === "string" ? d : d.name)).filter((d) => allows(allowed, d));
+  const offered = new Set();
+  for (const host of hosts) for (const name of host.diagnostics || []) offered.add(name);
+  let names = offered.size ? [...offered] : allowed.includes("*") ? KNOWN_DIAGNOSTICS : allowed;
+  names = names.filter((d) => allows(allowed, d));
+  // The usual entry points first, then the rest by name.
+  return names.sort((a, b) => (KNOWN_DIAGNOSTICS.indexOf(a) + 1 || 99) - (KNOWN_DIAGNOSTICS.indexOf(b) + 1 || 99) || a.localeCompare(b));
 }
 
 /** Filters as the CLI spells them; values go to the server as typed so its validation sentence is the CLI's. */
@@ -50,7 +59,8 @@ const NUMBER_FILTERS = new Set(["port", "sport", "dport", "pid"]);
 
 export async function renderNew(root, ctx) {
   const me = ctx.me;
-  const [hosts, diagnostics] = await Promise.all([api("/hosts"), catalogue(me)]);
+  const hosts = await api("/hosts");
+  const diagnostics = catalogue(me, hosts);
   hosts.sort((a, b) => String(a.host).localeCompare(String(b.host)));
   const allowedNetns = me.allowed?.netns || [];
 
@@ -84,13 +94,14 @@ export async function renderNew(root, ctx) {
 
   function refreshScope() {
     const previous = netnsSelect.value;
-    const chosen = byName.checked ? chosenHosts() : hosts;
+    const picked = chosenHosts();
+    const chosen = byName.checked && picked.length ? picked : hosts;
     const names = new Set();
     for (const host of chosen) for (const ns of namespaceNames(host)) if (allows(allowedNetns, ns)) names.add(ns);
     clear(netnsSelect);
-    if (allowedNetns.includes("*")) netnsSelect.append(h("option", { value: "" }, "all (host-wide)"));
+    if (allowsWholeHost(allowedNetns)) netnsSelect.append(h("option", { value: "" }, "each host's own"));
     for (const ns of [...names].sort()) netnsSelect.append(h("option", { value: ns }, ns));
-    if (!netnsSelect.options.length) netnsSelect.append(h("option", { value: "", disabled: true }, "no namespace your role allows on these hosts"));
+    if (!netnsSelect.options.length) netnsSelect.append(h("option", { value: "", disabled: true }, "none your role allows here"));
     if ([...netnsSelect.options].some((o) => o.value === previous)) netnsSelect.value = previous;
   }
 
@@ -129,9 +140,9 @@ export async function renderNew(root, ctx) {
       h("div", { class: "grid" }, diagField, field("Network namespace", netnsSelect, "as the hosts report it"), field("Duration (seconds)", duration)),
     ),
     h(
-      "fieldset",
-      {},
-      h("legend", {}, "Filters (applied in the kernel; all optional)"),
+      "details",
+      { class: "filters", open: window.innerWidth > 700 },
+      h("summary", {}, "Filters (optional; applied in the kernel, checked like the CLI's)"),
       h("div", { class: "grid" }, FILTERS.map(([key, text, hint]) => field(text, filterInputs[key], hint)), field("Address family", family)),
     ),
     error,

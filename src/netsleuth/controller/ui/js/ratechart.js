@@ -28,6 +28,9 @@ export function seriesName(rec) {
   return `${rec.host ?? "?"} · ${what}`;
 }
 
+// Bookkeeping records are not events: they would draw a spike at the end of every session.
+const NOT_EVENTS = new Set(["summary", "verdict", "conntrack", "notice"]);
+
 export class RateChart {
   constructor() {
     this.el = h("div", { class: "chart", role: "img", "aria-label": "Records per second per host and reason" });
@@ -50,8 +53,18 @@ export class RateChart {
     this.dirty = true;
   }
 
+  /** The session's window (epoch seconds): the x axis spans it even where nothing happened. */
+  setWindow(start, end) {
+    if (start && (this.windowStart !== start || this.windowEnd !== end)) {
+      this.windowStart = start;
+      this.windowEnd = end;
+      this.dirty = true;
+    }
+  }
+
   add(batch) {
     for (const rec of batch) {
+      if (NOT_EVENTS.has(rec.type)) continue;
       const second = epochSecond(rec.time);
       const name = seriesName(rec);
       let series = this.counts.get(name);
@@ -72,7 +85,9 @@ export class RateChart {
     const shown = ranked.slice(0, MAX_SERIES);
     const rest = ranked.slice(MAX_SERIES);
     const xs = [];
-    for (let s = this.first; s <= this.last; s += 1) xs.push(s);
+    const from = Math.min(this.first, this.windowStart ?? this.first);
+    const to = Math.max(this.last, this.windowEnd ?? this.last);
+    for (let s = from; s <= to; s += 1) xs.push(s);
     const columns = shown.map((name) => xs.map((s) => this.counts.get(name).get(s) || 0));
     if (rest.length) {
       shown.push(`other (${rest.length})`);
@@ -83,7 +98,13 @@ export class RateChart {
 
   draw(force = false) {
     const now = performance.now();
-    if (!this.dirty || this.first === null || (!force && now - this.lastDraw < 500)) return;
+    if (!this.dirty || (!force && now - this.lastDraw < 500)) return;
+    if (this.first === null) {
+      this.caption.textContent = "No per-event records yet: programs that count in the kernel (diagnose, summaries) report exact totals in the host cards instead.";
+      this.el.hidden = true;
+      return;
+    }
+    this.el.hidden = false;
     this.dirty = false;
     this.lastDraw = now;
     const { names, data } = this.data();
@@ -115,6 +136,7 @@ export class RateChart {
       this.plot.setData(data);
     }
     const total = [...this.totals.values()].reduce((a, b) => a + b, 0);
-    this.caption.textContent = `${total.toLocaleString("en-US")} records over ${data[0].length} s in ${this.totals.size} host×reason series.`;
+    const plural = (n, word) => `${n.toLocaleString("en-US")} ${word}${n === 1 ? "" : "s"}`;
+    this.caption.textContent = `${plural(total, "record")} over ${data[0].length} s in ${plural(this.totals.size, "host×reason series")}.`.replace("seriess", "series");
   }
 }

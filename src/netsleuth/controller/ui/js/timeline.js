@@ -27,6 +27,7 @@ export function flowKey(rec) {
 }
 
 export function flowLabel(rec) {
+  if (typeof rec.flow === "string" && rec.flow) return rec.flow;
   if (rec.client && rec.server) return `${rec.proto || "tcp"} ${rec.client} → ${rec.server}`;
   if (rec.saddr === undefined && rec.daddr === undefined) return `${rec.type || "record"} records`;
   return `${rec.proto || ""} ${endpoint(rec.saddr, rec.sport)} → ${endpoint(rec.daddr, rec.dport)}`.trim();
@@ -46,9 +47,23 @@ export function summary(rec) {
       return `${flow} ${rec.errno || ""} ${rec.cause || ""}${who}`;
     case "conn":
       return `${rec.client} → ${rec.server} ${rec.outcome}: ${rec.verdict}`;
-    case "nat":
-    case "conntrack":
-      return `${flow} ${rec.text || rec.state || ""} ${rec.reply ? `reply ${JSON.stringify(rec.reply)}` : ""}`;
+    case "verdict":
+      return rec.text || `${rec.severity || ""} ${rec.category || ""}: ${rec.cause || ""}`;
+    case "summary": {
+      // Exact totals per program ({"seen","total","emitted","sampled","lost"}), the rest in a word each.
+      const parts = [rec.diagnostic, rec.seconds !== undefined ? `${Number(rec.seconds).toFixed(1)} s` : null, rec.watched];
+      for (const [key, val] of Object.entries(rec)) {
+        if (val && typeof val === "object" && "total" in val) parts.push(`${key}: total ${val.total}, emitted ${val.emitted ?? "?"}, lost ${val.lost ?? 0}, sampled ${val.sampled ?? 0}`);
+      }
+      if (rec.total !== undefined) parts.push(`total ${rec.total}, lost ${rec.lost ?? 0}, sampled ${rec.sampled ?? 0}`);
+      if (rec.verdicts !== undefined) parts.push(`${rec.verdicts} verdict${rec.verdicts === 1 ? "" : "s"}`);
+      return parts.filter(Boolean).join(" · ");
+    }
+    case "conntrack": {
+      const tuple = (t) => (t ? `${endpoint(t.src, t.sport)} → ${endpoint(t.dst, t.dport)}` : "?");
+      const status = Array.isArray(rec.status) ? rec.status.join(",") : rec.status || "";
+      return `${rec.proto || ""} orig ${tuple(rec.orig)} reply ${tuple(rec.reply)} ${rec.state || ""} ${status}${rec.netns ? ` netns ${rec.netns}` : ""}`;
+    }
     default: {
       if (rec.text) return rec.text;
       const skip = new Set(["type", "v", "time", "host", "monotonic_ns"]);
@@ -167,10 +182,10 @@ export class Timeline {
       return;
     }
     const rec = item.rec;
-    el.className = `trow ${item.hop ? "hop " : ""}${rec.type || ""}`;
-    t.textContent = `${clock(rec.time)} `;
-    host.textContent = `${item.hop ? `hop ${item.hop} ` : ""}${rec.host ?? ""} `;
-    kind.textContent = `${rec.type ?? ""} `;
+    el.className = `trow ${item.hop ? "hop " : ""}t-${rec.type || "record"}`;
+    t.textContent = clock(rec.time);
+    host.textContent = `${item.hop ? `hop ${item.hop} · ` : ""}${rec.host ?? ""}`;
+    kind.textContent = rec.type ?? "";
     text.textContent = summary(rec);
   }
 
@@ -185,6 +200,9 @@ export class Timeline {
     }
     const total = this.length;
     this.spacer.style.height = `${total * ROW}px`;
+    // As tall as its rows, between 3 rows and the CSS max-height: no empty box under a short timeline.
+    const wanted = `${Math.max(3, total) * ROW + 2}px`;
+    if (this.scroller.style.height !== wanted) this.scroller.style.height = wanted;
     this.scroller.setAttribute("aria-rowcount", String(total));
     if (this.follow) {
       const bottom = Math.max(0, total * ROW - this.scroller.clientHeight);
@@ -193,7 +211,7 @@ export class Timeline {
         this.scroller.scrollTop = bottom;
       }
     }
-    const height = this.scroller.clientHeight || 420;
+    const height = this.scroller.clientHeight || ROW * 16;
     const first = Math.max(0, Math.floor(this.scroller.scrollTop / ROW) - OVERSCAN);
     const last = Math.min(total, Math.ceil((this.scroller.scrollTop + height) / ROW) + OVERSCAN);
     const needed = last - first;

@@ -3,17 +3,18 @@
 
 import { badge, h } from "./dom.js";
 
-const SEVERITY = { critical: 0, warning: 1, info: 2 };
-const OUTCOME = { dropped: 0, reset: 0, refused: 0, timeout: 0, failed: 0, partial: 1, delivered: 3, established: 3, ok: 3 };
+// One scale for both kinds. The merged per-hop verdict of a flow that lost traffic is what the fleet
+// exists for, so it leads; then each host's verdicts by severity; healthy flows last.
+const SEVERITY = { critical: 1, warning: 2, info: 4 };
+const OUTCOME = { dropped: 0, reset: 0, unanswered: 3, established: 5, seen: 5 };
 
 export function isHostVerdict(v) {
   return v && v.type === "verdict" && v.cause !== undefined && v.severity !== undefined;
 }
 
 export function rankKey(v) {
-  if (isHostVerdict(v)) return [SEVERITY[v.severity] ?? 2, -(v.evidence?.count || v.evidence?.drops || 0)];
-  const outcome = OUTCOME[v.outcome] ?? 1;
-  return [outcome === 0 ? 0 : outcome, -(v.hops?.length || 0)];
+  if (isHostVerdict(v)) return [SEVERITY[v.severity] ?? 4, -(v.evidence?.count || v.evidence?.drops || 0)];
+  return [OUTCOME[v.outcome] ?? 3, -(v.hops?.length || 0)];
 }
 
 export function rankVerdicts(list) {

@@ -1,0 +1,370 @@
+"""The web UI in a real browser (Debian's headless Chromium) against the real stack: nats-server, one real
+agent per host in the namespace testbed (client -> lb with nftables DNAT -> server whose firewall drops
+port 8080), and a real `netsleuth controller` process serving the page and its API.
+
+The tests click and type like a person (labels, roles and button names, so they also check that every
+control is labelled), and compare what the page shows with what the API says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.controller_lab import ControllerProcess
+from tests.fleet_lab import VIP, FleetLab
+from tests.netlab import wait_for
+from tests.ui_browser import BrowserPage, browser, open_page, sign_in
+
+pytestmark = pytest.mark.privileged
+
+HOSTS = ("client", "lb", "server")
+RULE = "-A INPUT -p tcp -m tcp --dport 8080 -j DROP"
+SERVICE_PORT = 80  # the VIP's port; the lb DNATs it to server:8080, where the firewall drops it
+NARROW_USER = "carol"
+
+
+@dataclass
+class UiStack:
+    lab: FleetLab
+    controller: ControllerProcess
+    browser: Browser
+    shots: Path
+    hosts: tuple[str, ...] = HOSTS
+    service_port: int = SERVICE_PORT
+    journal: dict[str, Any] = field(default_factory=dict)  # what earlier tests made (sessions, refusals)
+    pages: list[BrowserPage] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return self.controller.url
+
+    @property
+    def admin_token(self) -> str:
+        return self.controller.tokens["root"]
+
+    def page(self, user: str, width: int = 1280, height: int = 900) -> BrowserPage:
+        opened = open_page(self.browser, self.base_url, width, height)
+        self.pages.append(opened)
+        sign_in(opened.page, self.controller.tokens[user])
+        return opened
+
+    def api(self, user: str) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.controller.tokens[user]}"}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=20)
+
+    def drive_traffic(self, seconds: float = 1.0) -> None:
+        """SYNs from the client to the VIP: DNATed by lb, dropped by the server's firewall rule."""
+        code = (
+            "import socket\n"
+            f"s = socket.socket(); s.settimeout({max(0.5, seconds)})\n"
+            f"try:\n    s.connect(('{VIP}', {self.service_port}))\nexcept OSError as e:\n    print(e)\n"
+        )
+        self.lab.hosts["client"].run("python3", "-c", code, check=False)
+
+    def shot(self, page: Page, name: str, full_page: bool = True) -> None:
+        page.screenshot(path=str(self.shots / f"{name}.png"), full_page=full_page)
+
+
+@contextlib.contextmanager
+def fleet_ui_stack() -> Iterator[UiStack]:
+    """The whole stack, torn down in reverse whatever happens. Screenshots go to $NETSLEUTH_UI_SCREENSHOTS
+    (docs/img when the docs are refreshed) or a temporary directory."""
+    target = os.environ.get("NETSLEUTH_UI_SCREENSHOTS")
+    shots = Path(target) if target else Path(tempfile.mkdtemp(prefix="netsleuth-ui-shots-"))
+    shots.mkdir(parents=True, exist_ok=True)
+    try:
+        with FleetLab(hosts=HOSTS) as lab:
+            client_netns = lab.hosts["client"].netns
+            # A narrow role: only `drops`, only hosts client and lb, only the client's namespace.
+            narrow = (
+                "[roles.narrow]\n"
+                'diagnostics = ["drops"]\n'
+                'hosts = ["client", "lb"]\n'
+                f'netns = ["{client_netns}"]\n'
+                "max_concurrent = 1\n"
+                "max_duration = 10\n"
+            )
+            with (
+                ControllerProcess(
+                    lab, extra_config=narrow, extra_users={NARROW_USER: ["narrow"]}
+                ) as controller,
+                browser() as instance,
+            ):
+                stack = UiStack(lab, controller, instance, shots)
+                try:
+                    yield stack
+                finally:
+                    for opened in stack.pages:
+                        with contextlib.suppress(Exception):
+                            opened.context.close()
+    finally:
+        if not target:
+            shutil.rmtree(shots, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[UiStack]:
+    with fleet_ui_stack() as made:
+        yield made
+
+
+def session_id(page: Page) -> str:
+    """The id once the page moved to the session; the form's error sentence if the server refused."""
+    error = page.locator(".form-error:not([hidden])")
+    wait_for(lambda: "#/session/" in page.url or error.count() > 0, 20, "the session page")
+    assert "#/session/" in page.url, f"the session was refused: {error.inner_text()}"
+    return page.url.split("#/session/")[1]
+
+
+def start_diagnosis(page: Page, diagnostic: str, duration: int, proto: str = "tcp") -> str:
+    """From the hosts page: tick every host, open New diagnosis, fill it in, start; returns the session id."""
+    page.goto("/#/hosts")
+    page.get_by_role("checkbox", name="Select every shown host").check()
+    page.get_by_role("button", name="Diagnose selected").click()
+    page.get_by_role("heading", name="New diagnosis").wait_for()
+    page.get_by_label("Diagnostic").select_option(diagnostic)
+    page.get_by_label("Protocol").fill(proto)
+    page.get_by_label("Duration (seconds)").fill(str(duration))
+    page.get_by_role("button", name="Start diagnosis").click()
+    return session_id(page)
+
+
+def card(page: Page, host: str) -> Any:
+    return page.locator(f'.hostcard[data-host="{host}"]')
+
+
+def wait_cards(page: Page, states: dict[str, str], timeout_s: float) -> None:
+    for host, state in states.items():
+        expect(card(page, host)).to_have_attribute("data-state", state, timeout=timeout_s * 1000)
+
+
+def diagnose_session(stack: UiStack) -> str:
+    """Sign in, start `diagnose` on the three hosts, send the SYNs once every host runs; the session id."""
+    if "diagnose" in stack.journal:
+        return str(stack.journal["diagnose"])
+    opened = stack.page("alice")
+    page = opened.page
+    expect(page.locator("tbody tr[data-host]")).to_have_count(len(HOSTS))
+    stack.shot(page, "hosts")
+    session = start_diagnosis(page, "diagnose", duration=5)
+    wait_cards(page, dict.fromkeys(HOSTS, "running"), 40)
+    stack.drive_traffic(1.0)
+    stack.drive_traffic(1.0)
+    stack.shot(page, "session-live")
+    wait_cards(page, dict.fromkeys(HOSTS, "ended"), 60)
+    expect(page.locator(".verdict").filter(has_text=RULE).first).to_be_visible(timeout=20_000)
+    page.wait_for_timeout(600)  # the rate chart redraws at most twice a second
+    stack.shot(page, "session")
+    stack.journal["diagnose"] = session
+    stack.journal["diagnose_page"] = opened
+    return session
+
+
+def test_sign_in_diagnose_three_hosts_far_firewall_verdict_and_every_host_ended(stack: UiStack) -> None:
+    session = diagnose_session(stack)
+    opened: BrowserPage = stack.journal["diagnose_page"]
+    page = opened.page
+    with stack.api("alice") as client:
+        body = client.get(f"/api/v1/sessions/{session}").json()
+    assert body["state"] == "ended", body["hosts"]
+    # The firewall verdict of the far host names the rule; it is the worst thing found, so it comes first.
+    firewall = page.locator('.verdict[data-host="server"][data-category="firewall"]')
+    expect(firewall).to_contain_text(f'firewall rule "{RULE}"')
+    expect(firewall.locator("pre").first).to_contain_text("iptables -t filter -D INPUT 1")
+    expect(page.locator(".verdicts > li").first).to_contain_text(RULE)
+    assert any(v.get("category") == "firewall" and RULE in v.get("cause", "") for v in body["timeline"])
+    # Every host ended, with the agent's exact totals as the API has them.
+    for host in HOSTS:
+        expect(card(page, host)).to_have_attribute("data-state", "ended")
+        totals = body["hosts"][host]["totals"]
+        expect(card(page, host).locator('dd[data-k="total"]')).to_have_text(f"{totals['total']:,}")
+        expect(card(page, host).locator('dd[data-k="lost"]')).to_have_text(f"{totals['lost']:,}")
+    expect(page.locator(".session-head .badge")).to_have_text("ended")
+    # The merged timeline holds the records, grouped per flow on request with one line per hop.
+    assert page.locator(".trow").count() > 0
+    page.get_by_label("Group by flow (one line per hop)").check()
+    expect(page.locator(".trow.group").first).to_be_visible()
+    stack.shot(page, "timeline-grouped", full_page=False)
+    opened.assert_no_errors()
+
+
+def narrow_refusal(stack: UiStack) -> dict[str, Any]:
+    if "refused" in stack.journal:
+        return dict(stack.journal["refused"])
+    # A phone-sized window, signed in with the keyboard only: the token field has the focus, Enter submits.
+    opened = open_page(stack.browser, stack.base_url, width=390, height=844)
+    stack.pages.append(opened)
+    page = opened.page
+    page.goto("/")
+    expect(page.get_by_label("API token")).to_be_focused()
+    page.keyboard.type(stack.controller.tokens[NARROW_USER])
+    page.keyboard.press("Enter")
+    page.get_by_role("heading", name="Hosts").wait_for()
+    client_netns = stack.lab.hosts["client"].netns
+    # Only the hosts the role may see, no audit link, and the form offers only what the role allows.
+    expect(page.locator("tbody tr[data-host]")).to_have_count(2)
+    assert sorted(
+        page.locator("tbody tr[data-host]").evaluate_all("rows => rows.map(r => r.dataset.host)")
+    ) == [
+        "client",
+        "lb",
+    ]
+    expect(page.get_by_role("link", name="Audit")).to_be_hidden()
+    stack.shot(page, "hosts-narrow-window")
+    page.get_by_role("link", name="New diagnosis").focus()
+    page.keyboard.press("Enter")
+    page.get_by_role("heading", name="New diagnosis").wait_for()
+    diagnostics = page.get_by_label("Diagnostic").locator("option").evaluate_all("o => o.map(x => x.value)")
+    namespaces = (
+        page.get_by_label("Network namespace").locator("option").evaluate_all("o => o.map(x => x.value)")
+    )
+    assert diagnostics == ["drops"]
+    assert namespaces == [client_netns]
+    # What the server refuses comes back as its one sentence, shown next to the form as it is.
+    page.get_by_role("checkbox", name="client").check()
+    page.get_by_label("Duration (seconds)").fill("600")
+    page.get_by_role("button", name="Start diagnosis").click()
+    error = page.locator(".form-error:not([hidden])")
+    expect(error).to_have_text("duration 600 s is above your maximum of 10 s.")
+    # Nothing sticks out of the narrow window: the page does not scroll sideways.
+    assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1")
+    stack.shot(page, "new-diagnosis-refused-narrow-window")
+    # A hand-crafted request for a diagnostic the role lacks, sent from the signed-in page itself.
+    crafted = page.evaluate(
+        """async (netns) => {
+            const headers = {'Content-Type': 'application/json',
+                             Authorization: 'Bearer ' + sessionStorage.getItem('netsleuth.token')};
+            const request = {hosts: ['client'], diagnostic: 'diagnose', config: {netns}, duration: 3};
+            const body = JSON.stringify(request);
+            const res = await fetch('/api/v1/sessions', {method: 'POST', headers, body});
+            return {status: res.status, body: await res.json()};
+        }""",
+        client_netns,
+    )
+    assert crafted["status"] == 403, crafted
+    assert "diagnose" in crafted["body"]["error"], crafted
+    opened.assert_no_errors()
+    stack.journal["refused"] = crafted
+    return dict(crafted)
+
+
+def test_a_narrow_role_sees_only_its_diagnostics_and_namespaces_and_a_crafted_request_is_403_and_audited(
+    stack: UiStack,
+) -> None:
+    narrow_refusal(stack)
+    with stack.api("root") as client:
+        denied = client.get("/api/v1/audit", params={"user": NARROW_USER, "decision": "deny"}).json()
+    crafted = [e for e in denied if e.get("diagnostic") == "diagnose" and e.get("status") == 403]
+    assert crafted, denied
+    assert crafted[-1]["action"] == "session.create" and crafted[-1]["session"] is None
+    # Nothing was dispatched for it: the user has no `diagnose` session.
+    with stack.api(NARROW_USER) as client:
+        assert [s for s in client.get("/api/v1/sessions").json() if s["diagnostic"] == "diagnose"] == []
+
+
+def test_a_bad_filter_is_refused_with_the_servers_sentence_next_to_the_form(stack: UiStack) -> None:
+    """The same validation and sentence as the CLI: the page sends the filter as typed, the server checks it
+    with the diagnostic's own config parser, and its 4xx sentence appears next to the form."""
+    client_netns = stack.lab.hosts["client"].netns
+    opened = stack.page(NARROW_USER)
+    page = opened.page
+    page.goto("/#/new")
+    page.get_by_role("heading", name="New diagnosis").wait_for()
+    page.get_by_role("checkbox", name="client").check()
+    page.get_by_label("Destination port").fill("99999")
+    page.get_by_role("button", name="Start diagnosis").click()
+    error = page.locator(".form-error:not([hidden])")
+    wait_for(lambda: "#/session/" in page.url or error.count() > 0, 20, "an answer to the request")
+    bad = {"hosts": ["client"], "diagnostic": "drops", "config": {"dport": 99999, "netns": client_netns}}
+    assert "#/session/" not in page.url, "the controller accepted --dport 99999; it must refuse it (4xx)"
+    with stack.api(NARROW_USER) as client:
+        answer = client.post("/api/v1/sessions", json={**bad, "duration": 10})
+    assert 400 <= answer.status_code < 500, answer.text
+    expect(error).to_have_text(answer.json()["error"])
+    assert "99999" in answer.json()["error"]
+    opened.assert_no_errors()
+
+
+def killed_session(stack: UiStack) -> str:
+    if "killed" in stack.journal:
+        return str(stack.journal["killed"])
+    opened = stack.page("alice")
+    page = opened.page
+    session = start_diagnosis(page, "drops", duration=5)
+    wait_cards(page, dict.fromkeys(HOSTS, "running"), 40)
+    stack.drive_traffic(0.5)
+    try:
+        stack.lab.kill_agent("server")
+        wait_cards(page, {"server": "failed", "client": "ended", "lb": "ended"}, 60)
+        expect(card(page, "server")).to_contain_text("stopped answering")
+        expect(page.locator(".session-head .badge")).to_have_text("partial", timeout=20_000)
+        stack.shot(page, "session-host-failed")
+    finally:
+        stack.lab.start_agent("server")
+    opened.assert_no_errors()
+    stack.journal["killed"] = session
+    return session
+
+
+def test_a_host_killed_mid_session_turns_failed_while_the_others_finish(stack: UiStack) -> None:
+    session = killed_session(stack)
+    with stack.api("alice") as client:
+        body = client.get(f"/api/v1/sessions/{session}").json()
+    assert body["hosts"]["server"]["state"] == "failed"
+    assert body["hosts"]["client"]["state"] == "ended" and body["hosts"]["lb"]["state"] == "ended"
+
+
+def test_history_reopens_the_session_and_the_audit_lists_the_three_decisions(stack: UiStack) -> None:
+    diagnose = diagnose_session(stack)
+    killed = killed_session(stack)
+    narrow_refusal(stack)
+
+    opened = stack.page("alice")
+    page = opened.page
+    page.get_by_role("link", name="History").click()
+    expect(page.locator(f'tr[data-session="{diagnose}"]')).to_be_visible()
+    expect(page.locator(f'tr[data-session="{killed}"]')).to_be_visible()
+    stack.shot(page, "history")
+    page.locator(f'tr[data-session="{diagnose}"] a').click()
+    expect(page.get_by_text("Reopened from history (read-only).")).to_be_visible()
+    expect(page.get_by_role("button", name="Cancel session")).to_be_hidden()
+    expect(page.locator(".verdict").filter(has_text=RULE).first).to_be_visible()
+    for host in HOSTS:
+        expect(card(page, host)).to_have_attribute("data-state", "ended")
+    assert page.locator(".trow").count() > 0
+    opened.assert_no_errors()
+
+    admin = stack.page("root")
+    page = admin.page
+    page.get_by_role("link", name="Audit").click()
+    page.get_by_role("heading", name="Audit").wait_for()
+    creates = page.locator('tr[data-action="session.create"]')
+    expect(creates.filter(has_text=diagnose)).to_have_count(1)
+    expect(creates.filter(has_text=killed)).to_have_count(1)
+    expect(creates.filter(has_text=diagnose).locator(".badge")).to_have_text("allow")
+    refused = creates.filter(has_text=NARROW_USER).filter(has_text="diagnose")
+    expect(refused.first.locator(".badge")).to_have_text("deny")
+    stack.shot(page, "audit")
+    # Filtering narrows the table to the refusals of that user only.
+    page.get_by_label("User").fill(NARROW_USER)
+    page.get_by_label("Decision").select_option("deny")
+    page.get_by_role("button", name="Apply").click()
+    rows = page.locator("tbody tr[data-seq]")
+    expect(rows.first).to_be_visible()
+    decisions = rows.evaluate_all("rows => rows.map(r => r.dataset.decision)")
+    assert decisions and set(decisions) == {"deny"}
+    users = rows.locator("td:nth-child(2)").all_inner_texts()
+    assert all(re.match(NARROW_USER, text) for text in users), users
+    admin.assert_no_errors()
