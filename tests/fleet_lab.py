@@ -141,6 +141,15 @@ class AgentProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def metrics(self) -> str:
+        """The agent's /metrics page (its HTTP address is in its ready file)."""
+        import urllib.request
+
+        wait_for(self.ready_path.exists, 30, f"the agent of {self.host} to write its ready file")
+        listen = json.loads(self.ready_path.read_text())["listen"]
+        with urllib.request.urlopen(f"http://{listen}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+
 
 @dataclass
 class LabHost:

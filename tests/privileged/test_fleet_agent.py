@@ -140,6 +140,12 @@ def test_agent_refuses_unknown_diagnostics_and_foreign_scopes(
     assert not reply.accepted and "is for host 'lb'" in reply.reason
     reply = controller.send("server", b"{not json")
     assert not reply.accepted and "not valid JSON" in reply.reason
+    # The agent's own metrics count them.
+    metrics = lab.agent("server").metrics()
+    assert "netsleuth_fleet_connected 1.0" in metrics
+    refused_name = 'netsleuth_fleet_tasks_total{decision="refused"}'
+    refused_line = next(line for line in metrics.splitlines() if line.startswith(refused_name))
+    assert float(refused_line.split()[-1]) >= 6
 
 
 def test_agent_nats_user_reaches_only_its_own_subjects(lab: FleetLab) -> None:

@@ -387,3 +387,26 @@ def test_systemd_accepts_the_fleet_drop_in_and_it_adds_no_capability(tmp_path: P
         [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60, env=env
     )
     assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_fleet_metrics() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from netsleuth.fleet.metrics import FleetCollector
+
+    class Link:
+        is_connected = True
+        registrations = 7
+        accepted = 2
+        refused = 3
+        active_sessions = 1
+        clock_offset_ns: int | None = -20_661
+
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(Link()))
+    text = generate_latest(registry).decode()
+    assert "netsleuth_fleet_connected 1.0" in text
+    assert "netsleuth_fleet_registrations_total 7.0" in text
+    assert 'netsleuth_fleet_tasks_total{decision="refused"} 3.0' in text
+    assert "netsleuth_fleet_sessions_active 1.0" in text
+    assert "netsleuth_fleet_clock_offset_seconds -2.0661e-05" in text

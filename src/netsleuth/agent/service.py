@@ -188,6 +188,9 @@ class Agent:
                 self.config.fleet, self.config.sessions, context, self.ledger, self.bpf_stats_enabled
             )
             self.fleet.start()
+            from netsleuth.fleet.metrics import FleetCollector
+
+            self._register("fleet", FleetCollector(self.fleet))
         self.tcp_server = bind_tcp(self.config.listen, self, self.config.token())
         self._serve(self.tcp_server, "netsleuth-http")
         if self.config.socket is not None:

@@ -96,6 +96,7 @@ class FleetLink:
         self.last_error: str | None = None
         self.registrations = 0
         self.connected = threading.Event()
+        self.accepted = 0
         self.refused = 0
 
     # -- lifecycle (agent thread) ----------------------------------------------------------------------
@@ -127,6 +128,21 @@ class FleetLink:
     def sessions(self) -> list[FleetSession]:
         with self._lock:
             return list(self._sessions.values())
+
+    # -- for the metrics (fleet/metrics.py) ------------------------------------------------------------
+    @property
+    def is_connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    @property
+    def active_sessions(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    @property
+    def clock_offset_ns(self) -> int | None:
+        best = self._clock.best()
+        return best.offset_ns if best is not None else None
 
     # -- the loop's thread -----------------------------------------------------------------------------
     def _thread_main(self) -> None:
@@ -330,6 +346,7 @@ class FleetLink:
         except TaskRefused as refused:
             await self._refuse(msg, refused)
             return
+        self.accepted += 1
         if msg.reply:
             await msg.respond(TaskReply(True, "", self._clock.offset_ns).encode())
         _LOG.info(

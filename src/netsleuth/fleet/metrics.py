@@ -1,0 +1,57 @@
+"""The fleet link's own metrics on the agent's /metrics: is it connected, registering, refusing tasks, how far
+its clock is from the fleet's reference - what an operator alerts on before a diagnosis is needed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+__all__ = ["FleetCollector"]
+
+
+class _LinkState(Protocol):
+    @property
+    def is_connected(self) -> bool: ...
+
+    @property
+    def registrations(self) -> int: ...
+
+    @property
+    def accepted(self) -> int: ...
+
+    @property
+    def refused(self) -> int: ...
+
+    @property
+    def active_sessions(self) -> int: ...
+
+    @property
+    def clock_offset_ns(self) -> int | None: ...
+
+
+class FleetCollector:
+    def __init__(self, link: _LinkState) -> None:
+        self._link = link
+
+    def collect(self) -> Iterable[Metric]:
+        link = self._link
+        connected = "1 while the fleet link is connected to NATS"
+        yield GaugeMetricFamily("netsleuth_fleet_connected", connected, value=int(link.is_connected))
+        registrations = "Registry entries written (heartbeats)"
+        yield CounterMetricFamily("netsleuth_fleet_registrations", registrations, value=link.registrations)
+        tasks = CounterMetricFamily("netsleuth_fleet_tasks", "Tasks, by decision", labels=["decision"])
+        tasks.add_metric(["accepted"], link.accepted)
+        tasks.add_metric(["refused"], link.refused)
+        yield tasks
+        active = "Fleet sessions preparing or running"
+        yield GaugeMetricFamily("netsleuth_fleet_sessions_active", active, value=link.active_sessions)
+        offset = link.clock_offset_ns
+        if offset is not None:
+            yield GaugeMetricFamily(
+                "netsleuth_fleet_clock_offset_seconds",
+                "This host's wall clock minus the NATS server's (best of the last heartbeats)",
+                value=offset / 1e9,
+            )
