@@ -249,6 +249,21 @@ static __always_inline bool on_task_stack(bool *kthread)
 	return frame >= stack && frame < stack + cfg.thread_size;
 }
 
+/* The process's name: its thread group leader's comm (dig sends from a thread named isc-net-0000). A CO-RE
+ * flavor of task_struct (the ___ suffix is dropped when libbpf matches it to the kernel's type). */
+struct task_struct___leader {
+	struct task_struct___leader *group_leader;
+	char comm[16];
+} __attribute__((preserve_access_index));
+
+static __always_inline void process_name(char *comm)
+{
+	struct task_struct___leader *task = (void *)bpf_get_current_task();
+
+	if (BPF_CORE_READ_STR_INTO((char(*)[16])comm, task, group_leader, comm) <= 0)
+		bpf_get_current_comm(comm, 16);
+}
+
 static __always_inline __u64 socket_inode(struct __sk_buff *skb, __u32 *netns)
 {
 	struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
@@ -365,7 +380,7 @@ static __always_inline void handle_query(struct __sk_buff *skb, struct dns_packe
 
 		query->group.tgid = pid_tgid >> 32;
 		query->tid = (__u32)pid_tgid;
-		bpf_get_current_comm(query->group.comm, sizeof(query->group.comm));
+		process_name(query->group.comm);
 	}
 	if (cfg.filter_owner) {
 		bool by_task = query->group.tgid && (!cfg.pid || query->group.tgid == cfg.pid) &&

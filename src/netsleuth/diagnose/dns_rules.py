@@ -62,7 +62,8 @@ def _timeout_verdict(timeouts: list[DnsTimeout], seconds: float) -> Verdict:
         "rate_per_s": round(len(timeouts) / seconds, 2) if seconds else None,
         "names": _names(t.query for t in timeouts),
         "server": _server(facts),
-        "process": _process(facts),
+        "example": f"{facts.name} {facts.qtype} from {facts.client}:{facts.client_port} id {facts.id}",
+        "process": {"pid": facts.owner.pid, "comm": facts.owner.comm},
         "netns": facts.netns_name or facts.netns,
     }
     who, where = _process(facts), _server(facts)
@@ -128,6 +129,14 @@ def _timeout_verdicts(timeouts: Sequence[DnsTimeout], seconds: float) -> list[Ve
     return [_timeout_verdict(group, seconds) for group in groups.values()]
 
 
+def _packet_text(drop: DnsDrop) -> str:
+    packet = drop.packet
+    return (
+        f"{packet.proto_name} {packet.saddr}:{packet.sport} > {packet.daddr}:{packet.dport} "
+        f"id {drop.id} {drop.name or ''}".rstrip()
+    )
+
+
 def _drop_key(drop: DnsDrop) -> tuple[Any, ...]:
     packet = drop.packet
     return (drop.time, drop.reason, drop.id, packet.saddr, packet.sport, packet.daddr, packet.dport)
@@ -148,8 +157,11 @@ def _drop_verdicts(drops: Sequence[DnsDrop], timeouts: Sequence[DnsTimeout], sec
             "drops": len(group),
             "rate_per_s": round(len(group) / seconds, 2) if seconds else None,
             "names": [name for name, _ in Counter(d.name for d in group if d.name).most_common(5)],
-            "example": first.to_json(),
+            "example": _packet_text(first),
+            "drop": first.to_json(),
         }
+        if first.owner.pid:
+            evidence["process"] = {"pid": first.owner.pid, "comm": first.owner.comm}
         if first.rule:
             fix = (*_firewall_fix(first),)
         elif first.reason in _RCVBUF_REASONS:

@@ -49,7 +49,6 @@ from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.kconfig import thread_size
-from netsleuth.kernel.process import comm_of
 from netsleuth.packet import PacketTuple
 
 if TYPE_CHECKING:
@@ -467,7 +466,6 @@ class DnsDiagnostic:
         self._drops: OrderedDict[tuple[str | None, int, str | None, int], DnsDrop] = OrderedDict()
         self._timed_out: OrderedDict[tuple[int, int], float] = OrderedDict()  # (cookie, id) -> when
         self._truncated: OrderedDict[tuple[int | None, str, int], int] = OrderedDict()
-        self._process_names: dict[int, str] = {}
         self.attach_kind = ""
 
     # -- start -----------------------------------------------------------------------------------------
@@ -538,23 +536,13 @@ class DnsDiagnostic:
         self.attach_kind = f"cgroup_skb+{self._program.attach_kind}"
 
     # -- decoding --------------------------------------------------------------------------------------
-    def _process_name(self, pid: int, thread_comm: str) -> str:
-        """The process's name rather than the sending thread's (dig sends from `isc-net-0000`)."""
-        name = self._process_names.get(pid)
-        if name is None:
-            name = comm_of(pid) or thread_comm
-            if len(self._process_names) > 4096:
-                self._process_names.clear()
-            self._process_names[pid] = name
-        return name
-
     def _owner(self, query: DnsQueryC, sock_ino: int) -> Owner:
         in_task = bool(query.in_task) and not query.kthread and query.group.tgid
-        thread_comm = query.group.comm.decode(errors="replace")
         return self.context.owner(
             OwnerFacts(
                 task_pid=query.group.tgid if in_task else None,
-                task_comm=self._process_name(query.group.tgid, thread_comm) if in_task else thread_comm,
+                # The process's name: the kernel reads the thread group leader's comm (bpf/dns.bpf.c).
+                task_comm=query.group.comm.decode(errors="replace"),
                 tracked_pid=0,
                 tracked_comm="",
                 sock_ino=sock_ino,
