@@ -86,7 +86,7 @@ class ControllerProcess:
             f'[nats]\nurl = "{self.lab.nats_url}"\nuser = "{creds["user"]}"\n'
             f'password = "{creds["password"]}"\n\n'
             f'[signing]\nkey_file = "{key_file}"\nkey_id = "{self.lab.key_id}"\n\n'
-            "[sessions]\nprepare_timeout = 60\nstart_margin = 0.3\nhost_silence = 5\nend_grace = 60\n\n"
+            "[sessions]\nprepare_timeout = 60\nstart_margin = 0.5\nhost_silence = 5\nend_grace = 60\n\n"
             f"{users}{ROLES}\n{self.extra_config}"
         )
 

@@ -193,6 +193,9 @@ def _record_line(entry: dict[str, Any]) -> str:
         netfilter = entry.get("netfilter") or {}
         rule = f'  rule "{netfilter["rule"]}"' if netfilter.get("rule") else ""
         what = f"{entry.get('reason')} {entry.get('tcp_flags') or ''} at {entry.get('location')}{rule}"
+    elif kind == "summary":
+        counts = (entry.get("total", "?"), entry.get("lost", 0), entry.get("sampled", 0))
+        what = "total {}  lost {}  sampled {}".format(*counts)
     elif kind == "conn":
         what = f"{entry.get('outcome')}: {entry.get('verdict')}"
     else:

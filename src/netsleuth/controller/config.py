@@ -76,7 +76,7 @@ class UserConfig:
 @dataclass(frozen=True)
 class SessionsConfig:
     prepare_timeout: float = 15.0  # seconds for every host to load + attach (BTF, CO-RE) and answer
-    start_margin: float = 0.25  # T0 = now + margin, so every agent gets the start before T0
+    start_margin: float = 0.5  # T0 = now + margin: every agent has the start message well before T0
     stale_after: float = 15.0  # a heartbeat older than this: the host is "stale"
     host_silence: float = 10.0  # a host that answers no ping for this long is failed (a dead one: at once)
     end_grace: float = 15.0  # after the deadline, how long a live host may take to drain and report its end
