@@ -38,6 +38,8 @@ Agents run in the root namespace (BPF programs see every namespace) and are scop
 namespace by their config (`[fleet] netns`). nats-server listens on a free loopback port; each agent has
 its own NATS user whose permissions reach only its own host's subjects (netsleuth.fleet.nats_config).
 Everything the lab starts it stops, also when the block raises: agents, nats-server, namespaces, files.
+Namespaces are named `nsf<pid>-<n>-<host>` and veth ends are created inside them (nothing appears in the root
+namespace); a lab whose process was killed is cleaned up by the next lab that starts (`reap_leftovers`).
 Run `python -m tests.fleet_lab` to bring one up and print it (`make fleet-demo`).
 """
 
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -89,19 +92,37 @@ from netsleuth.fleet.protocol import (
 )
 from tests.netlab import Host, run, wait_for
 
-__all__ = ["AgentProcess", "DirectController", "FleetLab", "LabHost"]
+__all__ = ["AgentProcess", "DirectController", "FleetLab", "LabHost", "connect", "reap_leftovers", "serve"]
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 ADDRESSES = {"client": "198.18.0.5", "lb": "198.18.1.10", "server": "198.18.2.7"}
 VIP = "198.18.1.10"
 _T = TypeVar("_T")
+_LAB_COUNT = itertools.count()
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def reap_leftovers() -> list[str]:
+    """Namespaces of labs whose process is gone (killed before it could clean up): their processes are
+    killed and the namespaces deleted. Labs of live processes are never touched."""
+    reaped = []
+    netns_dir = Path("/run/netns")
+    for entry in sorted(netns_dir.glob("nsf*-*-*")) if netns_dir.is_dir() else []:
+        owner = entry.name[3:].split("-", 1)[0]
+        if not owner.isdigit() or Path(f"/proc/{owner}").exists():
+            continue
+        for pid in run("ip", "netns", "pids", entry.name, check=False).stdout.split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+        run("ip", "netns", "del", entry.name, check=False)
+        reaped.append(entry.name)
+    return reaped
 
 
 class _LoopThread:
@@ -178,7 +199,9 @@ class FleetLab:
         self.agent_settings = agent_settings  # extra TOML appended to each agent's config (e.g. [sessions])
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="netsleuth-fleet-lab-"))
-        self.prefix = f"nsf{os.getpid() % 100000}"
+        # The pid and a per-process count: two labs at once never share a name, and a lab whose process
+        # was killed is recognised (and removed) by the next one (`reap_leftovers`).
+        self.prefix = f"nsf{os.getpid()}-{next(_LAB_COUNT)}-"
         self.port = 0
         self.monitor_port = 0
         self.key_id = "lab-controller"
@@ -230,6 +253,7 @@ class FleetLab:
         self.close()
 
     def start(self) -> None:
+        reap_leftovers()
         self._io = _LoopThread()
         self._build_hosts()
         self.port, self.monitor_port = free_port(), free_port()
@@ -289,13 +313,24 @@ class FleetLab:
                 others += 1
                 address = f"198.18.3.{others}"
             ns = self._netns(name)
-            outer = f"{self.prefix}p{index}"[:15]
-            run("ip", "link", "add", outer, "type", "veth", "peer", "name", f"{self.prefix}q{index}"[:15])
-            run("ip", "link", "set", outer, "netns", fabric.name)
-            run("ip", "link", "set", f"{self.prefix}q{index}"[:15], "netns", ns.name)
+            # Both ends are created straight in their namespaces: no name ever exists in the root one.
+            outer = f"port{index}"
+            run(
+                "ip",
+                "link",
+                "add",
+                outer,
+                "netns",
+                fabric.name,
+                "type",
+                "veth",
+                "peer",
+                "eth0",
+                "netns",
+                ns.name,
+            )
             fabric.run("ip", "link", "set", outer, "master", "br0")
             fabric.run("ip", "link", "set", outer, "up")
-            ns.run("ip", "link", "set", f"{self.prefix}q{index}"[:15], "name", "eth0")
             ns.run("ip", "addr", "add", f"{address}/16", "dev", "eth0")
             ns.run("ip", "link", "set", "eth0", "up")
             self.hosts[name] = LabHost(name, ns.name, address, ns, agent_user(name))
