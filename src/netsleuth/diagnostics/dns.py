@@ -229,12 +229,14 @@ class DnsDrop:
     hook: str | None
     netfilter: dict[str, Any] | None = None  # table, chain, rule number, backend (drops' matcher)
 
-    def cause(self) -> str:
+    def cause(self, asker: Owner | None = None) -> str:
+        """In words; `asker` names the process when the socket's owner could not be (it had exited)."""
         where = f" (netns {self.netns_name or self.netns})"
         if self.rule:
             return f'{self.direction} dropped by firewall rule "{self.rule}" ({self.hook} hook){where}'
         if self.reason in ("SOCKET_RCVBUFF", "UDP_RCVBUFF", "SOCKET_RCV_SHUTDOWN") or "RCVBUF" in self.reason:
-            who = f"{self.owner.comm}[{self.owner.pid}]" if self.owner.pid else "the client"
+            owner = self.owner if self.owner.pid or asker is None else asker
+            who = f"{owner.comm}[{owner.pid}]" if owner.pid else "the client"
             return f"{self.direction} dropped: the receive buffer of {who} was full{where}"
         return f"{self.direction} dropped by the kernel: {self.reason} at {self.location}{where}"
 
@@ -301,7 +303,7 @@ class DnsTimeout:
     @property
     def cause(self) -> str:
         if self.drop is not None:
-            return self.drop.cause()
+            return self.drop.cause(self.query.owner)
         return "no answer arrived on this host (lost on the way, or the server did not answer)"
 
     def to_json(self) -> dict[str, Any]:
