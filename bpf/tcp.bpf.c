@@ -417,6 +417,8 @@ static __always_inline void add_to_group(struct tcp_group *group, const struct t
 		__sync_fetch_and_add(&group->sum2, e->value2);
 	if (e->value3)
 		__sync_fetch_and_add(&group->sum3, e->value3);
+	if (e->segs)
+		__sync_fetch_and_add(&group->segs, e->segs);
 	if (e->value1 > group->max1) /* a racing update may win: the maximum is a hint, the counts are exact */
 		group->max1 = e->value1;
 }
@@ -441,6 +443,7 @@ static __always_inline void update_group(void *ctx, struct tcp_scratch *buf, lon
 	fresh->sum2 = e->value2;
 	fresh->sum3 = e->value3;
 	fresh->max1 = e->value1;
+	fresh->segs = e->segs;
 	__builtin_memcpy(&fresh->example, e, sizeof(*e));
 	if (stack_bytes > 0) {
 		__builtin_memcpy(fresh->example_frames, buf->frames, sizeof(fresh->example_frames));
@@ -808,6 +811,9 @@ static __always_inline int on_retransmit(const bool direct, void *ctx, struct so
 	e->value1 = BPF_CORE_READ(tp, total_retrans);
 	e->value2 = BPF_CORE_READ(tp, srtt_us) >> 3; /* srtt_us holds 8 x the smoothed RTT (tcp_rtt_estimator) */
 	e->value3 = BPF_CORE_READ(tp, snd_cwnd);
+	/* One skb can go out as several segments (TCP builds GSO skbs); TcpRetransSegs counts segments. */
+	if (skb)
+		e->segs = BPF_CORE_READ((struct tcp_skb_cb *)skb->cb, tcp_gso_segs);
 	if (e->state == TCP_SYN_SENT) {
 		e->retrans_kind = TCP_RETRANS_SYN;
 	} else {
@@ -845,6 +851,7 @@ static __always_inline int on_synack_retransmit(const bool direct, void *ctx, st
 	e->state = TCP_NEW_SYN_RECV;
 	e->retrans_kind = TCP_RETRANS_SYN;
 	e->value1 = NS_RD(direct, req, num_retrans) + 1; /* inet_rtx_syn_ack() counts it after sending */
+	e->segs = 1;					 /* tcp_rtx_synack() adds 1 to TcpRetransSegs */
 	/* The listener's owner: the service that did not get its ACK. */
 	return submit_sock_event(direct, ctx, buf, listener);
 }

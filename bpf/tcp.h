@@ -145,7 +145,8 @@ struct tcp_event {
 	__u8 retrans_kind;	/* enum tcp_retrans_kind */
 	__u8 in_task;		/* 1: the hook ran in the context of `pid` (its syscall); 0: softirq, timer */
 	__u8 kthread;
-	__u8 pad[3];
+	__u8 pad;
+	__u16 segs;		/* RETRANS: segments the skb was sent as (tcp_skb_pcount); SYNACK_RETRANS: 1 */
 	char comm[16];		/* current task, when in_task */
 	char owner_comm[16];
 	char ifname[16];	/* RESET_FIREWALL, SOCK_DROP: the device */
@@ -181,6 +182,7 @@ struct tcp_group {
 	__u64 sum2;
 	__u64 sum3;
 	__u64 max1;		/* largest value1 (a latency, a duration) */
+	__u64 segs;		/* total of the events' segs: retransmitted segments, as TcpRetransSegs counts */
 	struct tcp_event example;
 	__u64 example_frames[TCP_EXAMPLE_FRAMES];
 };

@@ -130,6 +130,20 @@ struct sk_buff {
 	unsigned char *head;
 	unsigned char *data;
 	unsigned int truesize;
+	char cb[48];
+} __attribute__((preserve_access_index));
+
+/* TCP's control block in skb->cb (include/net/tcp.h): tcp_skb_pcount() is tcp_gso_segs, the number of
+ * segments the skb is sent as. */
+struct tcp_skb_cb {
+	__u32 seq;
+	__u32 end_seq;
+	union {
+		struct {
+			__u16 tcp_gso_segs;
+			__u16 tcp_gso_size;
+		};
+	};
 } __attribute__((preserve_access_index));
 
 struct task_struct {

@@ -186,7 +186,8 @@ class TcpEventC(ctypes.Structure):
         ("retrans_kind", ctypes.c_uint8),
         ("in_task", ctypes.c_uint8),
         ("kthread", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 3),
+        ("pad", ctypes.c_uint8),
+        ("segs", ctypes.c_uint16),
         ("comm", ctypes.c_char * 16),
         ("owner_comm", ctypes.c_char * 16),
         ("ifname", ctypes.c_char * 16),
@@ -215,7 +216,7 @@ class TcpGroupKeyC(ctypes.Structure):
 
 
 class TcpGroupC(ctypes.Structure):
-    """struct tcp_group: 448 bytes."""
+    """struct tcp_group: 456 bytes."""
 
     c_name = "tcp_group"
     _fields_ = (
@@ -224,6 +225,7 @@ class TcpGroupC(ctypes.Structure):
         ("sum2", ctypes.c_uint64),
         ("sum3", ctypes.c_uint64),
         ("max1", ctypes.c_uint64),
+        ("segs", ctypes.c_uint64),
         ("example", TcpEventC),
         ("example_frames", ctypes.c_uint64 * 24),
     )

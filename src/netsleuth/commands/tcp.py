@@ -49,7 +49,7 @@ _COLUMNS = {
     "life": ["count", "process", "peer or service", "netns", "mean s", "bytes_acked", "bytes_received"],
     "states": ["count", "transition", "netns", "mean s in previous"],
     "connlat": ["count", "process", "destination", "netns", "result", "mean ms", "max ms"],
-    "retrans": ["count", "kind", "state", "flow", "netns", "owner"],
+    "retrans": ["count", "segments", "kind", "state", "flow", "netns", "owner"],
     "queues": ["count", "what", "reason", "socket", "netns", "owner"],
 }
 
@@ -90,7 +90,7 @@ def _group_row(group: TcpGroupRecord) -> list[str]:
         mean, top = f"{group.mean_latency_ms:.3g}", f"{group.max_latency_ms:.3g}"
         return [count, who, remote, netns, result, mean, top]
     if isinstance(example, RetransRecord):
-        return [count, example.kind, str(example.state), f"{local} -> {remote}", netns, who]
+        return [count, str(group.segs), example.kind, str(example.state), f"{local} -> {remote}", netns, who]
     assert isinstance(example, QueueRecord)
     return [count, example.what, example.reason or "-", local, netns, who]
 
@@ -109,7 +109,7 @@ class TcpView:
         if summary.groups and show_groups:
             table = Table(title=f"tcp {self._name}", title_justify="left")
             for column in _COLUMNS[self._name]:
-                right = column in ("count", "mean s", "max ms", "mean ms")
+                right = column in ("count", "segments", "mean s", "max ms", "mean ms")
                 table.add_column(column, justify="right" if right else "left")
             for group in summary.groups:
                 table.add_row(*_group_row(group))
@@ -121,6 +121,8 @@ class TcpView:
                 + (", ".join(f"{key} +{value}" for key, value in grown.items()) or "no change")
             )
         sys.stdout.write(kind_totals_line(self.noun, totals, self._singular) + "\n")
+        if self._name == "retrans" and show_groups:
+            sys.stdout.write(f"{summary.segments} retransmitted segments (TcpRetransSegs counts segments)\n")
 
     def loss_line(self, totals: EventTotals) -> str:
         return f"{totals.sampled} not printed (sampled), {totals.lost} lost"

@@ -244,7 +244,14 @@ class TcpEventsSummary:
         }
         if self.netstat is not None:
             data["netstat"] = self.netstat
+        if self.subcommand == "retrans":
+            data["segments"] = self.segments
         return data
+
+    @property
+    def segments(self) -> int:
+        """Retransmitted segments (what TcpRetransSegs counts) over every group; `total` counts skbs."""
+        return sum(group.segs for group in self.groups)
 
 
 class TcpEventsDiagnostic:

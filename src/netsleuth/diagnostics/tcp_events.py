@@ -177,6 +177,8 @@ class RetransRecord:
             "state": self.state,
             "flow_count": self.flow_count,
             "congestion_state": self.congestion,
+            # One record is one retransmitted skb; TCP sends GSO skbs, so it can be several segments.
+            "segments": raw.segs,
         }
         if self.kind == "synack":
             data["synack_retransmits"] = raw.value1
@@ -259,6 +261,7 @@ class TcpGroupRecord:
     sum3: int
     max1: int
     example: TcpRecord
+    segs: int = 0  # retransmits: segments (count is skbs); TcpRetransSegs counts segments
 
     # What the kernel summed per kind (tcp.bpf.c): life sums durations (ns) and bytes acked/received,
     # connect sums latencies (ns), state sums the time spent in the previous state (ns).
@@ -305,6 +308,8 @@ class TcpGroupRecord:
             data.update({"mean_latency_ms": self.mean_latency_ms, "max_latency_ms": self.max_latency_ms})
         elif self.kind == EventKind.STATE:
             data["mean_previous_state_s"] = self.mean_previous_state_s
+        elif self.kind in (EventKind.RETRANS, EventKind.SYNACK_RETRANS):
+            data["segments"] = self.segs
         return data
 
 
@@ -553,7 +558,7 @@ class TcpEventEnricher:
         if example is None:
             return None
         return TcpGroupRecord(
-            group.kind, group.count, group.sum1, group.sum2, group.sum3, group.max1, example
+            group.kind, group.count, group.sum1, group.sum2, group.sum3, group.max1, example, group.segs
         )
 
 
@@ -573,9 +578,10 @@ def describe(record: TcpRecord) -> str:
         return f"{local} -> {remote} {record.old_state} -> {record.new_state}{spent}{error}  {who}"
     if isinstance(record, RetransRecord):
         extra = f", congestion {record.congestion}" if record.congestion else ""
+        segments = f" ({record.raw.segs} segments)" if record.raw.segs > 1 else ""
         return (
-            f"{record.kind} retransmit {local} -> {remote} in {record.state} (#{record.flow_count} of "
-            "this flow"
+            f"{record.kind} retransmit{segments} {local} -> {remote} in {record.state} (#{record.flow_count} "
+            "of this flow"
             f"{extra})  {who}"
         )
     if isinstance(record, ConnectRecord):

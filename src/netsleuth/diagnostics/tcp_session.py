@@ -163,6 +163,7 @@ class RawTcpEvent(NamedTuple):
     ifname: str
     cpu: int
     frames: tuple[int, ...] = ()
+    segs: int = 0  # RETRANS: segments the skb went out as (TcpRetransSegs counts these); SYNACK_RETRANS: 1
 
 
 # One kind's counters (bpf/tcp.h), the same six as every program's.
@@ -178,6 +179,7 @@ class RawTcpGroup:
     sum3: int
     max1: int
     example: RawTcpEvent
+    segs: int = 0  # retransmitted segments of the group's events
 
 
 @functools.lru_cache(maxsize=4096)
@@ -234,7 +236,7 @@ def _decode(values: tuple[Any, ...], frames: tuple[int, ...]) -> RawTcpEvent:
         netns, pid, tid, owner_pid, reason, seq, ack, unread, unsent, backlog, max_backlog, syn_queue,
         ifindex, cpu, lport, rport, payload_len, _nr_frames, laddr, raddr,
         kind, family, state, old_state, tcp_flags, has_trigger, side, ca_state, retransmits, sock_flags,
-        retrans_kind, in_task, kthread, _pad, comm, owner_comm, ifname,
+        retrans_kind, in_task, kthread, _pad, segs, comm, owner_comm, ifname,
     ) = values  # fmt: skip
     return RawTcpEvent(
         kind=_KINDS[kind],
@@ -276,6 +278,7 @@ def _decode(values: tuple[Any, ...], frames: tuple[int, ...]) -> RawTcpEvent:
         ifname=_text(ifname),
         cpu=cpu,
         frames=frames,
+        segs=segs,
     )
 
 
@@ -489,6 +492,7 @@ class TcpSession:
                 sum3=value.sum3,
                 max1=value.max1,
                 example=decode_event(value.example, frames),
+                segs=value.segs,
             )
 
     def program_fds(self) -> dict[str, int]:
