@@ -118,6 +118,13 @@ def _nat_entry(record: Mapping[str, Any], where: str) -> ConntrackEntry | None:
     return None
 
 
+def _counts(names: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 def _drop_text(record: Mapping[str, Any], host: str) -> str:
     netfilter = record.get("netfilter")
     if isinstance(netfilter, dict) and netfilter.get("rule"):
@@ -153,6 +160,11 @@ class MergedTimeline:
         drop to the client's connection) is placed on the host where it happened."""
         self._hostnames = dict(hostnames or {})
         self._netns_owner = dict(netns_owner or {})
+        # Hostnames several hosts share (namespaces of one machine) name nobody: "host <id>" is said instead.
+        self._shared_names = {
+            name for name, count in _counts(list(self._hostnames.values())).items() if count > 1
+        }
+        self._timeline_cache: tuple[tuple[int, int], list[dict[str, Any]]] | None = None
         self._offsets: dict[str, int] = {}
         self._entries: list[dict[str, Any]] = []
         self._observations: list[_Observation] = []
@@ -252,8 +264,11 @@ class MergedTimeline:
         """`lb (host b)`; just `host b` when the hostname adds nothing (the same as the id, or shared by
         several hosts, as with namespaces of one machine)."""
         name = self._hostnames.get(host)
-        shared = sum(1 for other in self._hostnames.values() if other == name) > 1
-        return f"{name} (host {host})" if name and name != host and not shared else f"host {host}"
+        return (
+            f"{name} (host {host})"
+            if name and name != host and name not in self._shared_names
+            else f"host {host}"
+        )
 
     # -- flows ------------------------------------------------------------------------------------------
     def _place(self, index: NatIndex, flow: FlowTuple) -> tuple[FlowTuple | _PairKey, int]:
@@ -286,6 +301,9 @@ class MergedTimeline:
     def timeline(self) -> list[dict[str, Any]]:
         """Every kept entry, ordered by corrected time, its `flow` named after the NAT join (the client's
         original tuple), so the legs of one connection on different hosts share one name."""
+        version = (self._sequence, len(self._conntrack))
+        if self._timeline_cache is not None and self._timeline_cache[0] == version:
+            return self._timeline_cache[1]  # asked again (a client polling) with nothing new: no re-sort
         index = NatIndex(self._conntrack)
         result = []
         for entry in sorted(self._entries, key=lambda e: (e["_ns"], e["_seq"])):
@@ -296,6 +314,7 @@ class MergedTimeline:
                 if placement is not None:
                     public["flow"] = f"{flow.proto} {placement.path.original.text()}"
             result.append(public)
+        self._timeline_cache = (version, result)
         return result
 
     def verdicts(self, host_states: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:

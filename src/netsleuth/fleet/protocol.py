@@ -507,7 +507,10 @@ class PingReply:
 
 
 def _now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+    now_ns = time.time_ns()  # one reading: seconds and milliseconds from the same instant
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now_ns // 1_000_000_000)) + (
+        f".{now_ns // 1_000_000 % 1000:03d}Z"
+    )
 
 
 @dataclass(frozen=True)
