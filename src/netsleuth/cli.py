@@ -35,6 +35,7 @@ _COMMAND_MODULES = {
     "dns": "netsleuth.commands.dns",
     "controller": "netsleuth.commands.controller",
     "fleet": "netsleuth.commands.fleet",
+    "route": "netsleuth.commands.route",
 }
 
 

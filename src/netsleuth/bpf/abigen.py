@@ -104,6 +104,23 @@ MODULES: tuple[ModuleSpec, ...] = (
         {"TcpStat": "EventStat"},
         ("STAT_COUNT",),
     ),
+    ModuleSpec(
+        "route_abi",
+        ("route",),
+        "The route object (bpf/route.h, bpf/route.bpf.c).",
+        {
+            "route_config": "RouteConfigC",
+            "route_event": "RouteEventC",
+            "route_group_key": "RouteGroupKeyC",
+            "route_group": "RouteGroupC",
+        },
+        (
+            EnumSpec("route_event_kind", "RouteEventKind", "ROUTE_EV_", {"ROUTE_EV_KINDS": "KIND_COUNT"}),
+            EnumSpec("route_neigh_kind", "NeighKind", "ROUTE_NEIGH_"),
+            EnumSpec("route_limits"),
+        ),
+        shared=("STAT_COUNT",),
+    ),
 )
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from netsleuth.diagnose.correlate import merge_findings
 from netsleuth.diagnose.drop_rules import DropContext, drop_verdicts
 from netsleuth.diagnose.listeners import FullListener, full_listeners, listener_verdicts
+from netsleuth.diagnose.route_rules import RouteWatch
 from netsleuth.diagnose.tcp_rules import TcpWatch
 from netsleuth.diagnose.verdicts import Verdict, rank
 from netsleuth.diagnostics.drops import DropsConfig, DropsDiagnostic, DropTotals
@@ -106,6 +107,7 @@ class DiagnosisSession:
             DropsConfig(packet_filter=config.packet_filter, summary_only=True), self._context
         )
         self._tcp = TcpWatch(config.packet_filter, self._drops.reasons, self._context)
+        self._route = RouteWatch(config.packet_filter, self._context)
         self._before: Snapshot | None = None
         self._started = 0.0
         self._sampled_at = 0.0
@@ -120,6 +122,7 @@ class DiagnosisSession:
         self._before = collect_snapshot(self.config.root, self.config.netns_name)
         self._drops.start()
         self._tcp.start()
+        self._route.start()
         self._drops.enricher.prepare(self.config.packet_filter.netns)
         self._started = time.monotonic()
 
@@ -149,7 +152,8 @@ class DiagnosisSession:
         seconds = time.monotonic() - self._started
         self._tcp.poll()
         totals = self._drops.totals()
-        groups = self._drops.groups()
+        route_verdicts = self._route.verdicts(seconds)
+        groups = self._route.unexplained(self._drops.groups())  # NEIGH_* drops a next hop explains
         tcp_verdicts = self._tcp.verdicts(seconds)
         resets_by_flow = self._tcp.resets_by_flow()
         after = collect_snapshot(config.root, config.netns_name, settings_from=self._before)
@@ -168,8 +172,8 @@ class DiagnosisSession:
             verdicts += listener_verdicts(
                 list(self._listeners.values()), overflows, somaxconn, config.netns_name
             )
-        verdicts = merge_findings(verdicts, report.findings) + tcp_verdicts
-        problems = (self._tcp.problem,) if self._tcp.problem else ()
+        verdicts = merge_findings(verdicts, report.findings) + tcp_verdicts + route_verdicts
+        problems = tuple(problem for problem in (self._tcp.problem, self._route.problem) if problem)
         self._summary = DiagnoseSummary(
             seconds,
             config.watched,
@@ -190,7 +194,7 @@ class DiagnosisSession:
         return self._judge(interrupted)
 
     def program_fds(self) -> dict[str, int]:
-        return {**self._drops.program_fds(), **self._tcp.program_fds()}
+        return {**self._drops.program_fds(), **self._tcp.program_fds(), **self._route.program_fds()}
 
     def notes(self) -> list[str]:
         summary = self._summary
@@ -199,5 +203,6 @@ class DiagnosisSession:
     def close(self) -> None:
         self._drops.close()
         self._tcp.close()
+        self._route.close()
         if self._own_context:
             self._context.close()

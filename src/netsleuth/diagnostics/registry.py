@@ -27,6 +27,7 @@ DIAGNOSTIC_MODULES: dict[str, str] = {
     "conn": "netsleuth.diagnostics.conn_diagnostic",
     "dns": "netsleuth.diagnostics.dns",
     "diagnose": "netsleuth.diagnose.diagnostic",
+    "route": "netsleuth.diagnostics.route",
 }
 
 

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Kernel types read by route, snoop, softirq and profile, beside the ones every program uses
+ * (netsleuth_kernel.h). As there, every struct carries preserve_access_index: libbpf relocates each field
+ * against the running kernel's BTF, so only the names and types here must exist in the target kernel.
+ * task_struct is already declared in netsleuth_kernel.h; its other fields are read through the
+ * `task_struct___more` flavour (libbpf ignores the ___suffix when it matches types).
+ */
+#ifndef NETSLEUTH_KERNEL_MORE_H
+#define NETSLEUTH_KERNEL_MORE_H
+
+/* include/net/flow.h: the key of an IPv4 route lookup (fib:fib_table_lookup's `flp`). The 6.13+ kernels
+ * carry dscp_t flowic_dscp where older ones had __u8 flowic_tos; only fields common to both are read. */
+struct flowi_common {
+	int flowic_oif;
+	int flowic_iif;
+	__u32 flowic_mark;
+	__u8 flowic_scope;
+	__u8 flowic_proto;
+} __attribute__((preserve_access_index));
+
+union flowi_uli {
+	struct {
+		__be16 dport;
+		__be16 sport;
+	} ports;
+} __attribute__((preserve_access_index));
+
+struct flowi4 {
+	struct flowi_common __fl_common;
+	__be32 saddr;
+	__be32 daddr;
+	union flowi_uli uli;
+} __attribute__((preserve_access_index));
+
+/* include/net/ip_fib.h: the next hop a successful lookup chose. */
+struct fib_nh_common {
+	struct net_device *nhc_dev;
+	int nhc_oif;
+	__u8 nhc_gw_family;
+	union {
+		__be32 ipv4;
+		struct in6_addr ipv6;
+	} nhc_gw;
+} __attribute__((preserve_access_index));
+
+/* include/net/neighbour.h */
+struct neigh_table {
+	int family;
+} __attribute__((preserve_access_index));
+
+struct neighbour {
+	struct neigh_table *tbl;
+	__u8 nud_state;
+	__u8 dead;
+	struct net_device *dev;
+	__u8 primary_key[0];
+} __attribute__((preserve_access_index));
+
+struct nsproxy {
+	struct net *net_ns;
+} __attribute__((preserve_access_index));
+
+struct task_struct___more {
+	struct nsproxy *nsproxy;
+	int pid;
+	int tgid;
+	struct task_struct___more *real_parent;
+	char comm[16];
+} __attribute__((preserve_access_index));
+
+/* include/linux/netdevice.h: the NAPI instance napi:napi_poll reports on. */
+struct napi_struct {
+	struct net_device *dev;
+	int weight;
+	unsigned int napi_id;
+} __attribute__((preserve_access_index));
+
+/* include/linux/binfmts.h: what sched:sched_process_exec ran. */
+struct linux_binprm {
+	const char *filename;
+} __attribute__((preserve_access_index));
+
+#endif /* NETSLEUTH_KERNEL_MORE_H */

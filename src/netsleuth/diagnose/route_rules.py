@@ -1,0 +1,210 @@
+"""`diagnose`'s route watch: the route programs for the diagnosis window (counting only), then verdicts on
+reject routes and next hops that never resolved.
+
+- "packets to 198.18.5.9 from netns X hit blackhole route 198.18.5.0/24 in table 100 (ip rule 1000: from
+  198.18.3.0/24 lookup 100)": from the kernel's lookup groups whose result is a reject route, named by the
+  namespace's policy routing (netsleuth.diagnostics.route_policy).
+- "next hop 198.18.3.9 never answered ARP: 37 packets dropped": from neighbour entries the kernel marked
+  FAILED, and the NEIGH_* drops of packets whose route goes through that hop (or to it, on-link).
+
+If the programs cannot load, the diagnosis goes on without routing and says why (`problem`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from netsleuth.diagnose.verdicts import Severity, Verdict
+from netsleuth.errors import NetsleuthError
+
+if TYPE_CHECKING:
+    from netsleuth.diagnostics.drops_enrich import DropGroup
+    from netsleuth.diagnostics.filters import PacketFilter
+    from netsleuth.diagnostics.route import RouteDiagnostic, RouteGroup
+    from netsleuth.kernel.context import KernelContext
+
+__all__ = ["RouteWatch", "route_verdicts"]
+
+_REJECTS = {"blackhole", "unreachable", "prohibit"}
+_NEIGH_REASONS = {"NEIGH_FAILED", "NEIGH_QUEUEFULL", "NEIGH_DEAD", "NEIGH_CREATEFAIL"}
+
+
+@dataclass(frozen=True)
+class _Hop:
+    netns: int
+    netns_name: str | None
+    dev: str
+    address: str
+
+
+def _label(netns_name: str | None, netns: int) -> str:
+    return f"netns {netns_name or netns}"
+
+
+def _enter(netns_name: str | None) -> str:
+    return f"ip netns exec {netns_name} " if netns_name else ""
+
+
+def _reject_verdicts(groups: Sequence[RouteGroup], seconds: float) -> list[Verdict]:
+    from netsleuth.diagnostics.route import RouteLookupRecord
+
+    by_decision: dict[tuple[int, int, str, str | None, str | None], list[RouteGroup]] = defaultdict(list)
+    for group in groups:
+        example = group.example
+        if group.kind == "lookup" and isinstance(example, RouteLookupRecord) and example.result in _REJECTS:
+            by_decision[(example.netns, example.table, example.dst, example.route, example.rule)].append(
+                group
+            )
+    verdicts = []
+    for (netns, table, dst, route, rule), members in by_decision.items():
+        example = members[0].example
+        assert isinstance(example, RouteLookupRecord)
+        count = sum(group.count for group in members)
+        where = _label(example.netns_name, netns)
+        prefix = route.split(" ", 1)[1].split(" ")[0] if route and " " in route else (route or "?")
+        rule_text = f" (ip rule {rule})" if rule else ""
+        cause = (
+            f"packets to {dst} from {where} hit {example.result} route {prefix} in table {example.table_name}"
+            f"{rule_text}: {count} lookup(s) refused"
+        )
+        evidence: dict[str, Any] = {
+            "lookups": count,
+            "rate_per_s": round(count / seconds, 2) if seconds > 0 else None,
+            "route": route,
+            "rule": rule,
+            "example": f"{example.proto_text if example.proto else 'ip'} {example.src} > {example.dst}",
+        }
+        if example.comm:
+            evidence["process"] = {"comm": example.comm, "pid": example.pid}
+        enter = _enter(example.netns_name)
+        fixes = []
+        if route:
+            fixes.append(f"{enter}ip route del {route} table {table}   # if this traffic should be routed")
+        if rule:
+            fixes.append(
+                f"{enter}ip rule del pref {rule.split(':', 1)[0]}   # if the rule should not steer it"
+            )
+        fixes.append(f"{enter}ip route get {dst} from {example.src}   # what the kernel decides now")
+        verdicts.append(
+            Verdict(
+                category="route-reject",
+                severity=Severity.CRITICAL,
+                cause=cause,
+                evidence=evidence,
+                fix=tuple(fixes),
+                events=count,
+            )
+        )
+    return verdicts
+
+
+def _hop_verdicts(groups: Sequence[RouteGroup]) -> tuple[list[Verdict], int]:
+    """Failed next hops with the packets lost behind them; also how many NEIGH drops they explain."""
+    from netsleuth.diagnostics.route import NeighRecord, RouteDropRecord, RouteLookupRecord
+
+    failures: dict[_Hop, int] = defaultdict(int)
+    gateways: dict[tuple[int, str], set[str]] = defaultdict(set)  # (netns, destination) -> hops used
+    drops: list[tuple[RouteDropRecord, int]] = []
+    for group in groups:
+        example = group.example
+        if isinstance(example, NeighRecord) and example.event in ("failed", "dead"):
+            failures[_Hop(example.netns, example.netns_name, example.dev, example.address)] += group.count
+        elif isinstance(example, RouteLookupRecord) and example.gateway:
+            gateways[(example.netns, example.dst)].add(example.gateway)
+        elif isinstance(example, RouteDropRecord):
+            drops.append((example, group.count))
+    dropped: dict[_Hop, int] = defaultdict(int)
+    destinations: dict[_Hop, set[str]] = defaultdict(set)
+    explained = 0
+    for drop, count in drops:
+        candidates = [
+            hop
+            for hop in failures
+            if hop.netns == drop.netns
+            and (hop.address == drop.dst or hop.address in gateways.get((drop.netns, drop.dst or ""), ()))
+        ]
+        if not candidates:
+            # No lookup of this destination seen in the window (a route cached in a socket): a single failed
+            # hop on the packet's device is the one it waited for.
+            candidates = [hop for hop in failures if hop.netns == drop.netns and hop.dev == drop.dev]
+        if len(candidates) == 1:
+            dropped[candidates[0]] += count
+            destinations[candidates[0]].add(drop.dst or "?")
+            explained += count
+    verdicts = []
+    for hop, failed in failures.items():
+        lost = dropped.get(hop, 0)
+        protocol = "ARP" if ":" not in hop.address else "neighbour solicitation"
+        cause = f"next hop {hop.address} never answered {protocol}"
+        cause += f": {lost} packet(s) dropped" if lost else f" ({failed} time(s))"
+        cause += f" (dev {hop.dev}, {_label(hop.netns_name, hop.netns)})"
+        enter = _enter(hop.netns_name)
+        verdicts.append(
+            Verdict(
+                category="next-hop-unresolved",
+                severity=Severity.CRITICAL if lost else Severity.WARNING,
+                cause=cause,
+                evidence={
+                    "drops": lost,
+                    "resolution_failures": failed,
+                    "destinations": sorted(destinations.get(hop, ())),
+                    "device": hop.dev,
+                },
+                fix=(
+                    f"check that {hop.address} is up and on the same link as {hop.dev}: "
+                    f"{enter}ip neigh show {hop.address}",
+                    f"{enter}ip route show table all via {hop.address}   # the routes through it",
+                ),
+                events=lost or failed,
+            )
+        )
+    return verdicts, explained
+
+
+def route_verdicts(groups: Sequence[RouteGroup], seconds: float) -> tuple[list[Verdict], int]:
+    """Verdicts on reject routes and failed next hops, and how many NEIGH_* drops the latter explain."""
+    hop_verdicts, explained = _hop_verdicts(groups)
+    return _reject_verdicts(groups, seconds) + hop_verdicts, explained
+
+
+class RouteWatch:
+    def __init__(self, packet_filter: PacketFilter, context: KernelContext) -> None:
+        from netsleuth.diagnostics.route import RouteConfig, RouteDiagnostic
+
+        # --pid/--comm select the process whose lookups matter; the route programs take the same filters.
+        config = RouteConfig(packet_filter=packet_filter, summary_only=True)
+        self._session: RouteDiagnostic | None = RouteDiagnostic(config, context)
+        self.problem: str | None = None
+        self._explained = 0
+
+    def start(self) -> None:
+        assert self._session is not None
+        try:
+            self._session.start()
+        except NetsleuthError as error:
+            self.problem = f"routing not watched: {error}"
+            self._session.close()
+            self._session = None
+
+    def verdicts(self, seconds: float) -> list[Verdict]:
+        if self._session is None:
+            return []
+        verdicts, self._explained = route_verdicts(self._session.groups(), seconds)
+        return verdicts
+
+    def unexplained(self, drop_groups: Iterable[DropGroup]) -> list[DropGroup]:
+        """The drop groups left once next-hop verdicts have named the NEIGH_* drops (not counted twice)."""
+        if not self._explained:
+            return list(drop_groups)
+        return [group for group in drop_groups if group.reason not in _NEIGH_REASONS]
+
+    def program_fds(self) -> dict[str, int]:
+        return self._session.program_fds() if self._session is not None else {}
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None

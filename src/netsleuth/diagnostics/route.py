@@ -1,0 +1,644 @@
+"""`route`: the kernel's IPv4 route lookups (fib:fib_table_lookup) and their next hops' neighbour resolution
+(neigh:*), with the `ip rule`, table and prefix that decided each one, and packets lost to a next hop that
+never answered (skb:kfree_skb with a NEIGH_* reason).
+
+The kernel side (bpf/route.bpf.c) counts every lookup exactly by decision (netns, table, result, addresses,
+next hop) and offers events to the ring buffer; this module names them: the namespace, the interfaces and -
+read from that namespace's policy routing over rtnetlink (netsleuth.diagnostics.route_policy) - the rule
+and the route.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import ipaddress
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from netsleuth._generated.route_abi import (
+    KIND_COUNT,
+    STAT_COUNT,
+    NeighKind,
+    RouteConfigC,
+    RouteEventC,
+    RouteEventKind,
+    RouteGroupC,
+    RouteGroupKeyC,
+)
+from netsleuth.bpf.btf import vmlinux_btf
+from netsleuth.bpf.object import BpfObject
+from netsleuth.bpf.program_session import ProgramSession
+from netsleuth.diagnostics.filter_maps import fill_address_maps
+from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
+from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
+from netsleuth.diagnostics.route_policy import (
+    ROUTE_TYPES,
+    LookupKey,
+    PolicyRule,
+    PolicySnapshot,
+    RouteEntry,
+    read_policy,
+    table_name,
+)
+from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
+from netsleuth.diagnostics.tcp_context import iso_time
+from netsleuth.diagnostics.totals import EventTotals
+from netsleuth.errors import NetsleuthError, UsageError
+from netsleuth.kernel.kconfig import thread_size
+from netsleuth.packet import proto_name
+
+if TYPE_CHECKING:
+    from netsleuth.kernel.context import KernelClock, KernelContext
+
+__all__ = [
+    "DIAGNOSTIC",
+    "NeighRecord",
+    "RouteConfig",
+    "RouteDiagnostic",
+    "RouteDropRecord",
+    "RouteGroup",
+    "RouteLookupRecord",
+    "RouteSummary",
+    "lookup_result",
+    "read_route_config",
+]
+
+_EVENT_SIZE = ctypes.sizeof(RouteEventC)
+_POLICY_REFRESH_S = 2.0  # re-read a namespace's rules/routes at most this often when one is missing
+_NEIGH_REASONS = ("NEIGH_CREATEFAIL", "NEIGH_FAILED", "NEIGH_QUEUEFULL", "NEIGH_DEAD")
+_PROGRAMS = (
+    "route_fib",
+    "route_rx",
+    "route_ncreate",
+    "route_nupdate",
+    "route_ntimer",
+    "route_ndead",
+    "route_drop",
+)
+
+# The error a reject route gives (net/ipv4/fib_semantics.c fib_props[]) -> its `ip route` type.
+_REJECT_TYPES = {-errno.EINVAL: 6, -errno.EHOSTUNREACH: 7, -errno.EACCES: 8}
+_NEIGH_NAMES = {
+    NeighKind.CREATED: "created",
+    NeighKind.FAILED: "failed",
+    NeighKind.DEAD: "dead",
+    NeighKind.RESOLVED: "resolved",
+}
+_NUD_NAMES = (
+    (0x01, "INCOMPLETE"),
+    (0x02, "REACHABLE"),
+    (0x04, "STALE"),
+    (0x08, "DELAY"),
+    (0x10, "PROBE"),
+    (0x20, "FAILED"),
+    (0x40, "NOARP"),
+    (0x80, "PERMANENT"),
+)
+
+
+def lookup_result(err: int) -> str:
+    """What a lookup's result means: "route", the reject route's type, or "no match" (-EAGAIN, also a
+    `throw` route): the rules go on to the next table."""
+    if err == 0:
+        return "route"
+    if err == -errno.EAGAIN:
+        return "no match"
+    reject = _REJECT_TYPES.get(err)
+    if reject is not None:
+        return ROUTE_TYPES[reject]
+    return errno.errorcode.get(-err, str(err))
+
+
+def nud_text(state: int) -> str:
+    return "|".join(name for bit, name in _NUD_NAMES if state & bit) or "NONE"
+
+
+# -- config --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RouteConfig:
+    packet_filter: PacketFilter = field(default_factory=PacketFilter)
+    failed: bool = False  # only reject routes, failed/dead neighbours and their drops
+    misses: bool = False  # also the tables the rules tried without a match
+    summary_only: bool = False
+    sample_every: int = 1
+    duration: float | None = None
+
+    @property
+    def run_options(self) -> RunOptions:
+        return RunOptions(summary=self.summary_only, sample=self.sample_every, duration=self.duration)
+
+
+ROUTE_KEYS = (*FILTER_KEYS, *RunOptions.KEYS, "failed", "misses")
+
+
+def read_route_config(values: ConfigInput) -> RouteConfig:
+    options = RunOptions.read(values)
+    packet_filter = read_packet_filter(values)
+    if packet_filter.family == 6:
+        raise UsageError("route follows IPv4 lookups (fib:fib_table_lookup); -6 is not supported yet")
+    if values.flag("failed") and values.flag("misses"):
+        raise UsageError("--misses shows lookups that found nothing to decide; it cannot go with --failed")
+    return RouteConfig(
+        packet_filter=packet_filter,
+        failed=values.flag("failed"),
+        misses=values.flag("misses"),
+        summary_only=options.summary,
+        sample_every=options.sample,
+        duration=options.duration,
+    )
+
+
+# -- records -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RouteLookupRecord:
+    """One route lookup, named: which rule sent it to which table, which prefix matched, with what result."""
+
+    time: float
+    netns: int
+    netns_name: str | None
+    table: int
+    result: str
+    err: int
+    src: str
+    dst: str
+    proto: int
+    sport: int
+    dport: int
+    iif: str | None
+    oif: str | None
+    mark: int
+    gateway: str | None
+    dev: str | None
+    rule: str | None
+    route: str | None
+    pid: int | None
+    comm: str | None
+    cpu: int
+
+    @property
+    def proto_text(self) -> str:
+        return proto_name(self.proto)
+
+    @property
+    def table_name(self) -> str:
+        return table_name(self.table)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "route",
+            "v": SCHEMA_VERSIONS["route"],
+            "time": iso_time(self.time),
+            "netns": self.netns,
+            "netns_name": self.netns_name,
+            "table": self.table,
+            "table_name": table_name(self.table),
+            "result": self.result,
+            "err": self.err,
+            "src": self.src,
+            "dst": self.dst,
+            "proto": proto_name(self.proto) if self.proto else None,
+            "sport": self.sport or None,
+            "dport": self.dport or None,
+            "iif": self.iif,
+            "oif": self.oif,
+            "mark": self.mark,
+            "gateway": self.gateway,
+            "dev": self.dev,
+            "rule": self.rule,
+            "route": self.route,
+            "pid": self.pid,
+            "comm": self.comm,
+            "cpu": self.cpu,
+        }
+
+
+@dataclass(frozen=True)
+class NeighRecord:
+    """A next hop's neighbour entry: created (resolution starts), resolved, failed (nobody answered), dead."""
+
+    time: float
+    netns: int
+    netns_name: str | None
+    event: str
+    address: str
+    dev: str
+    state: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "neigh",
+            "v": SCHEMA_VERSIONS["neigh"],
+            "time": iso_time(self.time),
+            "netns": self.netns,
+            "netns_name": self.netns_name,
+            "event": self.event,
+            "address": self.address,
+            "dev": self.dev,
+            "state": self.state,
+        }
+
+
+@dataclass(frozen=True)
+class RouteDropRecord:
+    """A packet the kernel dropped because its next hop did not resolve (NEIGH_FAILED, NEIGH_QUEUEFULL...)."""
+
+    time: float
+    netns: int
+    netns_name: str | None
+    reason: str
+    src: str | None
+    dst: str | None
+    proto: int
+    dev: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "route_drop",
+            "v": SCHEMA_VERSIONS["route_drop"],
+            "time": iso_time(self.time),
+            "netns": self.netns,
+            "netns_name": self.netns_name,
+            "reason": self.reason,
+            "src": self.src,
+            "dst": self.dst,
+            "proto": proto_name(self.proto) if self.proto else None,
+            "dev": self.dev,
+        }
+
+
+RouteRecord = RouteLookupRecord | NeighRecord | RouteDropRecord
+
+
+@dataclass(frozen=True)
+class RouteGroup:
+    """Exact count of one decision (kernel groups): `kind` is "lookup", "miss", "neigh" or "drop"; `example`
+    is the first event of the group, named."""
+
+    kind: str
+    count: int
+    first_time: float
+    last_time: float
+    example: RouteRecord
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "count": self.count,
+            "first_time": iso_time(self.first_time),
+            "last_time": iso_time(self.last_time),
+            "example": self.example.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class RouteTotals:
+    """Exact kernel counts per kind (lookups that decided, table misses, neighbour events, drops)."""
+
+    by_kind: dict[str, EventTotals]
+
+    @property
+    def all(self) -> EventTotals:
+        total = EventTotals()
+        for totals in self.by_kind.values():
+            total = total + totals
+        return total
+
+
+@dataclass(frozen=True)
+class RouteSummary:
+    totals: RouteTotals
+    attach: str
+    interrupted: bool
+    groups: tuple[RouteGroup, ...]
+    clock: KernelClock
+    problems: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "summary",
+            "v": SCHEMA_VERSIONS["summary"],
+            "diagnostic": "route",
+            **self.totals.all.to_json(),
+            "by_kind": {kind: totals.to_json() for kind, totals in self.totals.by_kind.items()},
+            "attach": self.attach,
+            "interrupted": self.interrupted,
+            "clock": self.clock.to_json(),
+            "problems": list(self.problems),
+            "groups": [group.to_json() for group in self.groups],
+        }
+
+
+_KIND_NAMES = {
+    RouteEventKind.LOOKUP: "lookup",
+    RouteEventKind.MISS: "miss",
+    RouteEventKind.NEIGH: "neigh",
+    RouteEventKind.DROP: "drop",
+}
+
+
+# -- naming --------------------------------------------------------------------------------------------
+
+
+class PolicyCache:
+    """Each namespace's policy routing, read once and again when a lookup names what the copy lacks (a table
+    or rule added while tracing), at most every _POLICY_REFRESH_S seconds."""
+
+    def __init__(self, context: KernelContext) -> None:
+        self._context = context
+        self._snapshots: dict[int, tuple[float, PolicySnapshot | None]] = {}
+        self.problems: dict[int, str] = {}
+
+    def snapshot(self, netns: int, stale: bool = False) -> PolicySnapshot | None:
+        now = time.monotonic()
+        cached = self._snapshots.get(netns)
+        if cached is not None and (not stale or now - cached[0] < _POLICY_REFRESH_S):
+            return cached[1]
+        from netsleuth.kernel.netns import current_netns_inode
+
+        path = None if netns in (0, current_netns_inode()) else self._context.netns_path(netns)
+        snapshot: PolicySnapshot | None
+        if netns and path is None and netns != current_netns_inode():
+            snapshot = None
+            self.problems[netns] = (
+                f"{self._context.netns_label(netns)} has no `ip netns` name or process to enter it by: "
+                "its rules and routes are not named"
+            )
+        else:
+            try:
+                snapshot = read_policy(path)
+            except (NetsleuthError, OSError) as error:
+                snapshot = None
+                self.problems[netns] = (
+                    f"cannot read the routing of {self._context.netns_label(netns)}: {error}"
+                )
+        self._snapshots[netns] = (now, snapshot)
+        return snapshot
+
+    def explain(
+        self, netns: int, table: int, key: LookupKey, err: int
+    ) -> tuple[PolicyRule | None, RouteEntry | None]:
+        want = (_REJECT_TYPES[err],) if err in _REJECT_TYPES else (1, 2, 3)
+        for stale in (False, True):
+            snapshot = self.snapshot(netns, stale)
+            if snapshot is None:
+                return None, None
+            rule = snapshot.rule_for(key, table)
+            route = snapshot.route_for(table, key.dst, want) if err != -errno.EAGAIN else None
+            found_route = route is not None or err == -errno.EAGAIN
+            if rule is not None and found_route:
+                return rule, route
+        return rule, route
+
+    def ifname(self, netns: int, ifindex: int) -> str | None:
+        if not ifindex:
+            return None
+        snapshot = self.snapshot(netns)
+        name = snapshot.ifnames.get(ifindex) if snapshot is not None else None
+        if name is None and snapshot is not None:
+            refreshed = self.snapshot(netns, stale=True)
+            name = refreshed.ifnames.get(ifindex) if refreshed is not None else None
+        return name or f"if{ifindex}"
+
+
+def _address(family: int, raw: Any) -> str:
+    data = bytes(raw)
+    if family == 6:
+        return str(ipaddress.IPv6Address(data[:16]))
+    return str(ipaddress.IPv4Address(data[:4]))
+
+
+class RouteNamer:
+    """Raw kernel events -> named records, on the run's KernelContext."""
+
+    def __init__(self, context: KernelContext, reasons: dict[int, str]) -> None:
+        self.context = context
+        self.policy = PolicyCache(context)
+        self._reasons = reasons
+
+    def record(self, event: RouteEventC) -> RouteRecord:
+        context = self.context
+        when = context.wall_time(event.time_ns)
+        netns_name = context.netns_name(event.netns)
+        if event.kind == RouteEventKind.NEIGH:
+            return NeighRecord(
+                when,
+                event.netns,
+                netns_name,
+                _NEIGH_NAMES.get(NeighKind(event.neigh_kind), str(event.neigh_kind))
+                if event.neigh_kind in NeighKind._value2member_map_
+                else str(event.neigh_kind),
+                _address(event.family, event.daddr),
+                event.ifname.decode(errors="replace"),
+                nud_text(event.nud_state),
+            )
+        if event.kind == RouteEventKind.DROP:
+            return RouteDropRecord(
+                when,
+                event.netns,
+                netns_name,
+                self._reasons.get(event.reason, str(event.reason)),
+                _address(event.family, event.saddr) if event.family else None,
+                _address(event.family, event.daddr) if event.family else None,
+                event.l4proto,
+                event.ifname.decode(errors="replace"),
+            )
+        src = _address(4, event.saddr)
+        dst = _address(4, event.daddr)
+        key = LookupKey(dst, src, event.iif, event.oif, event.mark, event.l4proto, event.sport, event.dport)
+        rule, route = self.policy.explain(event.netns, event.table, key, event.err)
+        in_task = bool(event.in_task)
+        return RouteLookupRecord(
+            time=when,
+            netns=event.netns,
+            netns_name=netns_name,
+            table=event.table,
+            result=lookup_result(event.err),
+            err=event.err,
+            src=src,
+            dst=dst,
+            proto=event.l4proto,
+            sport=event.sport,
+            dport=event.dport,
+            iif=self.policy.ifname(event.netns, event.iif),
+            oif=self.policy.ifname(event.netns, event.oif),
+            mark=event.mark,
+            gateway=_address(event.gw_family, event.gw) if event.gw_family else None,
+            dev=event.ifname.decode(errors="replace") or None,
+            rule=rule.text if rule is not None else None,
+            route=route.text if route is not None else None,
+            pid=event.pid if in_task else None,
+            comm=event.comm.decode(errors="replace") if in_task else None,
+            cpu=event.cpu,
+        )
+
+
+# -- the session ---------------------------------------------------------------------------------------
+
+
+class RouteDiagnostic:
+    """`route` as a session of the diagnostic model."""
+
+    def __init__(self, config: RouteConfig, context: KernelContext | None = None) -> None:
+        from netsleuth.kernel.context import KernelContext
+
+        self.config = config
+        self._context = context or KernelContext()
+        self._own_context = context is None
+        self._programs = ProgramSession(
+            "route",
+            _PROGRAMS,
+            mirrors=(("route_event", RouteEventC), ("route_group", RouteGroupC)),
+        )
+        self._reasons: dict[int, str] = {}
+        self._namer: RouteNamer | None = None
+
+    @property
+    def attach_kind(self) -> str:
+        return self._programs.attach_kind
+
+    def _kernel_config(self) -> RouteConfigC:
+        packet_filter = self.config.packet_filter
+        cfg = RouteConfigC()
+        cfg.thread_size = thread_size()
+        cfg.netns = packet_filter.netns or 0
+        cfg.sample_every = self.config.sample_every
+        cfg.pid = packet_filter.pid or 0
+        cfg.comm = (packet_filter.comm or "").encode()
+        if packet_filter.dev:
+            cfg.filter_dev = 1
+            cfg.dev = packet_filter.dev.encode()
+        cfg.port = packet_filter.port or 0
+        cfg.sport = packet_filter.sport or 0
+        cfg.dport = packet_filter.dport or 0
+        if packet_filter.proto is not None:
+            cfg.filter_l4proto = 1
+            cfg.l4proto = packet_filter.proto
+        cfg.filter_host = int(bool(packet_filter.hosts))
+        cfg.filter_src = int(bool(packet_filter.sources))
+        cfg.filter_dst = int(bool(packet_filter.destinations))
+        cfg.filter_owner = int(packet_filter.filters_owner)
+        cfg.errors_only = int(self.config.failed)
+        if not self.config.summary_only:
+            emitted = [RouteEventKind.LOOKUP, RouteEventKind.NEIGH, RouteEventKind.DROP]
+            if self.config.misses:
+                emitted.append(RouteEventKind.MISS)
+            cfg.emit_mask = sum(1 << kind for kind in emitted)
+        return cfg
+
+    def start(self) -> None:
+        from netsleuth.bpf.features import require_tracepoints
+        from netsleuth.kernel.reasons import load_drop_reasons
+
+        require_tracepoints(["fib_table_lookup", "neigh_create", "neigh_update", "neigh_timer_handler"])
+        programs = list(_PROGRAMS)
+        arity = vmlinux_btf().tracepoint_arity("kfree_skb")
+        if arity is None or arity < 3:
+            programs.remove("route_drop")  # no drop reasons before 5.17: drops are not told apart
+        else:
+            reasons = load_drop_reasons()
+            for name in _NEIGH_REASONS:
+                value = reasons.value(name)
+                if value is not None:
+                    self._reasons[value] = name
+        self._programs.start(programs, ("cfg", self._kernel_config()), self._fill_maps, ring="events")
+        self._context.prepare(self.config.packet_filter.netns)
+        self._namer = RouteNamer(self._context, self._reasons)
+
+    def _fill_maps(self, bpf_object: BpfObject) -> None:
+        fill_address_maps(bpf_object, self.config.packet_filter)
+        reasons = bpf_object.map("neigh_reasons")
+        for value in self._reasons:
+            reasons.update(value.to_bytes(4, "little"), b"\x01")
+
+    @property
+    def namer(self) -> RouteNamer:
+        if self._namer is None:
+            raise NetsleuthError("the route programs are not attached: start() first")
+        return self._namer
+
+    def _decode(self, records: list[bytes]) -> list[RouteRecord]:
+        namer = self.namer
+        return [namer.record(RouteEventC.from_buffer_copy(raw[:_EVENT_SIZE])) for raw in records]
+
+    def poll(self, timeout_ms: int) -> list[RouteRecord]:
+        return self._decode(self._programs.poll(timeout_ms))
+
+    def drain(self) -> list[RouteRecord]:
+        return self._decode(self._programs.drain())
+
+    def kind_totals(self) -> RouteTotals:
+        sums = self._programs.counter_sums("route_stats", KIND_COUNT * STAT_COUNT)
+        return RouteTotals(
+            {
+                _KIND_NAMES[RouteEventKind(kind)]: EventTotals(
+                    *sums[kind * STAT_COUNT : (kind + 1) * STAT_COUNT]
+                )
+                for kind in range(KIND_COUNT)
+            }
+        )
+
+    def totals(self) -> EventTotals:
+        # Table misses are bookkeeping of the rules' walk, not decisions: they count only with --misses.
+        by_kind = self.kind_totals().by_kind
+        total = by_kind["lookup"] + by_kind["neigh"] + by_kind["drop"]
+        return total + by_kind["miss"] if self.config.misses else total
+
+    def raw_groups(self) -> Iterator[tuple[RouteGroupKeyC, RouteGroupC]]:
+        for key, value in self._programs.entries("route_groups"):
+            yield RouteGroupKeyC.from_buffer_copy(key), RouteGroupC.from_buffer_copy(value)
+
+    def groups(self) -> list[RouteGroup]:
+        if not self._programs.started:
+            return []
+        namer = self.namer
+        groups = [
+            RouteGroup(
+                _KIND_NAMES[RouteEventKind(key.kind)],
+                value.count,
+                self._context.wall_time(value.first_ns),
+                self._context.wall_time(value.last_ns),
+                namer.record(value.example),
+            )
+            for key, value in self.raw_groups()
+            if self.config.misses or key.kind != RouteEventKind.MISS
+        ]
+        return sorted(groups, key=lambda group: -group.count)
+
+    def summary(self, interrupted: bool) -> RouteSummary:
+        return RouteSummary(
+            self.kind_totals(),
+            self.attach_kind,
+            interrupted,
+            tuple(self.groups()),
+            self._context.clock,
+            tuple(self.notes()),
+        )
+
+    def program_fds(self) -> dict[str, int]:
+        return self._programs.program_fds()
+
+    def notes(self) -> list[str]:
+        return list(self._namer.policy.problems.values()) if self._namer is not None else []
+
+    def close(self) -> None:
+        self._programs.close()
+        if self._own_context:
+            self._context.close()
+
+
+DIAGNOSTIC: DiagnosticSpec[RouteConfig] = DiagnosticSpec(
+    name="route",
+    help="the kernel's route lookups: ip rule, table, prefix, next hop and whether its neighbour resolved",
+    keys=ROUTE_KEYS,
+    read=read_route_config,
+    open=lambda config, context: RouteDiagnostic(config, context),
+    objects=("route",),
+    records=("route", "neigh", "route_drop", "summary"),
+)

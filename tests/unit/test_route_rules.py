@@ -1,0 +1,85 @@
+"""`diagnose`'s route verdicts from the kernel's groups: reject routes named with rule, table and prefix;
+failed next hops with the packets dropped behind them (joined through the lookups that chose the hop)."""
+
+from __future__ import annotations
+
+from netsleuth.diagnose.route_rules import route_verdicts
+from netsleuth.diagnostics.route import NeighRecord, RouteDropRecord, RouteGroup, RouteLookupRecord
+
+NETNS = 4026532999
+
+
+def lookup(
+    dst: str, result: str, err: int, route: str | None, rule: str | None, gateway: str | None = None
+) -> RouteLookupRecord:
+    return RouteLookupRecord(
+        time=1.0, netns=NETNS, netns_name="client", table=100 if err else 254, result=result, err=err,
+        src="198.18.3.1", dst=dst, proto=17, sport=40000, dport=9999, iif="lo", oif=None, mark=0,
+        gateway=gateway, dev="veth0" if gateway else None, rule=rule, route=route, pid=42, comm="python3",
+        cpu=0,
+    )  # fmt: skip
+
+
+def group(kind: str, count: int, example: RouteLookupRecord | NeighRecord | RouteDropRecord) -> RouteGroup:
+    return RouteGroup(kind, count, 1.0, 2.0, example)
+
+
+def test_blackhole_lookups_become_one_verdict_naming_rule_table_and_prefix() -> None:
+    example = lookup(
+        "198.18.5.9", "blackhole", -22, "blackhole 198.18.5.0/24", "1000: from 198.18.3.0/24 lookup 100"
+    )
+    verdicts, explained = route_verdicts([group("lookup", 30, example), group("lookup", 7, example)], 10.0)
+    assert explained == 0
+    (verdict,) = verdicts
+    assert verdict.category == "route-reject"
+    assert verdict.cause == (
+        "packets to 198.18.5.9 from netns client hit blackhole route 198.18.5.0/24 in table 100 "
+        "(ip rule 1000: from 198.18.3.0/24 lookup 100): 37 lookup(s) refused"
+    )
+    assert verdict.evidence["lookups"] == 37 and verdict.evidence["process"] == {"comm": "python3", "pid": 42}
+    assert (
+        verdict.fix[0] == "ip netns exec client ip route del blackhole 198.18.5.0/24 table 100"
+        "   # if this traffic should be routed"
+    )
+
+
+def test_failed_next_hop_gets_the_drops_of_destinations_routed_through_it() -> None:
+    hop = NeighRecord(1.0, NETNS, "client", "failed", "198.18.3.9", "veth0", "FAILED")
+    via_hop = lookup(
+        "198.18.9.4",
+        "route",
+        0,
+        "198.18.9.0/24 via 198.18.3.9 dev veth0",
+        "32766: from all lookup main",
+        "198.18.3.9",
+    )
+    drop = RouteDropRecord(1.0, NETNS, "client", "NEIGH_FAILED", "198.18.3.1", "198.18.9.4", 17, "veth0")
+    other_drop = RouteDropRecord(
+        1.0, NETNS + 1, "elsewhere", "NEIGH_FAILED", "198.18.4.1", "198.18.9.4", 17, "veth0"
+    )
+    groups = [
+        group("neigh", 2, hop),
+        group("lookup", 37, via_hop),
+        group("drop", 37, drop),
+        group("drop", 5, other_drop),
+    ]
+    verdicts, explained = route_verdicts(groups, 10.0)
+    assert explained == 37  # the other namespace's drops are not this hop's
+    (verdict,) = verdicts
+    assert verdict.category == "next-hop-unresolved"
+    assert (
+        verdict.cause
+        == "next hop 198.18.3.9 never answered ARP: 37 packet(s) dropped (dev veth0, netns client)"
+    )
+    assert verdict.evidence["drops"] == 37 and verdict.evidence["resolution_failures"] == 2
+    assert verdict.evidence["destinations"] == ["198.18.9.4"]
+
+
+def test_a_failed_hop_without_drops_is_a_warning() -> None:
+    hop = NeighRecord(1.0, NETNS, None, "failed", "2001:db8::9", "veth0", "FAILED")
+    (verdict,), _ = route_verdicts([group("neigh", 1, hop)], 5.0)
+    assert verdict.severity.label == "warning"
+    assert (
+        verdict.cause == "next hop 2001:db8::9 never answered neighbour solicitation (1 time(s))"
+        f" (dev veth0, netns {NETNS})"
+    )
