@@ -196,9 +196,12 @@ def create_app(config: ControllerConfig) -> FastAPI:
         }
 
     @app.get("/api/v1/hosts")
-    async def hosts(request: Request) -> list[dict[str, Any]]:
+    async def hosts(request: Request) -> JSONResponse:
         who = await principal(request)
-        return [host for host in services().registry.all() if services().rbac.may_see(who, host)]
+        # JSONResponse directly: FastAPI's generic encoder walks every value of 1,000 entries first.
+        return JSONResponse(
+            [host for host in services().registry.all() if services().rbac.may_see(who, host)]
+        )
 
     @app.post("/api/v1/sessions", status_code=201)
     async def create_session(request: Request) -> JSONResponse:
@@ -301,10 +304,10 @@ def create_app(config: ControllerConfig) -> FastAPI:
         return await svc.sessions.start(session_id, spec)
 
     @app.get("/api/v1/sessions")
-    async def list_sessions(request: Request) -> list[dict[str, Any]]:
+    async def list_sessions(request: Request) -> JSONResponse:
         who = await principal(request)
         svc = services()
-        return await svc.sessions.listing(None if svc.rbac.is_admin(who) else who.user)
+        return JSONResponse(await svc.sessions.listing(None if svc.rbac.is_admin(who) else who.user))
 
     async def _visible_session(request: Request, who: Principal, session_id: str) -> dict[str, Any]:
         if len(session_id) > 64:
@@ -317,9 +320,16 @@ def create_app(config: ControllerConfig) -> FastAPI:
         return body
 
     @app.get("/api/v1/sessions/{session_id}")
-    async def get_session(request: Request, session_id: str) -> dict[str, Any]:
+    async def get_session(request: Request, session_id: str) -> Response:
         who = await principal(request)
-        return await _visible_session(request, who, session_id)
+        found = await services().sessions.get_json(session_id) if len(session_id) <= 64 else None
+        if found is None:
+            raise ApiError(404, f"no session {session_id[:64]}.")
+        owner, data = found
+        if not services().rbac.is_owner_or_admin(who, owner):
+            raise ApiError(403, f"session {session_id} belongs to another user.")
+        # Already JSON (an ended session is serialised once): no re-encoding of a large timeline per poll.
+        return Response(data, media_type="application/json")
 
     @app.get("/api/v1/sessions/{session_id}/records")
     async def session_records(request: Request, session_id: str) -> Response:

@@ -100,6 +100,9 @@ class HostView:
     next_seq: int = 0
     missed_pings: int = 0
     task_id: str = ""
+    last_seen: float = 0.0  # monotonic: the last status, records or ping answer from this host
+    # Set on each status of this host: its prepare waits on it (one waiter per host, not one per event).
+    progressed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -135,6 +138,7 @@ class FleetSession:
         self.merged = MergedTimeline(hostnames, max_entries=max_timeline, netns_owner=netns_owner)
         self.verdicts: list[dict[str, Any]] = []
         self.cancel_requested = False
+        self.final_json: bytes | None = None  # the whole ended session, serialised once for every reader
         self.changed = asyncio.Event()
         self.done = asyncio.Event()
         self._listeners: list[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = []
@@ -159,7 +163,8 @@ class FleetSession:
                 self._listeners.remove(queue)
                 with contextlib.suppress(asyncio.QueueFull):
                     queue.put_nowait(None)
-        self.changed.set()
+        if event != "record":
+            self.changed.set()  # records change no host's state: the supervisor need not wake for each
 
     def close_listeners(self) -> None:
         for queue in self._listeners:
@@ -208,6 +213,13 @@ class FleetSession:
         return body
 
 
+def listing_entry(body: dict[str, Any]) -> dict[str, Any]:
+    """A session for lists: no timeline, and the verdicts counted rather than included."""
+    entry = {key: value for key, value in body.items() if key not in ("timeline", "verdicts")}
+    entry["verdicts_count"] = len(body.get("verdicts") or [])
+    return entry
+
+
 class SessionManager:
     def __init__(
         self,
@@ -239,14 +251,24 @@ class SessionManager:
         return self._sessions.get(session_id)
 
     async def get(self, session_id: str) -> dict[str, Any] | None:
+        found = await self.get_json(session_id)
+        if found is None:
+            return None
+        body: dict[str, Any] = json.loads(found[1])
+        return body
+
+    async def get_json(self, session_id: str) -> tuple[str, bytes] | None:
+        """(owner, the whole session as JSON): from memory, or from the history stream once forgotten. An
+        ended session is serialised once, however often clients poll it."""
         live = self._sessions.get(session_id)
         if live is not None:
-            return live.snapshot(timeline=True)
+            if live.final_json is not None:
+                return live.spec.user, live.final_json
+            return live.spec.user, json.dumps(live.snapshot(timeline=True)).encode()
         with contextlib.suppress(Exception):
             message = await self._js.get_last_msg(SESSIONS_STREAM, f"netsleuth.history.{session_id}.full")
             if message.data:
-                body: dict[str, Any] = json.loads(message.data)
-                return body
+                return str(json.loads(message.data).get("user")), bytes(message.data)
         return None
 
     async def listing(self, user: str | None) -> list[dict[str, Any]]:
@@ -260,7 +282,7 @@ class SessionManager:
                 if isinstance(body, dict) and isinstance(body.get("id"), str):
                     found[body["id"]] = body
         for session in self._sessions.values():
-            found[session.id] = session.snapshot(timeline=False)
+            found[session.id] = listing_entry(session.snapshot(timeline=False))
         sessions = [s for s in found.values() if user is None or s.get("user") == user]
         sessions.sort(key=lambda s: str(s.get("created") or ""), reverse=True)
         return sessions
@@ -278,10 +300,10 @@ class SessionManager:
         self._forget_old()
         # Subscribed before any task goes out: a fast agent's "ready" cannot arrive before we listen.
         subscription = await self._nc.subscribe(session_subjects(session_id), cb=self._on_message(session))
+        await self._save(session)
         task = asyncio.create_task(self._run(session, subscription), name=f"session-{session_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        await self._save(session, full=False)
         return session
 
     def _forget_old(self) -> None:
@@ -329,6 +351,8 @@ class SessionManager:
         if status.start_skew_ns is not None:
             view.start_skew_ns = status.start_skew_ns
         view.missed_pings = 0
+        view.last_seen = time.monotonic()
+        view.progressed.set()
         session.emit("status", {"host": status.host, **view.to_json()})
 
     def _on_records(self, session: FleetSession, batch: RecordBatch) -> None:
@@ -339,6 +363,7 @@ class SessionManager:
             view.batch_gaps += batch.seq - view.next_seq
         view.next_seq = max(view.next_seq, batch.seq + 1)
         view.missed_pings = 0
+        view.last_seen = time.monotonic()
         for record in batch.records:
             view.records += 1
             for entry in session.merged.add(batch.host, record):
@@ -386,8 +411,13 @@ class SessionManager:
         view.rtt_ns, view.offset_ns = best
 
     async def _prepare(self, session: FleetSession, host: str) -> None:
+        """The clock measurement and the task run side by side: the offset is needed only at T0."""
+        await asyncio.gather(self._clock(session, host), self._dispatch(session, host))
+        if session.hosts[host].state == "failed":
+            await self._send_control(session, [host], "cancel")  # it may have attached meanwhile
+
+    async def _clock(self, session: FleetSession, host: str) -> None:
         view = session.hosts[host]
-        spec = session.spec
         try:
             await self._measure_offset(host, view)
         except NoRespondersError:
@@ -400,6 +430,10 @@ class SessionManager:
             self._fail(session, host, f"bad ping reply: {error}")
             return
         session.merged.set_offset(host, view.offset_ns or 0)
+
+    async def _dispatch(self, session: FleetSession, host: str) -> None:
+        view = session.hosts[host]
+        spec = session.spec
         now = time.time()
         task = Task(
             id=new_task_id(),
@@ -454,9 +488,12 @@ class SessionManager:
             return
         deadline = time.monotonic() + self._config.prepare_timeout
         while view.state == "preparing" and time.monotonic() < deadline and not session.cancel_requested:
-            session.changed.clear()
+            view.progressed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(session.changed.wait(), timeout=max(0.01, deadline - time.monotonic()))
+                # Woken by this host's next status (or a cancel, within half a second).
+                await asyncio.wait_for(
+                    view.progressed.wait(), timeout=min(0.5, max(0.01, deadline - time.monotonic()))
+                )
         if view.state == "preparing":
             self._fail(session, host, f"not ready within {self._config.prepare_timeout:g} s")
             await self._send_control(session, [host], "cancel")
@@ -482,43 +519,58 @@ class SessionManager:
         if view.state in _FINAL:
             return
         view.state, view.reason = "failed", reason
+        view.progressed.set()
         session.emit("status", {"host": host, **view.to_json()})
 
     async def _supervise(self, session: FleetSession, deadline_ns: int) -> None:
-        """Until every host is final: ping the pending ones once a second (a dead agent has no responder,
-        which NATS says at once; a hung one misses `host_silence` seconds of pings), and fail whoever has
-        not reported its end `end_grace` seconds after the deadline (or after a cancel)."""
+        """Until every host is final. Beside it, `_watch_liveness` pings the hosts that have gone quiet (a
+        dead agent has no responder, which NATS says at once; a hung one misses `host_silence` seconds of
+        pings); here, whoever has not reported its end `end_grace` seconds after the deadline (or after a
+        cancel) is failed. The loop wakes on every change, so the session ends as the last host does."""
         grace_ns = int(self._config.end_grace * 1e9)
         limit_ns = deadline_ns + grace_ns
         cancelled = False
-        next_ping = 0.0
-        while True:
-            pending = [host for host, view in session.hosts.items() if view.state not in _FINAL]
-            if not pending:
-                return
-            if session.cancel_requested and not cancelled:
-                cancelled = True
-                limit_ns = min(limit_ns, time.time_ns() + grace_ns)
-            if time.time_ns() >= limit_ns:
-                for host in pending:
+        liveness = asyncio.create_task(self._watch_liveness(session))
+        try:
+            while True:
+                pending = [host for host, view in session.hosts.items() if view.state not in _FINAL]
+                if not pending:
+                    return
+                if session.cancel_requested and not cancelled:
+                    cancelled = True
+                    limit_ns = min(limit_ns, time.time_ns() + grace_ns)
+                if time.time_ns() >= limit_ns:
                     what = "the cancel" if cancelled else "the deadline"
-                    self._fail(session, host, f"no end status {self._config.end_grace:g} s after {what}")
-                await self._send_control(session, pending, "cancel")
-                return
-            if time.monotonic() >= next_ping:
-                next_ping = time.monotonic() + _LIVENESS_S
-                await asyncio.gather(*(self._liveness(session, host) for host in pending))
-            session.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    session.changed.wait(), timeout=max(0.05, next_ping - time.monotonic())
-                )
+                    for host in pending:
+                        self._fail(session, host, f"no end status {self._config.end_grace:g} s after {what}")
+                    await self._send_control(session, pending, "cancel")
+                    return
+                session.changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(session.changed.wait(), timeout=0.25)
+        finally:
+            liveness.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await liveness
+
+    async def _watch_liveness(self, session: FleetSession) -> None:
+        while True:
+            await asyncio.sleep(_LIVENESS_S)
+            now = time.monotonic()
+            quiet = [
+                host
+                for host, view in session.hosts.items()
+                if view.state not in _FINAL and now - view.last_seen >= _LIVENESS_S
+            ]
+            # Concurrently, and without holding up the end of the session (_supervise does not await this).
+            await asyncio.gather(*(self._liveness(session, host) for host in quiet))
 
     async def _liveness(self, session: FleetSession, host: str) -> None:
         view = session.hosts[host]
         try:
             await self._nc.request(ping_subject(host), b"{}", timeout=_LIVENESS_S)
             view.missed_pings = 0
+            view.last_seen = time.monotonic()
         except NoRespondersError:
             # Nobody is subscribed to the host's subjects any more: the agent process is gone.
             self._fail(session, host, "agent stopped answering (disconnected from NATS)")
@@ -530,15 +582,15 @@ class SessionManager:
             view.missed_pings += 1
 
     async def _finish(self, session: FleetSession) -> None:
-        session.ended_ns = time.time_ns()
-        ended = [view for view in session.hosts.values() if view.state == "ended"]
+        """Verdicts, the audit record of the outcome, then the ended state, all before anyone can read the
+        session as ended: a client polling for `ended` always finds the verdicts with it."""
+        ended_ns = time.time_ns()
         if session.cancel_requested:
-            session.state = "cancelled"
+            state = "cancelled"
         else:
-            session.state = "ended" if ended else "failed"
+            state = "ended" if any(view.state == "ended" for view in session.hosts.values()) else "failed"
+        partial = any(view.state != "ended" for view in session.hosts.values())
         session.verdicts = session.merged.verdicts(session.host_states())
-        for verdict in session.verdicts:
-            session.emit("verdict", verdict)
         outcome = ", ".join(f"{host}: {view.state}" for host, view in session.hosts.items())
         with contextlib.suppress(AuditUnavailable):
             await self._audit.record(
@@ -549,40 +601,41 @@ class SessionManager:
                 diagnostic=session.spec.diagnostic,
                 hosts=list(session.spec.hosts),
                 scope=session.spec.scope.to_json(),
-                outcome=f"{session.state}{' (partial)' if session.partial else ''}; {outcome}",
+                outcome=f"{state}{' (partial)' if partial else ''}; {outcome}",
                 extra={
                     "host_states": {
                         h: {"state": v.state, "reason": v.reason} for h, v in session.hosts.items()
                     }
                 },
             )
-        await self._save(session, full=True)
-        session.emit(
-            "end",
-            {
-                "id": session.id,
-                "state": session.state,
-                "partial": session.partial,
-                "hosts": session.host_states(),
-                "start_spread_ms": session.snapshot(False)["start_spread_ms"],
-            },
-        )
+        # No await from here to final_json: readers see either the running session or the finished one.
+        session.state, session.ended_ns = state, ended_ns
+        body = session.snapshot(timeline=True)
+        session.final_json = json.dumps(body).encode()
+        for verdict in session.verdicts:
+            session.emit("verdict", verdict)
+        ending = ("id", "state", "partial", "hosts", "start_spread_ms")
+        session.emit("end", {key: body[key] for key in ending})
         session.close_listeners()
         session.done.set()
+        await self._save(session, body, session.final_json)
 
-    async def _save(self, session: FleetSession, full: bool) -> None:
-        """History: a small summary (for listing) and, at the end, the whole session (for reading back)."""
-        summary = session.snapshot(timeline=False)
+    async def _save(
+        self, session: FleetSession, body: dict[str, Any] | None = None, data: bytes | None = None
+    ) -> None:
+        """History: a small summary (for listing) and, at the end, the whole session (for reading back),
+        each under NATS's message size: a big session keeps its first records and verdicts there, and says
+        how many it left out (the whole of it stays in memory for the last sessions)."""
+        summary = listing_entry(body or session.snapshot(timeline=False))
         try:
             await self._js.publish(f"netsleuth.history.{session.id}.summary", json.dumps(summary).encode())
-            if full:
-                body = session.snapshot(timeline=True)
-                data = json.dumps(body).encode()
-                if len(data) > _HISTORY_BYTES:
-                    timeline = body["timeline"]
-                    keep = max(0, int(len(timeline) * _HISTORY_BYTES / len(data) * 0.9))
-                    body["timeline"] = timeline[:keep]
-                    body["timeline_truncated"] = len(timeline) - keep
+            if body is not None and data is not None:
+                for key in ("timeline", "verdicts"):
+                    if len(data) <= _HISTORY_BYTES:
+                        break
+                    items = body[key]
+                    keep = max(0, int(len(items) * _HISTORY_BYTES / len(data) * 0.9))
+                    body = {**body, key: items[:keep], f"{key}_truncated": len(items) - keep}
                     data = json.dumps(body).encode()
                 await self._js.publish(f"netsleuth.history.{session.id}.full", data)
         except Exception as error:  # history is best effort; the audit is not
