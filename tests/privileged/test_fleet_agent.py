@@ -133,6 +133,8 @@ def test_agent_refuses_unknown_diagnostics_and_foreign_scopes(
     )
     via_config = lab.task("server", "scope2", config={"netns": lab.hosts["client"].netns})
     refused(controller, "server", lab.sign(via_config), "outside this host")
+    bad_filter = lab.task("server", "filter1", config={"proto": "tcp", "dport": "http"})
+    refused(controller, "server", lab.sign(bad_filter), "invalid config for drops")
     cgroup = Scope(netns=(lab.hosts["server"].netns,), cgroups=("/sys/fs/cgroup/x",))
     refused(controller, "server", lab.sign(lab.task("server", "cgroup1", scope=cgroup)), "cgroup")
     wrong_host = lab.task("lb", "host1")  # signed for lb, delivered to server
@@ -145,7 +147,7 @@ def test_agent_refuses_unknown_diagnostics_and_foreign_scopes(
     assert "netsleuth_fleet_connected 1.0" in metrics
     refused_name = 'netsleuth_fleet_tasks_total{decision="refused"}'
     refused_line = next(line for line in metrics.splitlines() if line.startswith(refused_name))
-    assert float(refused_line.split()[-1]) >= 6
+    assert float(refused_line.split()[-1]) >= 7
 
 
 def test_agent_nats_user_reaches_only_its_own_subjects(lab: FleetLab) -> None:

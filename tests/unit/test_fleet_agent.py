@@ -123,6 +123,27 @@ def test_refusals(task: Task, reason: str) -> None:
     assert refused.value.task == task  # the controller can audit which task was refused
 
 
+def test_config_is_validated_by_the_diagnostic_before_acceptance() -> None:
+    def validate(name: str, config: dict[str, Any]) -> object:
+        if not isinstance(config.get("dport"), int):
+            raise UsageError("--dport must be a port number from 0 to 65535 (got 'http')")
+        return config
+
+    admission = TaskAdmission(
+        host_id="node-a",
+        controller_key=KEY.public_key(),
+        catalogue=lambda: ("drops",),
+        limits=SessionLimits(),
+        host_netns="lab",
+        known_netns=lambda name: True,
+        clock=lambda: NOW,
+        validate_config=validate,
+    )
+    assert admission.admit(_signed(_task(scope=Scope(), config={"dport": 80}))).config["dport"] == 80
+    with pytest.raises(TaskRefused, match=r"invalid config for drops: --dport must be a port number"):
+        admission.admit(_signed(_task(scope=Scope(), config={"dport": "http"})))
+
+
 def test_forged_and_malformed_and_replayed() -> None:
     admission = _admission()
     forged = SignedTask.sign(_task(), generate_private_key(), "k").encode()

@@ -24,6 +24,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from netsleuth.agent.config import SessionLimits
+from netsleuth.errors import UsageError
 from netsleuth.fleet.protocol import Budgets, ProtocolError, SignedTask, Task, decode
 
 __all__ = ["AcceptedTask", "ReplayGuard", "TaskAdmission", "TaskRefused"]
@@ -102,6 +103,7 @@ class TaskAdmission:
         known_netns: Callable[[str], bool],
         max_task_lifetime: float = 300.0,
         clock: Callable[[], float] = time.time,
+        validate_config: Callable[[str, dict[str, Any]], object] | None = None,
     ) -> None:
         self.host_id = host_id
         self._key = controller_key
@@ -111,6 +113,7 @@ class TaskAdmission:
         self._known_netns = known_netns
         self._max_lifetime = max_task_lifetime
         self._clock = clock
+        self._validate = validate_config
         self.replays = ReplayGuard(clock)
 
     def admit(self, data: bytes) -> AcceptedTask:
@@ -157,6 +160,13 @@ class TaskAdmission:
                 task,
             )
         config = self._scoped_config(task)
+        if self._validate is not None:
+            # The diagnostic's own validation of its config (the CLI's flags, as JSON): a bad filter is a
+            # refusal now, not an accepted task that fails in prepare.
+            try:
+                self._validate(task.diagnostic, config)
+            except UsageError as error:
+                raise TaskRefused(f"invalid config for {task.diagnostic}: {error}", task) from None
         budgets = Budgets(
             max_events=min(task.budgets.max_events, self._limits.max_events),
             max_bytes=min(task.budgets.max_bytes, self._limits.max_bytes),

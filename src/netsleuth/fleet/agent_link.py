@@ -34,7 +34,7 @@ from netsleuth.agent.programs import ProgramLedger
 from netsleuth.agent.session_diagnostics import DiagnosticContext
 from netsleuth.fleet.admission import TaskAdmission, TaskRefused
 from netsleuth.fleet.clock import OffsetEstimator, parse_nats_time
-from netsleuth.fleet.diagnostic_source import catalogue, open_diagnostic
+from netsleuth.fleet.diagnostic_source import catalogue, open_diagnostic, validate_config
 from netsleuth.fleet.host_registry import host_entry, probe_features
 from netsleuth.fleet.link_config import FleetConfig
 from netsleuth.fleet.protocol import (
@@ -84,6 +84,7 @@ class FleetLink:
             host_netns=config.netns,
             known_netns=lambda name: self._names.inode_of_name(name) is not None,
             max_task_lifetime=config.max_task_lifetime,
+            validate_config=validate_config,
         )
         self._features: dict[str, Any] = {}
         self._sessions: dict[str, FleetSession] = {}

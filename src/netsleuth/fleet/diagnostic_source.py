@@ -9,10 +9,10 @@ from typing import Any, Protocol
 
 from netsleuth.agent.session_diagnostics import DiagnosticContext, open_session
 from netsleuth.diagnostics.model import DiagnosticSession
-from netsleuth.diagnostics.registry import diagnostic_names
+from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 from netsleuth.diagnostics.totals import EventTotals
 
-__all__ = ["FleetDiagnostic", "catalogue", "open_diagnostic"]
+__all__ = ["FleetDiagnostic", "catalogue", "open_diagnostic", "validate_config"]
 
 
 class FleetDiagnostic(Protocol):
@@ -78,3 +78,8 @@ class _JsonRecords:
 def open_diagnostic(name: str, config: dict[str, Any], context: DiagnosticContext) -> FleetDiagnostic:
     """Validate `config` for `name` and open it (nothing attached until start); UsageError if invalid."""
     return _JsonRecords(open_session(name, config, context))
+
+
+def validate_config(name: str, config: dict[str, Any]) -> object:
+    """The diagnostic's typed config from JSON, or its UsageError: nothing is loaded or attached."""
+    return get_diagnostic(name).config_from_json(dict(config))
