@@ -166,7 +166,8 @@ class MergedTimeline:
         }
         self._timeline_cache: tuple[tuple[int, int], list[dict[str, Any]]] | None = None
         self._offsets: dict[str, int] = {}
-        self._entries: list[dict[str, Any]] = []
+        # (corrected ns, arrival number, flow as recorded, the public entry): sorted on demand.
+        self._entries: list[tuple[int, int, FlowTuple | None, dict[str, Any]]] = []
         self._observations: list[_Observation] = []
         self._conntrack: list[ConntrackEntry] = []
         self._conntrack_time: dict[ConntrackEntry, int] = {}
@@ -205,10 +206,7 @@ class MergedTimeline:
             entry["host_time"] = record.get("time") or iso_from_ns(host_ns)
             entry["time"] = iso_from_ns(corrected)
         self._sequence += 1
-        entry["_seq"] = self._sequence
-        entry["_ns"] = corrected if corrected is not None else 0
         if flow is not None:
-            entry["_flow"] = flow
             entry["flow"] = f"{flow.proto} {flow.text()}"
         where = self._owner(record, host)
         conntrack = _nat_entry(record, where)
@@ -218,10 +216,10 @@ class MergedTimeline:
         elif flow is not None and corrected is not None:
             self._observe(where, corrected, record, _packet_tuple(record) or flow)
         if len(self._entries) < self._max_entries:
-            self._entries.append(entry)
+            self._entries.append((corrected if corrected is not None else 0, self._sequence, flow, entry))
         else:
             self.dropped_entries += 1
-        return self._public(entry)
+        return entry
 
     def _observe(self, host: str, time_ns: int, record: Mapping[str, Any], flow: FlowTuple) -> None:
         """A conn report's events carry the report's flow (client -> server); drops and resets their own."""
@@ -273,7 +271,7 @@ class MergedTimeline:
     # -- flows ------------------------------------------------------------------------------------------
     def _place(self, index: NatIndex, flow: FlowTuple) -> tuple[FlowTuple | _PairKey, int]:
         """(the flow's identity, the packet's position on its NAT path)."""
-        placement = index.place(flow)
+        placement = index.place(flow) if len(index) else None
         if placement is not None:
             return placement.path.original, placement.position
         return (flow.proto, flow.pair), 0
@@ -294,10 +292,6 @@ class MergedTimeline:
         return f"{', '.join(parts)} on {self._where(hop.where)}"
 
     # -- output -----------------------------------------------------------------------------------------
-    @staticmethod
-    def _public(entry: Mapping[str, Any]) -> dict[str, Any]:
-        return {key: value for key, value in entry.items() if not key.startswith("_")}
-
     def timeline(self) -> list[dict[str, Any]]:
         """Every kept entry, ordered by corrected time, its `flow` named after the NAT join (the client's
         original tuple), so the legs of one connection on different hosts share one name."""
@@ -306,14 +300,12 @@ class MergedTimeline:
             return self._timeline_cache[1]  # asked again (a client polling) with nothing new: no re-sort
         index = NatIndex(self._conntrack)
         result = []
-        for entry in sorted(self._entries, key=lambda e: (e["_ns"], e["_seq"])):
-            public = self._public(entry)
-            flow = entry.get("_flow")
-            if isinstance(flow, FlowTuple):
+        for _ns, _seq, flow, entry in sorted(self._entries, key=lambda item: (item[0], item[1])):
+            if flow is not None and len(index):
                 placement = index.place(flow)
                 if placement is not None:
-                    public["flow"] = f"{flow.proto} {placement.path.original.text()}"
-            result.append(public)
+                    entry = {**entry, "flow": f"{flow.proto} {placement.path.original.text()}"}
+            result.append(entry)
         self._timeline_cache = (version, result)
         return result
 
