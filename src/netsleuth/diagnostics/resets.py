@@ -28,9 +28,11 @@ from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
 from netsleuth.diagnostics.tcp_names import errno_name
 from netsleuth.diagnostics.tcp_session import RawTcpEvent, RawTcpGroup, TcpSessionConfig, Trigger
+from netsleuth.doctor.procfs import parse_conntrack_stat
 from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.context import KernelContext
-from netsleuth.packet import tcp_flags_text
+from netsleuth.kernel.netns_exec import read_file_in_netns
+from netsleuth.packet import PacketTuple, tcp_flags_text
 
 __all__ = [
     "RESET_KINDS",
@@ -224,9 +226,6 @@ class ConntrackReader:
     _baseline: dict[str | None, int] = field(default_factory=dict)
 
     def _read(self, netns_path: str | None) -> ConntrackView:
-        from netsleuth.doctor.procfs import parse_conntrack_stat
-        from netsleuth.kernel.netns_exec import read_file_in_netns
-
         try:
             stat = read_file_in_netns("/proc/self/net/stat/nf_conntrack", netns_path)
             liberal = read_file_in_netns("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal", netns_path)
@@ -343,7 +342,6 @@ class ResetEnricher:
         self, raw: RawTcpEvent, trigger_flags: int
     ) -> tuple[dict[str, Any] | None, str | None, str | None]:
         from netsleuth.firewall import hook_from_stack
-        from netsleuth.packet import PacketTuple
 
         hook = hook_from_stack(self.context.function_names(raw.frames), raw.family)
         netfilter: dict[str, Any] = {"hook": hook, "table": None, "chain": None, "rule": None}

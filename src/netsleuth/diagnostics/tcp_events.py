@@ -29,8 +29,10 @@ from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
 from netsleuth.diagnostics.tcp_names import errno_name, errno_text
 from netsleuth.diagnostics.tcp_session import RawTcpEvent, RawTcpGroup
+from netsleuth.doctor.procfs import parse_mib
 from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.context import KernelContext
+from netsleuth.kernel.netns_exec import read_file_in_netns
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.packet import tcp_flags_text
 
@@ -322,9 +324,6 @@ class NetstatReader:
     _start: dict[str, int] = field(default_factory=dict)
 
     def read(self) -> dict[str, int]:
-        from netsleuth.doctor.procfs import parse_mib
-        from netsleuth.kernel.netns_exec import read_file_in_netns
-
         try:
             text = read_file_in_netns(self.path, self.netns_path)
         except EnvironmentProblem:
@@ -345,8 +344,6 @@ class NetstatReader:
 
 
 def _sysctl_in(netns_path: str | None, path: str) -> int | None:
-    from netsleuth.kernel.netns_exec import read_file_in_netns
-
     try:
         text = read_file_in_netns(path, netns_path)
     except EnvironmentProblem:
