@@ -333,12 +333,33 @@ def idle_baseline(seconds: float) -> dict[str, float]:
     return probe_summary(probe)
 
 
-def lab_run(duration: float) -> dict[str, float]:
-    """Page load and time-to-first-verdict on the real stack (controller, nats-server, agents)."""
-    from tests.privileged.test_fleet_ui import fleet_ui_stack  # the same stack the browser tests use
+# A paced UDP sender for the client host: datagrams to a closed port on the server, each one a NO_SOCKET
+# drop there and so one record through agent -> NATS -> controller -> SSE -> page.
+PACED_SENDER = """
+import socket, sys, time
+rate, seconds, address = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+began = time.monotonic(); sent = 0
+while True:
+    elapsed = time.monotonic() - began
+    if elapsed >= seconds:
+        break
+    due = int(elapsed * rate)
+    while sent < due:
+        s.sendto(b"x", (address, 9)); sent += 1
+    time.sleep(0.001)
+print(sent)
+"""
 
-    with fleet_ui_stack() as stack, browser() as instance:
-        page = open_page(instance, stack.base_url).page
+
+def lab_run(duration: float, rate: int) -> dict[str, float]:
+    """On the real stack: page load, time to the first verdict, and a real record stream at `rate`/s."""
+    from tests.privileged.test_fleet_ui import fleet_ui_stack, start_diagnosis, wait_cards
+
+    with fleet_ui_stack() as stack:
+        bp = open_page(stack.browser, stack.base_url)
+        page = bp.page
+        page.add_init_script(PROBES)
         started = time.monotonic()
         page.goto("/")
         page.get_by_label("API token").fill(stack.admin_token)
@@ -346,28 +367,47 @@ def lab_run(duration: float) -> dict[str, float]:
         page.wait_for_selector("tbody tr[data-host]")
         load_s = time.monotonic() - started
         timing = page.evaluate("() => performance.getEntriesByType('navigation')[0].toJSON()")
-        page.goto("/#/new")
-        page.get_by_role("heading", name="New diagnosis").wait_for()
-        for host in stack.hosts:
-            page.get_by_role("checkbox", name=host, exact=True).check()
-        page.get_by_label("Diagnostic").select_option("diagnose")
-        page.get_by_label("Destination port").fill(str(stack.service_port))
-        page.get_by_label("Duration (seconds)").fill(str(int(duration)))
+
+        # Time to first verdict: diagnose on the three hosts, SYNs once they all run.
         clicked = time.monotonic()
-        page.get_by_role("button", name="Start diagnosis").click()
+        start_diagnosis(page, "diagnose", int(duration))
         page.wait_for_selector(".hostcard")
         session_paint_s = time.monotonic() - clicked
-        stack.drive_traffic(duration)
-        page.wait_for_selector(".verdict", timeout=(duration + 30) * 1000)
+        wait_cards(page, dict.fromkeys(stack.hosts, "running"), 40)
+        running_s = time.monotonic() - clicked
+        stack.drive_traffic(1.0)
+        page.wait_for_selector(".verdict", timeout=(duration + 40) * 1000)
         verdict_s = time.monotonic() - clicked
-    return {
+        wait_cards(page, dict.fromkeys(stack.hosts, "ended"), 60)
+
+        # A real stream: `drops` on the server while the client sends `rate` datagrams/s to a closed port.
+        stream_s = 5.0
+        start_diagnosis(page, "drops", int(stream_s + 3), proto="udp")
+        wait_cards(page, dict.fromkeys(stack.hosts, "running"), 40)
+        server = stack.lab.hosts["server"].address
+        sent = stack.lab.hosts["client"].run("python3", "-c", PACED_SENDER, str(rate), str(stream_s), server)
+        wait_cards(page, dict.fromkeys(stack.hosts, "ended"), 90)
+        page.wait_for_timeout(1000)
+        stats = page.evaluate("() => window.__netsleuthStats")
+        probe = page.evaluate("() => { window.__probe.running = false; return window.__probe; }")
+        totals = page.locator('.hostcard[data-host="server"] dd[data-k="total"]').inner_text()
+        bp.assert_no_errors()
+    stream_ms = max(1e-3, (stats["lastAppliedAt"] or 0) - (stats["firstRecordAt"] or 0))
+    result = {
         "signin_to_hosts_s": load_s,
         "dom_content_loaded_ms": float(timing["domContentLoadedEventEnd"]),
         "load_event_ms": float(timing["loadEventEnd"]),
         "start_to_session_page_s": session_paint_s,
+        "start_to_all_running_s": running_s,
         "start_to_first_verdict_s": verdict_s,
-        "session_duration_s": duration,
+        "diagnose_duration_s": duration,
+        "stream_datagrams_sent": float(sent.stdout.strip() or 0),
+        "stream_server_total": float(totals.replace(",", "") or 0) if totals.strip("–") else 0.0,
+        "stream_records_on_page": float(stats["applied"]),
+        "stream_records_per_s_on_page": stats["applied"] / stream_ms * 1000,
     }
+    result.update({f"stream_{k}": v for k, v in probe_summary(probe).items()})
+    return result
 
 
 def main() -> int:
@@ -413,8 +453,8 @@ def main() -> int:
         f"DOM rows {page['dom_rows'] / max(naive['dom_rows'], 1):.4f}"
     )
     if args.lab:
-        lab = lab_run(args.lab_duration)
-        print("real stack (controller + nats-server + agents in namespaces):")
+        lab = lab_run(args.lab_duration, args.rate)
+        print("real stack (controller + nats-server + agents in namespaces, the page as admin):")
         for key, value in lab.items():
             print(f"  {key:28} {value:10.3f}")
     return 0

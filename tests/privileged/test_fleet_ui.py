@@ -9,6 +9,8 @@ control is labelled), and compare what the page shows with what the API says.
 from __future__ import annotations
 
 import contextlib
+import datetime
+import json
 import os
 import re
 import shutil
@@ -19,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from playwright.sync_api import Browser, Page, expect
 
 from tests.controller_lab import ControllerProcess
@@ -33,6 +37,8 @@ HOSTS = ("client", "lb", "server")
 RULE = "-A INPUT -p tcp -m tcp --dport 8080 -j DROP"
 SERVICE_PORT = 80  # the VIP's port; the lb DNATs it to server:8080, where the firewall drops it
 NARROW_USER = "carol"
+OIDC_ISSUER = "https://idp.example"
+OIDC_AUDIENCE = "netsleuth"
 
 
 @dataclass
@@ -45,6 +51,15 @@ class UiStack:
     service_port: int = SERVICE_PORT
     journal: dict[str, Any] = field(default_factory=dict)  # what earlier tests made (sessions, refusals)
     pages: list[BrowserPage] = field(default_factory=list)
+    oidc_key: Ed25519PrivateKey | None = None
+
+    def oidc_token(self, email: str, groups: list[str], minutes: float = 5) -> str:
+        """An ID token as the identity provider would sign it (the controller trusts its JWKS file)."""
+        assert self.oidc_key is not None
+        now = datetime.datetime.now(datetime.UTC)
+        claims = {"iss": OIDC_ISSUER, "aud": OIDC_AUDIENCE, "email": email, "groups": groups,
+                  "iat": now, "exp": now + datetime.timedelta(minutes=minutes)}  # fmt: skip
+        return jwt.encode(claims, self.oidc_key, algorithm="EdDSA", headers={"kid": "idp-1"})
 
     @property
     def base_url(self) -> str:
@@ -73,8 +88,12 @@ class UiStack:
         )
         self.lab.hosts["client"].run("python3", "-c", code, check=False)
 
-    def shot(self, page: Page, name: str, full_page: bool = True) -> None:
-        page.screenshot(path=str(self.shots / f"{name}.png"), full_page=full_page)
+    def shot(self, page: Page, name: str, full_page: bool = True, selector: str | None = None) -> None:
+        path = str(self.shots / f"{name}.png")
+        if selector is not None:
+            page.locator(selector).screenshot(path=path)
+        else:
+            page.screenshot(path=path, full_page=full_page)
 
 
 @contextlib.contextmanager
@@ -96,13 +115,21 @@ def fleet_ui_stack() -> Iterator[UiStack]:
                 "max_concurrent = 1\n"
                 "max_duration = 10\n"
             )
+            # OIDC: the identity provider's public key in a JWKS file; its "groups" claim names the roles.
+            oidc_key = Ed25519PrivateKey.generate()
+            jwk = json.loads(jwt.algorithms.OKPAlgorithm.to_jwk(oidc_key.public_key()))
+            jwks = lab.workdir / "jwks.json"
+            jwks.write_text(json.dumps({"keys": [{**jwk, "kid": "idp-1", "alg": "EdDSA", "use": "sig"}]}))
+            oidc = (
+                f'[oidc]\njwks_file = "{jwks}"\nissuer = "{OIDC_ISSUER}"\naudience = "{OIDC_AUDIENCE}"\n'
+                'user_claim = "email"\nroles_claim = "groups"\n'
+            )
+            users = {NARROW_USER: ["narrow"]}
             with (
-                ControllerProcess(
-                    lab, extra_config=narrow, extra_users={NARROW_USER: ["narrow"]}
-                ) as controller,
+                ControllerProcess(lab, extra_config=narrow + oidc, extra_users=users) as controller,
                 browser() as instance,
             ):
-                stack = UiStack(lab, controller, instance, shots)
+                stack = UiStack(lab, controller, instance, shots, oidc_key=oidc_key)
                 try:
                     yield stack
                 finally:
@@ -196,7 +223,7 @@ def test_sign_in_diagnose_three_hosts_far_firewall_verdict_and_every_host_ended(
     assert page.locator(".trow").count() > 0
     page.get_by_label("Group by flow (one line per hop)").check()
     expect(page.locator(".trow.group").first).to_be_visible()
-    stack.shot(page, "timeline-grouped", full_page=False)
+    stack.shot(page, "timeline-grouped", selector=".timeline")
     opened.assert_no_errors()
 
 
@@ -294,6 +321,33 @@ def test_a_bad_filter_is_refused_with_the_servers_sentence_next_to_the_form(stac
     assert 400 <= answer.status_code < 500, answer.text
     expect(error).to_have_text(answer.json()["error"])
     assert "99999" in answer.json()["error"]
+    opened.assert_no_errors()
+
+
+def test_oidc_sign_in_takes_the_roles_from_the_token_and_an_expired_token_gets_the_servers_sentence(
+    stack: UiStack,
+) -> None:
+    opened = open_page(stack.browser, stack.base_url)
+    stack.pages.append(opened)
+    page = opened.page
+    page.goto("/")
+    expect(page.get_by_label("API token")).to_be_focused()
+    stack.shot(page, "signin")
+    expired = stack.oidc_token("dora@example.org", ["narrow"], minutes=-1)
+    page.get_by_label("API token").fill(expired)
+    page.get_by_role("button", name="Sign in").click()
+    error = page.locator(".form-error:not([hidden])")
+    expect(error).to_be_visible()
+    assert "expired" in error.inner_text()
+    page.get_by_label("API token").fill(stack.oidc_token("dora@example.org", ["narrow", "not-a-role"]))
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("heading", name="Hosts").wait_for()
+    expect(page.locator("#who")).to_contain_text("dora@example.org")
+    expect(page.locator("#who")).to_contain_text("(narrow)")
+    expect(page.locator("tbody tr[data-host]")).to_have_count(2)  # the narrow role's hosts: client and lb
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_label("API token")).to_be_visible()
+    assert page.evaluate("() => sessionStorage.getItem('netsleuth.token')") is None
     opened.assert_no_errors()
 
 

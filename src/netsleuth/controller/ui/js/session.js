@@ -11,14 +11,18 @@ import { isHostVerdict, rankVerdicts, verdictItem } from "./verdicts.js";
 const FINAL = new Set(["ended", "failed", "cancelled"]);
 const HOST_STATES = ["preparing", "ready", "running", "ended", "failed", "rejected"];
 
-// Counters a benchmark (bench/ui_load.py) reads; cheap to keep.
-const stats = (window.__netsleuthStats = { received: 0, applied: 0, frames: 0, maxFlushMs: 0, flushMsTotal: 0, flushes: [], firstRecordAt: null, lastAppliedAt: null, firstVerdictAt: null, endedAt: null, openedAt: performance.now() });
+// Counters a benchmark (bench/ui_load.py) reads; cheap to keep. Fresh for every session page.
+const stats = (window.__netsleuthStats = {});
+function resetStats() {
+  Object.assign(stats, { received: 0, applied: 0, frames: 0, maxFlushMs: 0, flushMsTotal: 0, flushes: [], firstRecordAt: null, lastAppliedAt: null, firstVerdictAt: null, endedAt: null, openedAt: performance.now() });
+}
 
 function verdictKey(v) {
   return isHostVerdict(v) ? `h:${v.host}|${v.category}|${v.cause}` : `f:${v.flow}|${v.text}`;
 }
 
 export async function renderSession(root, ctx, id) {
+  resetStats();
   const snapshot = await api(`/sessions/${encodeURIComponent(id)}`);
   const live = !FINAL.has(snapshot.state);
   const controller = new AbortController();
@@ -137,7 +141,12 @@ export async function renderSession(root, ctx, id) {
   function renderHead() {
     put(stateBadge, badge(session.partial && FINAL.has(session.state) ? "partial" : session.state));
     const scope = session.config?.netns ? ` in netns ${session.config.netns}` : "";
-    meta.textContent = `${session.diagnostic}${scope} on ${hosts.size} host${hosts.size === 1 ? "" : "s"}, ${session.duration ?? "?"} s, by ${session.user} · created ${fmtTime(session.created)}${session.t0 ? ` · T0 ${fmtTime(session.t0)}` : ""}${session.ended ? ` · ended ${fmtTime(session.ended)}` : ""}`;
+    let clock = "";
+    if (session.t0 && !FINAL.has(session.state)) {
+      const elapsed = Math.max(0, (Date.now() - Date.parse(session.t0)) / 1000);
+      clock = elapsed > 0 ? ` · ${Math.min(elapsed, session.duration ?? elapsed).toFixed(0)} of ${session.duration ?? "?"} s` : " · waiting for T0";
+    }
+    meta.textContent = `${session.diagnostic}${scope} on ${hosts.size} host${hosts.size === 1 ? "" : "s"}, ${session.duration ?? "?"} s, by ${session.user} · created ${fmtTime(session.created)}${session.t0 ? ` · T0 ${fmtTime(session.t0)}` : ""}${session.ended ? ` · ended ${fmtTime(session.ended)}` : ""}${clock}`;
     cancel.hidden = FINAL.has(session.state);
     if (FINAL.has(session.state)) streamNote.textContent = live ? "The session is over; this view no longer changes." : "Reopened from history (read-only).";
   }

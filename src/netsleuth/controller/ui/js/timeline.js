@@ -95,7 +95,8 @@ export class Timeline {
     this.scroller = h("div", { class: "timeline", tabindex: "0", role: "list", "aria-label": "Merged timeline" });
     this.spacer = h("div", { class: "spacer" });
     this.layer = h("div", { class: "rows" });
-    this.scroller.append(this.spacer, this.layer);
+    this.placeholder = h("p", { class: "empty" }, "No record yet.");
+    this.scroller.append(this.spacer, this.layer, this.placeholder);
     this.pool = [];
     this.scroller.addEventListener("scroll", () => {
       const atEnd = this.scroller.scrollTop + this.scroller.clientHeight >= this.scroller.scrollHeight - ROW * 2;
@@ -148,7 +149,8 @@ export class Timeline {
       const key = flowKey(rec);
       let group = groups.get(key);
       if (!group) {
-        group = { label: flowLabel(rec), items: [], hosts: [] };
+        // Bookkeeping records (summaries, verdicts) share a block per type; they have no hops.
+        group = { label: flowLabel(rec), items: [], hosts: [], isFlow: !key.startsWith("t:") };
         groups.set(key, group);
       }
       if (!group.hosts.includes(rec.host)) group.hosts.push(rec.host);
@@ -156,8 +158,11 @@ export class Timeline {
     }
     const rows = [];
     for (const group of groups.values()) {
-      rows.push({ group, text: `${group.label}   ${group.items.length} records on ${group.hosts.length} host${group.hosts.length === 1 ? "" : "s"}: ${group.hosts.join(" → ")}` });
-      for (const rec of group.items) rows.push({ rec, hop: group.hosts.indexOf(rec.host) + 1 });
+      const n = group.items.length;
+      const hosts = group.hosts.length;
+      const where = group.isFlow ? `seen on ${group.hosts.join(" → ")}` : `from ${group.hosts.join(", ")}`;
+      rows.push({ group, text: `${group.label} · ${n} record${n === 1 ? "" : "s"} on ${hosts} host${hosts === 1 ? "" : "s"}, ${where}` });
+      for (const rec of group.items) rows.push({ rec, hop: group.isFlow ? group.hosts.indexOf(rec.host) + 1 : 0, inGroup: true });
     }
     this.rows = rows;
   }
@@ -182,7 +187,7 @@ export class Timeline {
       return;
     }
     const rec = item.rec;
-    el.className = `trow ${item.hop ? "hop " : ""}t-${rec.type || "record"}`;
+    el.className = `trow ${item.inGroup ? "hop " : ""}t-${rec.type || "record"}`;
     t.textContent = clock(rec.time);
     host.textContent = `${item.hop ? `hop ${item.hop} · ` : ""}${rec.host ?? ""}`;
     kind.textContent = rec.type ?? "";
@@ -199,6 +204,7 @@ export class Timeline {
       this.lastRowsBuild = now;
     }
     const total = this.length;
+    this.placeholder.hidden = total > 0;
     this.spacer.style.height = `${total * ROW}px`;
     // As tall as its rows, between 3 rows and the CSS max-height: no empty box under a short timeline.
     const wanted = `${Math.max(3, total) * ROW + 2}px`;
