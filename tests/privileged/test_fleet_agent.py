@@ -299,3 +299,13 @@ def test_cancel_and_start_timeout(lab: FleetLab, controller: DirectController) -
     controller.wait_states("timeout1", {"lb": ("ended",)}, timeout=10)
     assert controller.states("timeout1")["lb"].reason.startswith("start_timeout")
     wait_for(lambda: not programs_of(lab.agent("lb").pid), 5, "lb to detach")
+
+
+def test_a_stopped_agent_says_so_in_the_registry(lab: FleetLab) -> None:
+    """SIGTERM: the entry turns "stopping" (the controller stops offering the host), and a restarted agent
+    is "up" again."""
+    assert lab.stop_agent("lb") == 0
+    wait_for(lambda: lab.registry()["lb"].status == "stopping", 10, "lb's entry to say stopping")
+    restarted = time.time_ns()
+    lab.start_agent("lb")
+    assert lab.wait_registered(["lb"], since_ns=restarted)["lb"].status == "up"
