@@ -17,6 +17,9 @@
 #include "netsleuth.bpf.h"
 #include <bpf/bpf_tracing.h>
 #include "dns.h"
+#include "abi.h"
+#include "emit.bpf.h"
+#include "filter_maps.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -48,17 +51,10 @@ const volatile struct dns_config cfg = {
 	.not_dropped_reason = ~0U,
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
-} events SEC(".maps");
+NS_ABI_KEEP(dns_abi_types);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DNS_STAT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} dns_stats SEC(".maps");
+NS_STATS_MAP(dns_stats, DNS_STAT_COUNT);
+NS_GROUP_MAP(dns_groups, struct dns_group_key, struct dns_group, DNS_MAX_GROUPS);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -67,15 +63,6 @@ struct {
 	__type(value, struct dns_query);
 } pending SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, DNS_MAX_GROUPS);
-	__type(key, struct dns_group_key);
-	__type(value, struct dns_group);
-} dns_groups SEC(".maps");
-
-#include "filter_maps.bpf.h"
-
 struct dns_scratch {
 	struct dns_event event;
 	__u8 tail[DNS_MAX_FRAMES * 8 + DNS_PAYLOAD_MAX];
@@ -83,19 +70,7 @@ struct dns_scratch {
 	struct dns_group fresh;	     /* a zeroed group to insert */
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct dns_scratch);
-} scratch SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} sample_counter SEC(".maps");
+NS_SCRATCH_MAP(scratch, struct dns_scratch);
 
 /* What the socket hooks read of one packet. */
 struct dns_packet {
@@ -107,51 +82,19 @@ struct dns_packet {
 
 static __always_inline void count(enum dns_stat stat)
 {
-	__u32 key = stat;
-	__u64 *value = bpf_map_lookup_elem(&dns_stats, &key);
-
-	if (value)
-		*value += 1;
+	ns_count(&dns_stats, stat);
 }
 
-static __always_inline bool should_emit(void)
-{
-	__u32 zero = 0;
-	__u64 *counter;
-
-	/* Back-pressure: past half full, sample so the consumer catches up instead of losing. */
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > (8 << 20) / 2)
-		return false;
-	if (cfg.sample_every <= 1)
-		return true;
-	counter = bpf_map_lookup_elem(&sample_counter, &zero);
-	if (!counter)
-		return true;
-	*counter += 1;
-	return *counter % cfg.sample_every == 0;
-}
-
-/* The drops filters, on a tuple in the query's direction (client -> server). */
+/* The drops filters (bpf/filter_maps.bpf.h), on a tuple in the query's direction (client -> server). */
 static __always_inline bool tuple_matches(const struct packet_tuple *tuple)
 {
 	if (cfg.filter_l4proto && tuple->l4proto != cfg.l4proto)
 		return false;
 	if (cfg.family && tuple->family != cfg.family)
 		return false;
-	if (cfg.port && tuple->sport != cfg.port && tuple->dport != cfg.port)
-		return false;
-	if (cfg.sport && tuple->sport != cfg.sport)
-		return false;
-	if (cfg.dport && tuple->dport != cfg.dport)
-		return false;
-	if (cfg.filter_host && !ns_addr_in(&host_filter, tuple->family, tuple->saddr) &&
-	    !ns_addr_in(&host_filter, tuple->family, tuple->daddr))
-		return false;
-	if (cfg.filter_src && !ns_addr_in(&src_filter, tuple->family, tuple->saddr))
-		return false;
-	if (cfg.filter_dst && !ns_addr_in(&dst_filter, tuple->family, tuple->daddr))
-		return false;
-	return true;
+	return ns_ports_match(cfg.port, cfg.sport, cfg.dport, tuple->sport, tuple->dport) &&
+	       ns_addresses_match(cfg.filter_host, cfg.filter_src, cfg.filter_dst, tuple->family, tuple->saddr,
+				  tuple->daddr);
 }
 
 static __always_inline void reverse_tuple(const struct packet_tuple *in, struct packet_tuple *out)
@@ -382,13 +325,10 @@ static __always_inline void handle_query(struct __sk_buff *skb, struct dns_packe
 		query->tid = (__u32)pid_tgid;
 		process_name(query->group.comm);
 	}
-	if (cfg.filter_owner) {
-		bool by_task = query->group.tgid && (!cfg.pid || query->group.tgid == cfg.pid) &&
-			       (!cfg.comm[0] || ns_name_matches(query->group.comm, cfg.comm));
-
-		if (!by_task && !(sock_ino && bpf_map_lookup_elem(&owner_inodes, &sock_ino)))
-			return;
-	}
+	if (cfg.filter_owner && !(query->group.tgid && ns_task_matches(query->group.tgid, query->group.comm, cfg.pid,
+								   cfg.comm)) &&
+	    !ns_owned_inode(sock_ino))
+		return;
 	count(DNS_STAT_QUERIES);
 
 	__builtin_memcpy(query->group.server, pkt->tuple.daddr, 16);
@@ -461,10 +401,8 @@ static __always_inline void emit(struct dns_scratch *buf, struct __sk_buff *skb,
 	struct dns_event *event = &buf->event;
 	__u64 caplen = pkt->dns_len, room = skb->len - pkt->dns_off, size;
 
-	if (!should_emit()) {
-		count(DNS_STAT_SAMPLED);
+	if (!ns_emit_wanted(&dns_stats, 0, cfg.sample_every))
 		return;
-	}
 	if (caplen > room) /* TCP: a message longer than this segment */
 		caplen = room;
 	if (caplen > DNS_PAYLOAD_MAX)
@@ -476,11 +414,7 @@ static __always_inline void emit(struct dns_scratch *buf, struct __sk_buff *skb,
 	size = sizeof(*event) + caplen;
 	if (size > sizeof(*event) + DNS_PAYLOAD_MAX)
 		size = sizeof(*event) + DNS_PAYLOAD_MAX;
-	if (bpf_ringbuf_output(&events, buf, size, 0)) {
-		count(DNS_STAT_LOST);
-		return;
-	}
-	count(DNS_STAT_EMITTED);
+	ns_output(&dns_stats, 0, buf, size);
 }
 
 static __always_inline bool answer_wanted(__u8 rcode, __u64 latency_ns)
@@ -551,7 +485,7 @@ static __always_inline void handle_answer(struct __sk_buff *skb, struct dns_pack
 			return;
 		if (cfg.filter_dev && !dev_matches(skb))
 			return;
-		if (cfg.filter_owner && !(sock_ino && bpf_map_lookup_elem(&owner_inodes, &sock_ino)))
+		if (cfg.filter_owner && !ns_owned_inode(sock_ino))
 			return;
 		count(DNS_STAT_UNMATCHED);
 		count(DNS_STAT_MATCHED);
@@ -689,15 +623,9 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	/* Reading past a short packet stays inside the skb's head allocation, as drops.bpf.c does. */
 	if (l3 && caplen && !bpf_probe_read_kernel(buf->tail + frames, DNS_DROP_BYTES, l3))
 		event->caplen = caplen;
-	if (!should_emit()) {
-		count(DNS_STAT_SAMPLED);
+	if (!ns_emit_wanted(&dns_stats, 0, cfg.sample_every))
 		return 0;
-	}
-	if (bpf_ringbuf_output(&events, buf, sizeof(*event) + frames + DNS_DROP_BYTES, 0)) {
-		count(DNS_STAT_LOST);
-		return 0;
-	}
-	count(DNS_STAT_EMITTED);
+	ns_output(&dns_stats, 0, buf, sizeof(*event) + frames + DNS_DROP_BYTES);
 	return 0;
 }
 

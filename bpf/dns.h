@@ -8,16 +8,19 @@
 
 #include "packet.h"
 
-#define DNS_QNAME_MAX 96	   /* wire bytes of the question name kept in the kernel (groups, timeouts) */
-#define DNS_PAYLOAD_MAX 1024	   /* DNS message bytes copied into an answer event */
-#define DNS_DROP_BYTES 192	   /* bytes from the network header copied into a drop event */
-#define DNS_MAX_FRAMES 24	   /* kernel stack of a dropped DNS packet (names the netfilter hook) */
-#define DNS_MAX_PENDING 65536	   /* queries waiting for their answer */
-#define DNS_MAX_GROUPS 8192
-#define DNS_LATENCY_BUCKETS 100	   /* 4 per power of two of microseconds: 0 us .. ~30 s */
-#define DNS_RCODES 16
+/* Limits shared with userspace: enum values, not #defines, so they reach the BTF (bpf/emit.h says why). */
+enum dns_limits {
+	DNS_QNAME_MAX = 96,		/* wire bytes of the question name kept in the kernel (groups, timeouts) */
+	DNS_PAYLOAD_MAX = 1024,		/* DNS message bytes copied into an answer event */
+	DNS_DROP_BYTES = 192,		/* bytes from the network header copied into a drop event */
+	DNS_MAX_FRAMES = 24,		/* kernel stack of a dropped DNS packet (names the netfilter hook) */
+	DNS_MAX_PENDING = 65536,	/* queries waiting for their answer */
+	DNS_MAX_GROUPS = 8192,
+	DNS_LATENCY_BUCKETS = 100,	/* 4 per power of two of microseconds: 0 us .. ~30 s */
+	DNS_RCODES = 16,
+};
 
-/* Indices of the per-CPU `dns_stats` array. The first six are the EventTotals every program shares. */
+/* Indices of the per-CPU `dns_stats` array. The first six are bpf/emit.h's enum ns_stat (EventTotals). */
 enum dns_stat {
 	DNS_STAT_SEEN = 0,	   /* DNS messages at the socket hooks, client or server side, before filters */
 	DNS_STAT_MATCHED = 1,	   /* records after filters: answers (joined or not) and drops */
@@ -31,7 +34,7 @@ enum dns_stat {
 	DNS_STAT_UNTRACKED = 9,	   /* queries not remembered: the pending table was full */
 	DNS_STAT_RETRANSMITS = 10, /* the same id sent again on the same socket before an answer */
 	DNS_STAT_DROPS = 11,	   /* DNS packets the kernel dropped (skb:kfree_skb) */
-	DNS_STAT_MAX = 12,
+	DNS_STAT_COUNT = 12,
 };
 
 enum dns_event_kind {
@@ -144,6 +147,13 @@ struct dns_event {
 	__u8 kthread;
 	__u8 pad[3];
 	char comm[16];
+};
+
+/* Every enum userspace mirrors, named in one kept variable so they reach the BTF (bpf/abi.h). */
+struct dns_abi_types {
+	enum dns_stat stat;
+	enum dns_event_kind kind;
+	enum dns_limits limits;
 };
 
 #endif /* NETSLEUTH_DNS_H */

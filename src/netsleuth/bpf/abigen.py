@@ -105,6 +105,24 @@ MODULES: tuple[ModuleSpec, ...] = (
         ("STAT_COUNT",),
     ),
     ModuleSpec(
+        "dns_abi",
+        ("dns",),
+        "The dns object (bpf/dns.h, bpf/dns.bpf.c).",
+        {
+            "dns_config": "DnsConfigC",
+            "dns_event": "DnsEvent",
+            "dns_group_key": "DnsGroupKey",
+            "dns_group": "DnsGroupValue",
+            "dns_pending_key": "DnsPendingKey",
+            "dns_query": "DnsQueryC",
+        },
+        (
+            EnumSpec("dns_stat", "DnsStat", "DNS_STAT_", {"DNS_STAT_COUNT": "DNS_STAT_COUNT"}),
+            EnumSpec("dns_event_kind", "DnsEventKind", "DNS_EVENT_"),
+            EnumSpec("dns_limits"),
+        ),
+    ),
+    ModuleSpec(
         "route_abi",
         ("route",),
         "The route object (bpf/route.h, bpf/route.bpf.c).",

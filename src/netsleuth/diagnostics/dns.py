@@ -19,10 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from netsleuth.bpf.btf import vmlinux_btf
-from netsleuth.bpf.program_session import ProgramSession
-from netsleuth.diagnostics.attribution import Owner, OwnerFacts
-from netsleuth.diagnostics.dns_abi import (
+from netsleuth._generated.dns_abi import (
     DnsConfigC,
     DnsEvent,
     DnsEventKind,
@@ -32,6 +29,9 @@ from netsleuth.diagnostics.dns_abi import (
     DnsQueryC,
     DnsStat,
 )
+from netsleuth.bpf.btf import vmlinux_btf
+from netsleuth.bpf.program_session import ProgramSession
+from netsleuth.diagnostics.attribution import Owner, OwnerFacts
 from netsleuth.diagnostics.dns_summary import DnsGroupStats, DnsSummaryRow, summary_rows
 from netsleuth.diagnostics.dns_wire import (
     dns_in_packet,
