@@ -206,8 +206,9 @@ export class Timeline {
     const total = this.length;
     this.placeholder.hidden = total > 0;
     this.spacer.style.height = `${total * ROW}px`;
-    // As tall as its rows, between 3 rows and the CSS max-height: no empty box under a short timeline.
-    const wanted = `${Math.max(3, total) * ROW + 2}px`;
+    // As tall as its rows, between 3 and 16 rows (and the CSS max-height on small screens): no empty box
+    // under a short timeline, and the window stays bounded even if the stylesheet is missing.
+    const wanted = `${Math.min(16, Math.max(3, total)) * ROW + 2}px`;
     if (this.scroller.style.height !== wanted) this.scroller.style.height = wanted;
     this.scroller.setAttribute("aria-rowcount", String(total));
     if (this.follow) {
