@@ -751,7 +751,13 @@ def _demo(lab: FleetLab) -> int:
                 argv, stdout=out, stderr=subprocess.STDOUT, env=controller.env("alice")
             )
             # Traffic once every host is running (the CLI prints each host's state as it changes).
-            wait_for(lambda: run_log.read_text().count("running") >= 3, 20, "all three hosts running")
+            # (Preparing `diagnose` loads three BPF objects per host; on a busy machine that takes a while.)
+            try:
+                wait_for(lambda: run_log.read_text().count("running") >= 3, 90, "all three hosts running")
+            except TimeoutError:
+                fleet_run.kill()
+                print(run_log.read_text(), file=sys.stderr)
+                raise
             print(
                 f"  client -> {VIP}:80 (DNAT to :8080, dropped on server): {connect(lab, 'client', VIP, 80)}"
             )
