@@ -69,6 +69,11 @@ struct task_struct___more {
 	char comm[16];
 } __attribute__((preserve_access_index));
 
+/* The status do_exit() stored (code << 8 | signal), read at sched:sched_process_exit. */
+struct task_struct___exit {
+	int exit_code;
+} __attribute__((preserve_access_index));
+
 /* include/linux/netdevice.h: the NAPI instance napi:napi_poll reports on. */
 struct napi_struct {
 	struct net_device *dev;

@@ -36,6 +36,7 @@ _COMMAND_MODULES = {
     "controller": "netsleuth.commands.controller",
     "fleet": "netsleuth.commands.fleet",
     "route": "netsleuth.commands.route",
+    "snoop": "netsleuth.commands.snoop",
 }
 
 

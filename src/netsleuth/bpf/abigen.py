@@ -139,6 +139,23 @@ MODULES: tuple[ModuleSpec, ...] = (
         ),
         shared=("STAT_COUNT",),
     ),
+    ModuleSpec(
+        "snoop_abi",
+        ("snoop",),
+        "The snoop object (bpf/snoop.h, bpf/snoop.bpf.c).",
+        {
+            "snoop_config": "SnoopConfigC",
+            "snoop_event": "SnoopEventC",
+            "snoop_group_key": "SnoopGroupKeyC",
+            "snoop_group": "SnoopGroupC",
+        },
+        (
+            EnumSpec("snoop_event_kind", "SnoopEventKind", "SNOOP_EV_", {"SNOOP_EV_KINDS": "KIND_COUNT"}),
+            EnumSpec("snoop_event_flag", "SnoopFlag", "SNOOP_", flag=True),
+            EnumSpec("snoop_limits"),
+        ),
+        shared=("STAT_COUNT",),
+    ),
 )
 
 

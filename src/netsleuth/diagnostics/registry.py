@@ -28,6 +28,8 @@ DIAGNOSTIC_MODULES: dict[str, str] = {
     "dns": "netsleuth.diagnostics.dns",
     "diagnose": "netsleuth.diagnose.diagnostic",
     "route": "netsleuth.diagnostics.route",
+    "snoop.exec": "netsleuth.diagnostics.snoop",
+    "snoop.open": "netsleuth.diagnostics.snoop",
 }
 
 
