@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.netlab import wait_for
+from tests.record_check import check_records
 
 __all__ = ["TraceRun", "bpftool_netsleuth_programs", "netsleuth_argv"]
 
@@ -31,6 +32,7 @@ class TraceRun:
         self.stdout_path = Path(self._dir.name) / "stdout"
         self.stderr_path = Path(self._dir.name) / "stderr"
         argv = netsleuth_argv(*args, "--ready-file", str(self.ready))
+        self.json_output = json_output or "--json" in args
         if json_output and "--json" not in args:
             argv.append("--json")
         self._stdout = self.stdout_path.open("w")
@@ -74,13 +76,19 @@ class TraceRun:
         self.returncode = self.process.wait(timeout)
         self._stdout.close()
         self._stderr.close()
+        self._check_schema()
         return self.returncode
+
+    def _check_schema(self) -> None:
+        if self.returncode == 0 and self.json_output:
+            check_records(self.records())
 
     def finish(self, timeout: float = 60.0) -> int:
         """Wait for a run with --duration to end by itself."""
         self.returncode = self.process.wait(timeout)
         self._stdout.close()
         self._stderr.close()
+        self._check_schema()
         return self.returncode
 
     def summary(self) -> dict[str, Any]:

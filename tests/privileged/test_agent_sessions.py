@@ -14,6 +14,7 @@ from netsleuth.agent.client import AgentError
 from tests.netlab import Host, wait_for
 from tests.privileged.conftest import Pair
 from tests.privileged.test_agent_harness import AgentProcess, wait_released
+from tests.record_check import check_records
 from tests.tracerun import TraceRun
 
 UDP_SEND = (
@@ -201,6 +202,7 @@ def test_every_registered_diagnostic_runs_from_a_json_config(pair: Pair, agent: 
         for _ in range(3):
             assert connect(pair.a, pair.b4, 5740) == "ERROR 111"
         records = list(lines)
+    check_records(records)
     sent = [record for record in records if record["type"] == "reset"]
     assert len(sent) == 3 and all(record["cause_code"] == "no_listener" for record in sent)
     assert all(record["v"] == 1 for record in sent)
@@ -215,6 +217,7 @@ def test_every_registered_diagnostic_runs_from_a_json_config(pair: Pair, agent: 
         next(lines)
         udp(pair.a, pair.b4, 5741, 5)
         records = list(lines)
+    check_records(records)
     verdicts = [record for record in records if record["type"] == "verdict"]
     summary = records[-2]
     assert summary["diagnostic"] == "diagnose" and summary["drops"]["total"] == 5

@@ -39,6 +39,7 @@ from netsleuth.agent.session_diagnostics import (
 )
 from netsleuth.agent.session_request import SessionRequest, parse_session_request
 from netsleuth.diagnostics.model import DiagnosticSession, Record
+from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.errors import NetsleuthError, UsageError
 from netsleuth.render.jsonl import JsonLinesWriter
 
@@ -195,6 +196,7 @@ class LiveSession:
     def _end_record(self, reason: str, detail: str, pending_bytes: int) -> dict[str, Any]:
         return {
             "type": "session_end",
+            "v": SCHEMA_VERSIONS["session_end"],
             "id": self.id,
             "reason": reason,
             "detail": detail,
@@ -212,6 +214,7 @@ class LiveSession:
         try:
             start = {
                 "type": "session_start",
+                "v": SCHEMA_VERSIONS["session_start"],
                 "id": self.id,
                 **self.request.to_json(),
                 "attach": self._diagnostic.attach_kind,

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Self
 
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
@@ -21,7 +22,7 @@ from netsleuth.bpf.maps import BpfMap
 from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.ringbuf import RingBuffer
 
-__all__ = ["TP_BTF_THEN_RAW_TP", "ProgramSession", "Variant"]
+__all__ = ["TP_BTF_THEN_RAW_TP", "ProgramBacked", "ProgramSession", "Variant"]
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,35 @@ class ProgramSession:
             self._object = None
 
     def __enter__(self) -> ProgramSession:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class ProgramBacked:
+    """Base of a diagnostic's kernel session that owns one `ProgramSession` as `_programs`: what it attached
+    as, its programs' fds, and closing (also as a context manager)."""
+
+    _programs: ProgramSession
+
+    @property
+    def attach_kind(self) -> str:
+        return self._programs.attach_kind
+
+    @property
+    def attach_seconds(self) -> float:
+        return self._programs.attach_seconds
+
+    def program_fds(self) -> dict[str, int]:
+        return self._programs.program_fds()
+
+    def close(self) -> None:
+        self._programs.close()
+
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

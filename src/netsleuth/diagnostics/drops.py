@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from netsleuth._generated.drops_abi import (
@@ -26,7 +25,7 @@ from netsleuth.bpf.btf import vmlinux_btf
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
-from netsleuth.bpf.program_session import ProgramSession, Variant
+from netsleuth.bpf.program_session import ProgramBacked, ProgramSession, Variant
 from netsleuth.diagnostics.drop_runs import groups_with_runs
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
 from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
@@ -157,7 +156,7 @@ _VARIANTS = (Variant("_tp_btf", "tp_btf"), Variant("_raw_tp", "raw_tp"))
 PROGRAMS = tuple("drops" + variant.suffix for variant in _VARIANTS)
 
 
-class DropsSession:
+class DropsSession(ProgramBacked):
     """A live drops trace. Use as a context manager; `start()` attaches, `close()` detaches everything.
 
     `programs` narrows the variants tried (e.g. `("drops_raw_tp",)` to test the fallback)."""
@@ -174,14 +173,6 @@ class DropsSession:
             mirrors=(("drop_event", DropEvent), ("drop_group", DropGroupValue)),
         )
         self._owners = OwnerInodeSync(config.packet_filter)
-
-    @property
-    def attach_kind(self) -> str:
-        return self._programs.attach_kind
-
-    @property
-    def attach_seconds(self) -> float:
-        return self._programs.attach_seconds
 
     # -- start -----------------------------------------------------------------------------------------
     def _kernel_config(self, has_rx_sk: bool) -> DropsConfigC:
@@ -279,20 +270,6 @@ class DropsSession:
             return None
         # struct drop_group starts with __u64 count, __u64 bytes (bpf/drops.h).
         return int.from_bytes(value[0:8], "little"), int.from_bytes(value[8:16], "little")
-
-    def program_fds(self) -> dict[str, int]:
-        return self._programs.program_fds()
-
-    def close(self) -> None:
-        self._programs.close()
-
-    def __enter__(self) -> DropsSession:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 # -- the registered diagnostic ---------------------------------------------------------------------------

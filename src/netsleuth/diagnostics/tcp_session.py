@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, NamedTuple
 
 from netsleuth._generated.tcp_abi import (
@@ -36,7 +35,7 @@ from netsleuth.bpf.btf import Btf
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
-from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, ProgramSession, Variant
+from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, ProgramBacked, ProgramSession, Variant
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.totals import EventTotals
@@ -305,7 +304,7 @@ def _symbol_range(kallsyms: Kallsyms, name: str, module: str | None) -> tuple[in
     return None
 
 
-class TcpSession:
+class TcpSession(ProgramBacked):
     """A live tcp trace. Use as a context manager; `start()` attaches, `close()` detaches everything."""
 
     def __init__(
@@ -382,14 +381,6 @@ class TcpSession:
         cfg.group_flows = int(self.config.group_flows)
         cfg.has_retrans_err = int((kernel_btf.tracepoint_arity("tcp_retransmit_skb") or 0) >= 3)
         return cfg
-
-    @property
-    def attach_kind(self) -> str:
-        return self._programs.attach_kind
-
-    @property
-    def attach_seconds(self) -> float:
-        return self._programs.attach_seconds
 
     @property
     def programs(self) -> tuple[str, ...]:
@@ -494,20 +485,6 @@ class TcpSession:
                 example=decode_event(value.example, frames),
                 segs=value.segs,
             )
-
-    def program_fds(self) -> dict[str, int]:
-        return self._programs.program_fds()
-
-    def close(self) -> None:
-        self._programs.close()
-
-    def __enter__(self) -> TcpSession:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 _TRACEPOINT_OF = {

@@ -1,0 +1,568 @@
+"""The JSON of every record type, declared once as typed dictionaries, and the JSON Schemas made from them.
+
+Each record's `to_json()` must produce its declaration here: the tests check every record the privileged
+runs print against `schema_for(record)` (tests/tracerun.py), so a key that is added, renamed or retyped
+without its declaration fails there, and docs/records.md (written by `python -m
+netsleuth.diagnostics.record_schemas docs/records.md`, checked up to date by a unit test) documents what is
+declared. `additionalProperties` is false: an undeclared key is an error, not a silent extension.
+
+Free-form values (a verdict's evidence, a firewall rule's details) are declared as objects of any keys.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal, NotRequired, TypedDict, Union
+
+from netsleuth.diagnostics.dns_json import DNS_RECORD_TYPES
+from netsleuth.diagnostics.route_json import ROUTE_RECORD_TYPES
+from netsleuth.diagnostics.snoop_json import SNOOP_RECORD_TYPES
+from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
+
+__all__ = ["RECORD_TYPES", "json_schema", "markdown", "schema_for"]
+
+
+# -- shared parts --------------------------------------------------------------------------------------------
+
+
+class _Owner(TypedDict):
+    pid: int | None
+    comm: str
+    owner: str  # "task" | "socket" | "kernel"
+    container: str | None
+
+
+class _Clock(TypedDict):
+    monotonic_ns: int
+    wall_ns: int
+    offset_ns: int
+
+
+class _Totals(TypedDict):
+    seen: int
+    total: int  # every event that matched the filters: exact
+    emitted: int
+    sampled: int
+    lost: int
+    ungrouped: int
+
+
+class _TcpBase(_Owner):
+    v: int
+    time: str
+    family: int
+    proto: Literal["tcp"]
+    saddr: str | None
+    sport: int
+    daddr: str | None
+    dport: int
+    netns: int
+    netns_name: str | None
+
+
+# -- drops ---------------------------------------------------------------------------------------------------
+
+
+class DropJson(_Owner):
+    type: Literal["drop"]
+    v: int
+    time: str
+    reason: str
+    reason_code: int
+    location: str
+    family: int
+    proto: str | None
+    saddr: str | None
+    daddr: str | None
+    sport: int | None
+    dport: int | None
+    length: int
+    netns: int
+    netns_name: str | None
+    ifname: str | None
+    ifindex: int
+    cpu: int
+    sk_state: str | None
+    tcp_flags: NotRequired[str]
+    icmp_type: NotRequired[int]
+    icmp_code: NotRequired[int]
+    stack: NotRequired[list[str]]
+    source: NotRequired[list[str]]
+    netfilter: NotRequired[dict[str, Any]]
+
+
+class DropGroupJson(TypedDict):
+    reason: str
+    location: str
+    netns: int
+    netns_name: str | None
+    count: int
+    bytes: int
+    example: DropJson
+
+
+class DropsSummaryJson(_Totals):
+    type: Literal["summary"]
+    v: int
+    diagnostic: Literal["drops"]
+    attach: str
+    interrupted: bool
+    clock: _Clock
+    groups: list[DropGroupJson]
+    groups_omitted: NotRequired[int]
+
+
+# -- resets --------------------------------------------------------------------------------------------------
+
+
+class _Trigger(TypedDict):
+    flags: str
+    seq: int
+    ack: int
+    len: int
+    inferred: NotRequired[bool]
+
+
+class ResetJson(_Owner):
+    type: Literal["reset"]
+    v: int
+    time: str
+    direction: str
+    by_firewall: bool
+    state: str | None
+    reason: str | None
+    reason_code: int | None
+    trigger: _Trigger | None
+    cause: str
+    cause_code: str
+    check: str
+    family: int
+    proto: Literal["tcp"]
+    saddr: str | None
+    sport: int | None
+    daddr: str | None
+    dport: int | None
+    local: str
+    remote: str
+    netns: int
+    netns_name: str | None
+    ifname: str | None
+    side: str | None
+    age_s: float | None
+    unread: int | None
+    unsent: int | None
+    linger_zero: bool
+    netfilter: NotRequired[dict[str, Any]]
+    conntrack: NotRequired[dict[str, Any]]
+    peer_cause: NotRequired[str]
+    stack: NotRequired[list[str]]
+
+
+class AbortJson(_Owner):
+    type: Literal["abort"]
+    v: int
+    time: str
+    direction: Literal["none"]
+    errno: str | None
+    state: str | None
+    cause: str
+    cause_code: str
+    check: str
+    family: int
+    proto: Literal["tcp"]
+    saddr: str | None
+    sport: int
+    daddr: str | None
+    dport: int
+    local: str
+    remote: str
+    retransmits: int
+    netns: int
+    netns_name: str | None
+    side: str | None
+
+
+class ResetGroupJson(TypedDict):
+    count: int
+    example: ResetJson | AbortJson
+
+
+class ResetsSummaryJson(TypedDict):
+    type: Literal["summary"]
+    v: int
+    diagnostic: Literal["resets"]
+    attach: str
+    interrupted: bool
+    sent: _Totals
+    received: _Totals
+    firewall: _Totals
+    total: int
+    aborts: int
+    clock: _Clock
+    groups: list[ResetGroupJson]
+    groups_omitted: NotRequired[int]
+
+
+# -- tcp views -----------------------------------------------------------------------------------------------
+
+
+class LifeJson(_TcpBase):
+    type: Literal["life"]
+    side: str | None
+    duration_s: float
+    bytes_acked: int
+    bytes_received: int
+    last_state: str | None
+
+
+class StateJson(_TcpBase):
+    type: Literal["state"]
+    old_state: str | None
+    new_state: str | None
+    previous_state_s: float | None
+    errno: str | None
+    side: str | None
+
+
+class RetransJson(_TcpBase):
+    type: Literal["retrans"]
+    kind: str
+    state: str | None
+    flow_count: int
+    congestion_state: str | None
+    synack_retransmits: NotRequired[int]
+    total_retrans: NotRequired[int]
+    srtt_us: NotRequired[int]
+    cwnd: NotRequired[int]
+    unanswered: NotRequired[int]
+    error: NotRequired[int | None]
+    segments: NotRequired[int]
+
+
+class ConnectJson(_TcpBase):
+    type: Literal["connect"]
+    latency_ms: float
+    ok: bool
+    errno: str | None
+
+
+class QueueJson(_TcpBase):
+    type: Literal["queue"]
+    what: str
+    reason: str | None
+    state: str | None
+    text: str
+    check: str
+    cause_code: str | None
+    queued: int
+    limit: int
+    backlog: NotRequired[int]
+    somaxconn: NotRequired[int | None]
+    syn_queue: NotRequired[int]
+    tcp_flags: NotRequired[str]
+
+
+class TcpGroupJson(TypedDict):
+    count: int
+    example: LifeJson | StateJson | RetransJson | ConnectJson | QueueJson
+    mean_duration_s: NotRequired[float]
+    max_duration_s: NotRequired[float]
+    bytes_acked: NotRequired[int]
+    bytes_received: NotRequired[int]
+    mean_latency_ms: NotRequired[float]
+    max_latency_ms: NotRequired[float]
+    mean_previous_state_s: NotRequired[float]
+    segments: NotRequired[int]
+
+
+class TcpSummaryJson(_Totals):
+    type: Literal["summary"]
+    v: int
+    diagnostic: Literal["tcp.life", "tcp.states", "tcp.retrans", "tcp.connlat", "tcp.queues"]
+    subcommand: str
+    attach: str
+    interrupted: bool
+    clock: _Clock
+    groups: list[TcpGroupJson]
+    netstat: NotRequired[dict[str, int]]
+    segments: NotRequired[int]
+    groups_omitted: NotRequired[int]
+
+
+# -- conn ----------------------------------------------------------------------------------------------------
+
+
+class ConnJson(TypedDict):
+    type: Literal["conn"]
+    v: int
+    client: str
+    server: str
+    family: int
+    saddr: str
+    sport: int
+    daddr: str
+    dport: int
+    client_netns: str | int | None
+    server_netns: str | int | None
+    established: bool
+    connect_latency_ms: float | None
+    duration_s: float
+    syn_retransmits: int
+    synack_retransmits: int
+    retransmits: dict[str, int]
+    drops: int
+    resets: int
+    errno: str | None
+    bytes_sent: int | None
+    bytes_received: int | None
+    nat: list[dict[str, Any]]
+    outcome: str
+    verdict: str
+    timeline: list[dict[str, Any]]
+    pid: NotRequired[int | None]
+    comm: NotRequired[str]
+    owner: NotRequired[str]
+    container: NotRequired[str | None]
+
+
+class ConnSummaryJson(TypedDict):
+    type: Literal["summary"]
+    v: int
+    diagnostic: Literal["conn"]
+    connections: int
+    outcomes: dict[str, int]
+    events: dict[str, _Totals]
+    drops: _Totals
+    attach: str
+    interrupted: bool
+    clock: _Clock
+
+
+# -- diagnose ------------------------------------------------------------------------------------------------
+
+
+class VerdictJson(TypedDict):
+    type: Literal["verdict"]
+    v: int
+    rank: int
+    severity: str
+    category: str
+    cause: str
+    cause_code: str | None
+    evidence: dict[str, Any]
+    fix: list[str]
+    absorbed_findings: list[str]
+
+
+class DiagnoseSummaryJson(TypedDict):
+    type: Literal["summary"]
+    v: int
+    diagnostic: Literal["diagnose"]
+    seconds: float
+    watched: str
+    verdicts: int
+    drops: _Totals
+    all_good: list[str]
+    problems: list[str]
+    attach: str
+    interrupted: bool
+    clock: _Clock
+
+
+# -- agent sessions ------------------------------------------------------------------------------------------
+
+
+class SessionStartJson(TypedDict):
+    type: Literal["session_start"]
+    v: int
+    id: str
+    diagnostic: str
+    config: dict[str, Any]
+    duration: float
+    max_events: int
+    max_bytes: int
+    cpu_budget_percent: float
+    attach: str
+
+
+class SessionEndJson(TypedDict):
+    type: Literal["session_end"]
+    v: int
+    id: str
+    reason: str
+    detail: str
+    seconds: float
+    events: int
+    bytes: int
+    bpf_run_time_ns: int
+    bpf_cpu_percent: float
+    notes: list[str]
+
+
+# The declaration of each record type; summaries by the diagnostic that writes them.
+RECORD_TYPES: dict[str, type] = {
+    "drop": DropJson,
+    "reset": ResetJson,
+    "abort": AbortJson,
+    "life": LifeJson,
+    "state": StateJson,
+    "retrans": RetransJson,
+    "connect": ConnectJson,
+    "queue": QueueJson,
+    "conn": ConnJson,
+    "verdict": VerdictJson,
+    "session_start": SessionStartJson,
+    "session_end": SessionEndJson,
+    "summary:drops": DropsSummaryJson,
+    "summary:resets": ResetsSummaryJson,
+    **{f"summary:tcp.{view}": TcpSummaryJson for view in ("life", "states", "retrans", "connlat", "queues")},
+    "summary:conn": ConnSummaryJson,
+    "summary:diagnose": DiagnoseSummaryJson,
+    **DNS_RECORD_TYPES,
+    **ROUTE_RECORD_TYPES,
+    **SNOOP_RECORD_TYPES,
+}
+
+
+# -- JSON Schema ---------------------------------------------------------------------------------------------
+
+_SCALARS: dict[object, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+}
+
+
+def _schema_of(annotation: object, defs: dict[str, Any]) -> dict[str, Any]:
+    if annotation is Any:
+        return {}
+    if annotation in _SCALARS:
+        return dict(_SCALARS[annotation])
+    origin = typing.get_origin(annotation)
+    arguments = typing.get_args(annotation)
+    if origin is NotRequired:
+        return _schema_of(arguments[0], defs)
+    if origin is Literal:
+        return {"enum": list(arguments)} if len(arguments) > 1 else {"const": arguments[0]}
+    if origin in (Union, types.UnionType):
+        return {"anyOf": [_schema_of(argument, defs) for argument in arguments]}
+    if origin is list:
+        return {"type": "array", "items": _schema_of(arguments[0], defs)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _schema_of(arguments[1], defs)}
+    if isinstance(annotation, type) and typing.is_typeddict(annotation):
+        name = annotation.__name__.lstrip("_")
+        if name not in defs:
+            defs[name] = {}  # reserve the name first: declarations may refer to themselves
+            defs[name] = _object_schema(annotation, defs)
+        return {"$ref": f"#/$defs/{name}"}
+    raise TypeError(f"no JSON Schema for {annotation!r}")
+
+
+def _required_keys(declaration: type) -> list[str]:
+    """Keys not marked NotRequired. Read from the evaluated hints: with postponed annotations, Python 3.11's
+    TypedDict cannot see NotRequired when the class is made, so its __required_keys__ says every key."""
+    hints = typing.get_type_hints(declaration, include_extras=True)
+    total = getattr(declaration, "__total__", True)
+    return [key for key, value in hints.items() if total and typing.get_origin(value) is not NotRequired]
+
+
+def _object_schema(declaration: type, defs: dict[str, Any]) -> dict[str, Any]:
+    hints = typing.get_type_hints(declaration, include_extras=True)
+    required = sorted(_required_keys(declaration))
+    return {
+        "type": "object",
+        "properties": {key: _schema_of(value, defs) for key, value in hints.items()},
+        "required": required,
+        "additionalProperties": not getattr(declaration, "__total__", True),
+    }
+
+
+def json_schema(record_type: str) -> dict[str, Any]:
+    """The JSON Schema (2020-12) of one record type ("drop", "summary:drops"...), self-contained."""
+    declaration = RECORD_TYPES[record_type]
+    defs: dict[str, Any] = {}
+    schema = _object_schema(declaration, defs)
+    version = SCHEMA_VERSIONS[record_type.split(":", 1)[0]]
+    schema["properties"]["v"] = {"const": version}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"netsleuth {record_type} record, version {version}",
+        **schema,
+        **({"$defs": defs} if defs else {}),
+    }
+
+
+def schema_for(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The schema a printed record must match: by its "type", and for a summary by its "diagnostic"."""
+    record_type = str(record.get("type"))
+    if record_type == "summary":
+        record_type = f"summary:{record.get('diagnostic')}"
+    if record_type not in RECORD_TYPES:
+        raise KeyError(f"no schema is declared for records of type {record_type!r}")
+    return json_schema(record_type)
+
+
+def markdown() -> str:
+    """docs/records.md: every record type's keys, as declared."""
+    lines = [
+        "# Records: the JSON netsleuth prints",
+        "",
+        "Generated by `python -m netsleuth.diagnostics.record_schemas docs/records.md` from the declarations",
+        "in `src/netsleuth/diagnostics/record_schemas.py`; the tests check every record the privileged runs",
+        "print against the same declarations. Every record has `type` and `v` (the version of its type's",
+        "schema: it grows when a key changes meaning or goes away; new keys do not change it). Summaries",
+        "carry `diagnostic` and the run's `clock` (monotonic and wall-clock time read together), so records",
+        "of several hosts can be put on one time line.",
+        "",
+    ]
+    for record_type, declaration in RECORD_TYPES.items():
+        version = SCHEMA_VERSIONS[record_type.split(":", 1)[0]]
+        lines += [f"## `{record_type}` (v{version})", "", "| key | type | always |", "| --- | --- | --- |"]
+        hints = typing.get_type_hints(declaration, include_extras=True)
+        required = set(_required_keys(declaration))
+        for key, value in hints.items():
+            lines.append(f"| `{key}` | {_type_text(value)} | {'yes' if key in required else 'no'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _type_name(annotation: object) -> str:
+    if annotation is Any:
+        return "any"
+    if annotation is type(None):
+        return "null"
+    origin = typing.get_origin(annotation)
+    arguments = typing.get_args(annotation)
+    if origin is NotRequired:
+        return _type_name(arguments[0])
+    if origin is Literal:
+        return " or ".join(f'"{value}"' for value in arguments)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(argument) for argument in arguments)
+    if origin is list:
+        return f"list of {_type_name(arguments[0])}"
+    if origin is dict:
+        return f"object of {_type_name(arguments[1])}"
+    if isinstance(annotation, type):
+        names = {str: "string", int: "integer", float: "number", bool: "boolean"}
+        return names.get(annotation, annotation.__name__.lstrip("_"))
+    return str(annotation)
+
+
+def _type_text(annotation: object) -> str:
+    return f"`{_type_name(annotation)}`"
+
+
+if __name__ == "__main__":
+    # Imported by its own name, so the declarations are the package's classes, not __main__'s copies.
+    from netsleuth.diagnostics import record_schemas
+
+    target = sys.argv[1] if len(sys.argv) > 1 else "docs/records.md"
+    with open(target, "w", encoding="utf-8") as handle:
+        handle.write(record_schemas.markdown())

@@ -1,0 +1,37 @@
+"""Every record a test reads from netsleuth is checked against its declared schema
+(netsleuth.diagnostics.record_schemas): the printed JSON and its documentation cannot drift apart."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import jsonschema
+
+from netsleuth.diagnostics.record_schemas import schema_for
+
+__all__ = ["check_records"]
+
+
+@functools.cache
+def _validator(key: str, schema_text: str) -> jsonschema.protocols.Validator:
+    import json
+
+    schema = json.loads(schema_text)
+    validator_class = jsonschema.validators.validator_for(schema)
+    validator_class.check_schema(schema)
+    return validator_class(schema)
+
+
+def check_records(records: Iterable[Mapping[str, Any]]) -> None:
+    """Raise AssertionError naming the record and the first key that breaks its schema."""
+    import json
+
+    for record in records:
+        schema = schema_for(record)
+        validator = _validator(str(schema["title"]), json.dumps(schema, sort_keys=True))
+        error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+        if error is not None:
+            where = "/".join(str(part) for part in error.absolute_path) or "(the record)"
+            raise AssertionError(f"{schema['title']}: {where}: {error.message}\nrecord: {dict(record)}")

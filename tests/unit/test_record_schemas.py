@@ -1,0 +1,68 @@
+"""The record declarations: one for every record type and every registered diagnostic's summary, valid JSON
+Schemas, documented in docs/records.md as declared, and strict (an undeclared key is an error)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from netsleuth.diagnostics.record_schemas import RECORD_TYPES, json_schema, markdown, schema_for
+from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
+from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
+from tests.record_check import check_records
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "records.md"
+
+
+def test_every_versioned_type_and_every_summary_is_declared() -> None:
+    declared = {name.split(":", 1)[0] for name in RECORD_TYPES}
+    assert set(SCHEMA_VERSIONS) == declared
+    for name in diagnostic_names():
+        spec = get_diagnostic(name)
+        assert f"summary:{name}" in RECORD_TYPES, name
+        for record_type in spec.records:
+            assert record_type == "summary" or record_type in RECORD_TYPES, (name, record_type)
+
+
+@pytest.mark.parametrize("record_type", list(RECORD_TYPES))
+def test_schemas_are_valid_json_schema(record_type: str) -> None:
+    schema = json_schema(record_type)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["properties"]["v"] == {"const": SCHEMA_VERSIONS[record_type.split(":", 1)[0]]}
+
+
+def test_docs_are_what_is_declared() -> None:
+    assert DOCS.read_text() == markdown(), (
+        "docs/records.md is stale: python -m netsleuth.diagnostics.record_schemas docs/records.md"
+    )
+
+
+VERDICT = {
+    "type": "verdict",
+    "v": 1,
+    "rank": 1,
+    "severity": "warning",
+    "category": "firewall",
+    "cause": "a rule dropped it",
+    "cause_code": "firewall_drop",
+    "evidence": {"drops": 3},
+    "fix": ["iptables -D INPUT 1"],
+    "absorbed_findings": [],
+}
+
+
+def test_records_are_checked_strictly() -> None:
+    check_records([VERDICT])
+    failures = [
+        ({**VERDICT, "surprise": 1}, "Additional properties"),
+        ({key: value for key, value in VERDICT.items() if key != "fix"}, "'fix' is a required property"),
+        ({**VERDICT, "rank": "1"}, "is not of type 'integer'"),
+        ({**VERDICT, "v": 2}, "1 was expected"),
+    ]
+    for record, message in failures:
+        with pytest.raises(AssertionError, match=message):
+            check_records([record])
+    with pytest.raises(KeyError, match="no schema is declared for records of type 'summary:nope'"):
+        schema_for({"type": "summary", "diagnostic": "nope"})
