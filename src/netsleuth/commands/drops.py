@@ -47,23 +47,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class DropsView:
     noun = "drops"
 
-    def __init__(self) -> None:
-        from rich.console import Console
-
-        out = sys.stdout
-        # Off a terminal rich would wrap tables at 80 columns; a log file is better read unwrapped.
-        self._console = Console(file=out, width=None if out.isatty() else 200)
-
     def lines(self, records: Sequence[DropRecord]) -> str:
         from netsleuth.render.drops_text import drop_line
 
         return "".join(drop_line(record) + "\n" for record in records)
 
     def finish(self, summary: DropsSummary, totals: EventTotals, show_groups: bool) -> None:
+        # rich loads here, after attaching: the table is the last thing a run prints.
+        from rich.console import Console
+
         from netsleuth.render.drops_text import print_summary, totals_line
 
         if show_groups:
-            print_summary(self._console, summary.groups, totals)
+            out = sys.stdout
+            # Off a terminal rich would wrap tables at 80 columns; a log file is better read unwrapped.
+            print_summary(Console(file=out, width=None if out.isatty() else 200), summary.groups, totals)
         else:
             sys.stdout.write(totals_line(totals) + "\n")
 
@@ -76,6 +74,7 @@ class DropsView:
 def run(args: argparse.Namespace) -> int:
     # Only what attaching needs is imported before the ready file; names and renderers load after it.
     from netsleuth.diagnostics.drops import DropsDiagnostic, read_drops_config
+    from netsleuth.kernel.reasons import load_drop_reasons
     from netsleuth.kernel.symbolizer import find_debug_vmlinux
     from netsleuth.render.pcapng import PcapngWriter
 
@@ -83,11 +82,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--snaplen only applies with --pcap FILE")
     if args.pcap:
         args.snaplen = _DEFAULT_PCAP_SNAPLEN if args.snaplen is None else args.snaplen
-    config = read_drops_config(ConfigInput.from_args(args))
+    reasons = load_drop_reasons()
+    config = read_drops_config(ConfigInput.from_args(args), reasons)
     vmlinux = args.vmlinux
     if vmlinux is not None and not Path(vmlinux).is_file():
         raise UsageError(f"--vmlinux {vmlinux}: no such file")
-    session = DropsDiagnostic(config, vmlinux=vmlinux or find_debug_vmlinux())
+    session = DropsDiagnostic(config, reasons=reasons, vmlinux=vmlinux or find_debug_vmlinux())
     sinks = []
     pcap: PcapngWriter | None = None
     if args.pcap:
