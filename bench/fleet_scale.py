@@ -157,9 +157,14 @@ async def _fleet_run(
 
         # 2. every host at once
         assert controller.process is not None
-        with Sampler(controller.process.pid) as sampler, Sampler(os.getpid()) as simulator:
+        assert lab.nats_pid is not None
+        with (
+            Sampler(controller.process.pid) as sampler,
+            Sampler(os.getpid()) as simulator,
+            Sampler(lab.nats_pid) as nats_server,
+        ):
             body = {"hosts": hosts, "diagnostic": "drops", "config": {"proto": "tcp"}, "duration": 1}
-            called = time.monotonic()
+            called, called_wall = time.monotonic(), time.time()
             response = await client.post("/api/v1/sessions", json=body)
             if response.status_code != 201:
                 raise RuntimeError(f"POST /api/v1/sessions: {response.status_code} {response.text}")
@@ -180,6 +185,7 @@ async def _fleet_run(
             "api_to_last_task_s": round(max(fleet.task_at[session_id].values()) - called, 3),
             "api_to_all_ready_s": round(all_ready - called, 3),
             "api_to_last_start_s": round(max(fleet.start_at[session_id].values()) - called, 3),
+            "api_to_t0_s": round(fleet.t0_ns[session_id] / 1e9 - called_wall, 3),
             "api_to_all_agents_ended_s": round(all_ended - called, 3),
             "api_to_controller_ended_s": round(controller_ended - called, 3),
             "hosts_ended": states.count("ended"),
@@ -188,6 +194,7 @@ async def _fleet_run(
             "merged_timeline_lines": len(timeline),
             "controller": sampler.report(),
             "simulator_process": simulator.report(),
+            "nats_server": nats_server.report(),
         }
         results["simulated_tasks_refused"] = len(fleet.refused)
     await fleet.stop()

@@ -396,6 +396,10 @@ class FleetLab:
         self.stop_nats()
         self.start_nats()
 
+    @property
+    def nats_pid(self) -> int | None:
+        return self._nats.pid if self._nats is not None and self._nats.poll() is None else None
+
     def nats_running(self) -> bool:
         return self._nats is not None and self._nats.poll() is None
 
