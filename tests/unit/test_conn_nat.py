@@ -166,3 +166,35 @@ def test_refused_behind_a_dnat_names_the_hop(tmp_path: Path) -> None:
         "connect 198.18.70.1:40000 → 198.18.70.2:80 refused: DNAT 198.18.70.2:80 → 198.18.71.2:8080 in "
         "netns lb, then 198.18.71.2:8080 answered the SYN with RST"
     )
+
+
+def test_the_nat_hop_is_dated_by_the_first_packet_seen_past_it(tmp_path: Path) -> None:
+    """conntrack read late (the connection's path found first from its retries): the hop's timeline entry
+    moves back to the first translated drop once that drop is placed."""
+    clock = FakeClock()
+    conns = ConnTracker(
+        ConnSelector(), fake_context(tmp_path), clock=clock, conntrack=FakeConntrack([LB_ENTRY])
+    )
+    conns.add_tcp(
+        raw_event(EventKind.STATE, CLIENT, VIP, state="SYN_SENT", old_state="CLOSE", sk=1, side=1, netns=A)
+    )
+    conns.add_tcp(
+        raw_event(
+            EventKind.RETRANS,
+            CLIENT,
+            VIP,
+            state="SYN_SENT",
+            retrans_kind=RetransKind.SYN,
+            sk=1,
+            side=1,
+            netns=A,
+        )
+    )
+    conns.ready()  # the path, from the retrying connection alone
+    first_drop = drop_record(CLIENT, BACKEND, 0x02, rule=RULE, netns=SRV, time=0.5)
+    conns.add_drop(first_drop)
+    clock.now += 1
+    conns.ready()
+    [report] = conns.flush()
+    nat = [entry for entry in report.connection.entries if entry.event == "nat"]
+    assert len(nat) == 1 and nat[0].time == first_drop.time

@@ -10,6 +10,7 @@ has no port yet. Drops and resets that arrive before their connection is known w
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -471,9 +472,14 @@ class ConnTracker:
         return alias[0]
 
     def _note_nat(self, conn: Connection, path: NatPath, time: float) -> None:
-        """Keep the longest NAT path seen for the connection; each new hop becomes a timeline entry."""
+        """Keep the longest NAT path seen for the connection; each new hop becomes a timeline entry, dated by
+        the first packet seen past it (the translation happened then), however late conntrack was read."""
         known = len(conn.nat.hops) if conn.nat else 0
         if len(path.hops) <= known:
+            conn.entries = [
+                dataclasses.replace(entry, time=time) if entry.event == "nat" and entry.time > time else entry
+                for entry in conn.entries
+            ]
             return
         conn.nat = path
         for hop in path.hops[known:]:
@@ -520,11 +526,8 @@ class ConnTracker:
             asked.update((FlowTuple("tcp", first, second), FlowTuple("tcp", second, first)))
         asked.update(FlowTuple("tcp", conn.client, conn.server) for conn in stuck)
         index = NatIndex(self._nat_entries(asked))
-        for conn in stuck:
-            conn.nat_checked = True
-            path = index.path(FlowTuple("tcp", conn.client, conn.server))
-            if path.hops:
-                self._note_nat(conn, path, conn.last_time)
+        # Waiting packets first: they date the NAT hop; a stuck connection's path found without one is dated
+        # by its last event.
         for key in waiting:
             self._nat_tries[key] = self._nat_tries.get(key, 0) + 1
             first, second = sorted(key)
@@ -542,6 +545,11 @@ class ConnTracker:
                     self._attach(joined, item)
             elif original not in self._ignored:
                 self._pending.setdefault(original, []).extend(items)
+        for conn in stuck:
+            conn.nat_checked = True
+            path = index.path(FlowTuple("tcp", conn.client, conn.server))
+            if path.hops:
+                self._note_nat(conn, path, conn.last_time)
 
     def _nat_entries(self, flows: set[FlowTuple]) -> list[ConntrackEntry]:
         """The entries holding `flows`, and the hops before and after them (a NAT chain), by lookups."""
