@@ -320,9 +320,9 @@ def create_app(config: ControllerConfig) -> FastAPI:
         return body
 
     @app.get("/api/v1/sessions/{session_id}")
-    async def get_session(request: Request, session_id: str) -> Response:
+    async def get_session(request: Request, session_id: str, timeline: bool = True) -> Response:
         who = await principal(request)
-        found = await services().sessions.get_json(session_id) if len(session_id) <= 64 else None
+        found = await services().sessions.get_json(session_id, timeline) if len(session_id) <= 64 else None
         if found is None:
             raise ApiError(404, f"no session {session_id[:64]}.")
         owner, data = found

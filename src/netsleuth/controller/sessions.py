@@ -60,8 +60,11 @@ __all__ = ["FleetSession", "HostView", "SessionManager", "SessionSpec"]
 _log = logging.getLogger("netsleuth.controller")
 _FINAL = frozenset({"ended", "failed", "rejected"})
 _ACTIVE = frozenset({"preparing", "running"})
-_PINGS = 3
-_LIVENESS_S = 1.0
+_PINGS = 3  # clock samples per host, the one with the shortest round trip wins ...
+_PINGS_LARGE = 1  # ... but one for large sessions: 3 x 1,000 round trips would delay T0 by a second
+_LARGE_SESSION = 50
+_LIVENESS_S = 1.0  # ping timeout
+_QUIET_S = 2.0  # a host silent this long is pinged (a dead one answers "no responders" at once)
 _HISTORY_BYTES = 900 << 10  # under max_payload (1 MiB): above it keep the verdicts, the timeline's start
 _KEPT_IN_MEMORY = 200  # ended sessions kept for fast reads; older ones are read from the history stream
 _SUBSCRIBER_QUEUE = 20_000
@@ -139,6 +142,8 @@ class FleetSession:
         self.verdicts: list[dict[str, Any]] = []
         self.cancel_requested = False
         self.final_json: bytes | None = None  # the whole ended session, serialised once for every reader
+        self.status_events = 0
+        self._live_cache: tuple[tuple[int, int, str], bytes] | None = None
         self.changed = asyncio.Event()
         self.done = asyncio.Event()
         self._listeners: list[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = []
@@ -164,6 +169,7 @@ class FleetSession:
                 with contextlib.suppress(asyncio.QueueFull):
                     queue.put_nowait(None)
         if event != "record":
+            self.status_events += 1
             self.changed.set()  # records change no host's state: the supervisor need not wake for each
 
     def close_listeners(self) -> None:
@@ -187,6 +193,13 @@ class FleetSession:
 
     def host_states(self) -> dict[str, dict[str, Any]]:
         return {host: view.to_json() for host, view in self.hosts.items()}
+
+    def live_json(self) -> bytes:
+        """The running session as JSON, serialised again only when a record or a status came in since."""
+        version = (self.merged.records, self.status_events, self.state)
+        if self._live_cache is None or self._live_cache[0] != version:
+            self._live_cache = (version, json.dumps(self.snapshot(timeline=True)).encode())
+        return self._live_cache[1]
 
     def snapshot(self, timeline: bool) -> dict[str, Any]:
         spread = self.start_spread_ns()
@@ -257,14 +270,17 @@ class SessionManager:
         body: dict[str, Any] = json.loads(found[1])
         return body
 
-    async def get_json(self, session_id: str) -> tuple[str, bytes] | None:
+    async def get_json(self, session_id: str, timeline: bool = True) -> tuple[str, bytes] | None:
         """(owner, the whole session as JSON): from memory, or from the history stream once forgotten. An
-        ended session is serialised once, however often clients poll it."""
+        ended session is serialised once, however often clients poll it; without the timeline (a client
+        polling for the state) it costs nothing that grows with the records."""
         live = self._sessions.get(session_id)
         if live is not None:
+            if not timeline:
+                return live.spec.user, json.dumps(live.snapshot(timeline=False)).encode()
             if live.final_json is not None:
                 return live.spec.user, live.final_json
-            return live.spec.user, json.dumps(live.snapshot(timeline=True)).encode()
+            return live.spec.user, live.live_json()
         with contextlib.suppress(Exception):
             message = await self._js.get_last_msg(SESSIONS_STREAM, f"netsleuth.history.{session_id}.full")
             if message.data:
@@ -372,8 +388,12 @@ class SessionManager:
     # -- orchestration ----------------------------------------------------------------------------------
     async def _run(self, session: FleetSession, subscription: Any) -> None:
         try:
-            await asyncio.gather(*(self._prepare(session, host) for host in session.spec.hosts))
+            await self._prepare_all(session)
             ready = [host for host, view in session.hosts.items() if view.state == "ready"]
+            _log.info(
+                "session %s: %d of %d hosts ready %.3f s after creation",
+                session.id, len(ready), len(session.hosts), (time.time_ns() - session.created_ns) / 1e9,
+            )  # fmt: skip
             if ready and not session.cancel_requested:
                 t0 = time.time_ns() + int(self._config.start_margin * 1e9)
                 session.t0_ns = t0
@@ -396,9 +416,9 @@ class SessionManager:
                 await subscription.unsubscribe()
             await self._finish(session)
 
-    async def _measure_offset(self, host: str, view: HostView) -> None:
+    async def _measure_offset(self, host: str, view: HostView, samples: int | None = None) -> None:
         best: tuple[int, int] | None = None  # (rtt, offset)
-        for _ in range(_PINGS):
+        for _ in range(_PINGS if samples is None else samples):
             sent = time.time_ns()
             reply = await self._nc.request(ping_subject(host), b"{}", timeout=self._config.prepare_timeout)
             received = time.time_ns()
@@ -410,16 +430,22 @@ class SessionManager:
         assert best is not None
         view.rtt_ns, view.offset_ns = best
 
-    async def _prepare(self, session: FleetSession, host: str) -> None:
-        """The clock measurement and the task run side by side: the offset is needed only at T0."""
-        await asyncio.gather(self._clock(session, host), self._dispatch(session, host))
-        if session.hosts[host].state == "failed":
-            await self._send_control(session, [host], "cancel")  # it may have attached meanwhile
+    async def _prepare_all(self, session: FleetSession) -> None:
+        """Every host's task first, then the clock pings, all concurrently: the tasks are what the agents
+        need to start loading, and the offsets are needed only at T0. (Tasks created in this order run
+        their first steps in this order, so 1,000 tasks leave before the first ping.)"""
+        hosts = session.spec.hosts
+        dispatches = [asyncio.create_task(self._dispatch(session, host)) for host in hosts]
+        clocks = [asyncio.create_task(self._clock(session, host)) for host in hosts]
+        await asyncio.gather(*dispatches, *clocks)
+        failed = [host for host in hosts if session.hosts[host].state == "failed"]
+        await self._send_control(session, failed, "cancel")  # a failed host may have attached meanwhile
 
     async def _clock(self, session: FleetSession, host: str) -> None:
         view = session.hosts[host]
         try:
-            await self._measure_offset(host, view)
+            large = len(session.hosts) > _LARGE_SESSION
+            await self._measure_offset(host, view, _PINGS_LARGE if large else _PINGS)
         except NoRespondersError:
             self._fail(session, host, "the agent is not connected (nobody answers on its subjects)")
             return
@@ -555,12 +581,12 @@ class SessionManager:
 
     async def _watch_liveness(self, session: FleetSession) -> None:
         while True:
-            await asyncio.sleep(_LIVENESS_S)
+            await asyncio.sleep(_QUIET_S)
             now = time.monotonic()
             quiet = [
                 host
                 for host, view in session.hosts.items()
-                if view.state not in _FINAL and now - view.last_seen >= _LIVENESS_S
+                if view.state not in _FINAL and now - view.last_seen >= _QUIET_S
             ]
             # Concurrently, and without holding up the end of the session (_supervise does not await this).
             await asyncio.gather(*(self._liveness(session, host) for host in quiet))
@@ -576,7 +602,7 @@ class SessionManager:
             self._fail(session, host, "agent stopped answering (disconnected from NATS)")
         except (NatsTimeoutError, TimeoutError):
             view.missed_pings += 1
-            if view.missed_pings * _LIVENESS_S >= self._config.host_silence:
+            if view.missed_pings * _QUIET_S >= self._config.host_silence:
                 self._fail(session, host, f"agent stopped answering ({view.missed_pings} pings unanswered)")
         except Exception:  # NATS itself is down; the deadline will decide
             view.missed_pings += 1
@@ -585,6 +611,11 @@ class SessionManager:
         """Verdicts, the audit record of the outcome, then the ended state, all before anyone can read the
         session as ended: a client polling for `ended` always finds the verdicts with it."""
         ended_ns = time.time_ns()
+        _log.info(
+            "session %s: every host final %.3f s after creation",
+            session.id,
+            (ended_ns - session.created_ns) / 1e9,
+        )
         if session.cancel_requested:
             state = "cancelled"
         else:
@@ -618,6 +649,11 @@ class SessionManager:
         session.emit("end", {key: body[key] for key in ending})
         session.close_listeners()
         session.done.set()
+        _log.info(
+            "session %s %s: %d records merged, %d verdicts, published %.3f s after creation",
+            session.id, state, session.merged.records, len(session.verdicts),
+            (time.time_ns() - session.created_ns) / 1e9,
+        )  # fmt: skip
         await self._save(session, body, session.final_json)
 
     async def _save(
@@ -631,12 +667,11 @@ class SessionManager:
             await self._js.publish(f"netsleuth.history.{session.id}.summary", json.dumps(summary).encode())
             if body is not None and data is not None:
                 for key in ("timeline", "verdicts"):
-                    if len(data) <= _HISTORY_BYTES:
-                        break
-                    items = body[key]
-                    keep = max(0, int(len(items) * _HISTORY_BYTES / len(data) * 0.9))
-                    body = {**body, key: items[:keep], f"{key}_truncated": len(items) - keep}
-                    data = json.dumps(body).encode()
+                    items, keep = body[key], len(body[key])
+                    while len(data) > _HISTORY_BYTES and keep > 0:
+                        keep //= 2
+                        body = {**body, key: items[:keep], f"{key}_truncated": len(items) - keep}
+                        data = json.dumps(body).encode()
                 await self._js.publish(f"netsleuth.history.{session.id}.full", data)
         except Exception as error:  # history is best effort; the audit is not
             _log.warning("session %s: history not saved: %s", session.id, error)

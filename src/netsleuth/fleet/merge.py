@@ -175,6 +175,11 @@ class MergedTimeline:
         self.dropped_entries = 0  # beyond max_entries: counted, never silently forgotten
         self._sequence = 0
 
+    @property
+    def records(self) -> int:
+        """Merged entries so far (kept or counted beyond the bound)."""
+        return self._sequence
+
     def set_offset(self, host: str, offset_ns: int) -> None:
         self._offsets[host] = offset_ns
 
