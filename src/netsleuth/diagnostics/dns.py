@@ -73,7 +73,8 @@ __all__ = [
 
 _EVENT_SIZE = ctypes.sizeof(DnsEvent)
 _QUERY_SIZE = ctypes.sizeof(DnsQueryC)
-_SWEEP_S = 0.2
+_SWEEP_S = 0.2  # timeouts reported within 0.2 s of their deadline
+_SUMMARY_SWEEP_S = 1.0  # --summary only counts them: sweep (map walk in syscalls) less often
 _TCP = 6
 _TCP_RETRY_WINDOW_NS = 10_000_000_000
 # A closing socket purging what it had not read (e.g. a TCP answer's FIN after the resolver closed): part of
@@ -461,6 +462,7 @@ class DnsDiagnostic:
         self._reasons: DropReasons | None = None
         self._drop_enricher: DropEnricher | None = None
         self._last_sweep = 0.0
+        self._sweep_interval = _SUMMARY_SWEEP_S if config.summary_only else _SWEEP_S
         self._timeouts = 0
         self._group_timeouts: dict[bytes, int] = {}
         self._held: list[_HeldAnswer] = []
@@ -748,7 +750,7 @@ class DnsDiagnostic:
         """Pending queries older than --timeout: deleted from the kernel's table and reported. Whoever
         deletes the entry owns it, so an answer racing with the sweep is counted once (as unmatched)."""
         now = time.monotonic()
-        if not force and now - self._last_sweep < _SWEEP_S:
+        if not force and now - self._last_sweep < self._sweep_interval:
             return []
         self._last_sweep = now
         if not self._program.started:
@@ -791,7 +793,7 @@ class DnsDiagnostic:
             if not self.config.summary_only:
                 self._prepared_drop_enricher()
         records = self._decode(self._program.poll(timeout_ms), final=False)
-        if time.monotonic() - self._last_sweep >= _SWEEP_S:
+        if time.monotonic() - self._last_sweep >= self._sweep_interval:
             # What arrived while the batch above was being named is read first: a drop explaining a
             # timeout must be known before the sweep reports that timeout.
             records.extend(self._decode(self._program.drain(), final=False))
