@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netsleuth.diagnose.correlate import merge_findings
+from netsleuth.diagnose.dns_watch import DnsWatch
 from netsleuth.diagnose.drop_rules import DropContext, drop_verdicts
 from netsleuth.diagnose.listeners import FullListener, full_listeners, listener_verdicts
 from netsleuth.diagnose.route_rules import RouteWatch
@@ -107,6 +108,7 @@ class DiagnosisSession:
             DropsConfig(packet_filter=config.packet_filter, summary_only=True), self._context
         )
         self._tcp = TcpWatch(config.packet_filter, self._drops.reasons, self._context)
+        self._dns = DnsWatch(config.packet_filter, self._context, config.duration)
         self._route = RouteWatch(config.packet_filter, self._context)
         self._before: Snapshot | None = None
         self._started = 0.0
@@ -122,6 +124,7 @@ class DiagnosisSession:
         self._before = collect_snapshot(self.config.root, self.config.netns_name)
         self._drops.start()
         self._tcp.start()
+        self._dns.start()
         self._route.start()
         self._drops.enricher.prepare(self.config.packet_filter.netns)
         self._started = time.monotonic()
@@ -129,6 +132,7 @@ class DiagnosisSession:
     def poll(self, timeout_ms: int) -> list[RankedVerdict]:
         time.sleep(min(_WATCH_STEP_S, timeout_ms / 1000))
         self._tcp.poll()
+        self._dns.poll()
         if time.monotonic() - self._sampled_at >= _LISTENER_SAMPLE_S:
             self._sampled_at = time.monotonic()
             for listener in full_listeners(self.config.netns_name):
@@ -172,8 +176,15 @@ class DiagnosisSession:
             verdicts += listener_verdicts(
                 list(self._listeners.values()), overflows, somaxconn, config.netns_name
             )
-        verdicts = merge_findings(verdicts, report.findings) + tcp_verdicts + route_verdicts
-        problems = tuple(problem for problem in (self._tcp.problem, self._route.problem) if problem)
+        verdicts = (
+            merge_findings(verdicts, report.findings)
+            + tcp_verdicts
+            + self._dns.verdicts(seconds)
+            + route_verdicts
+        )
+        problems = tuple(
+            problem for problem in (self._tcp.problem, self._dns.problem, self._route.problem) if problem
+        )
         self._summary = DiagnoseSummary(
             seconds,
             config.watched,
@@ -194,7 +205,12 @@ class DiagnosisSession:
         return self._judge(interrupted)
 
     def program_fds(self) -> dict[str, int]:
-        return {**self._drops.program_fds(), **self._tcp.program_fds(), **self._route.program_fds()}
+        return {
+            **self._drops.program_fds(),
+            **self._tcp.program_fds(),
+            **self._dns.program_fds(),
+            **self._route.program_fds(),
+        }
 
     def notes(self) -> list[str]:
         summary = self._summary
@@ -203,6 +219,7 @@ class DiagnosisSession:
     def close(self) -> None:
         self._drops.close()
         self._tcp.close()
+        self._dns.close()
         self._route.close()
         if self._own_context:
             self._context.close()
