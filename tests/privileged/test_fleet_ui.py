@@ -191,6 +191,10 @@ def diagnose_session(stack: UiStack) -> str:
     stack.drive_traffic(1.0)
     stack.shot(page, "session-live")
     wait_cards(page, dict.fromkeys(HOSTS, "ended"), 60)
+    with stack.api("alice") as client:
+        body = client.get(f"/api/v1/sessions/{session}").json()
+    found = [r for r in body["timeline"] if r.get("type") == "verdict"] + body["verdicts"]
+    assert any(RULE in json.dumps(v) for v in found), f"the controller has no verdict naming the rule: {body}"
     expect(page.locator(".verdict").filter(has_text=RULE).first).to_be_visible(timeout=20_000)
     page.wait_for_timeout(600)  # the rate chart redraws at most twice a second
     stack.shot(page, "session")

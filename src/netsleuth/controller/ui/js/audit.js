@@ -69,12 +69,12 @@ export async function renderAudit(root, ctx) {
         h(
           "tr",
           { dataset: { seq: e.seq, action: e.action, decision: e.decision } },
-          h("td", { class: "mono small" }, fmtTime(e.time)),
-          h("td", {}, e.user || "–", e.remote ? h("div", { class: "muted small" }, e.remote) : null),
-          h("td", { class: "mono" }, e.action),
-          h("td", {}, badge(e.decision || "–"), e.status ? h("div", { class: "muted small" }, String(e.status)) : null),
-          h("td", {}, what(e)),
-          h("td", {}, e.reason || "", e.outcome ? h("div", { class: "muted small" }, outcomeText(e.outcome)) : null),
+          h("td", { class: "mono small", "data-label": "Time" }, fmtTime(e.time)),
+          h("td", { "data-label": "User" }, e.user || "–", e.remote ? h("div", { class: "muted small" }, e.remote) : null),
+          h("td", { class: "mono", "data-label": "Action" }, e.action),
+          h("td", { "data-label": "Decision" }, badge(e.decision || "–"), e.status ? h("div", { class: "muted small" }, String(e.status)) : null),
+          h("td", { "data-label": "What" }, what(e)),
+          h("td", { "data-label": "Reason" }, e.reason || "", e.outcome ? h("div", { class: "muted small" }, outcomeText(e.outcome)) : null),
         ),
       ),
     );

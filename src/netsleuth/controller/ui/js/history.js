@@ -49,13 +49,13 @@ export async function renderHistory(root, ctx) {
         return h(
           "tr",
           { dataset: { session: s.id } },
-          h("td", {}, h("a", { href: `#/session/${encodeURIComponent(s.id)}` }, h("span", { class: "mono" }, s.id))),
-          h("td", {}, badge(outcome(s))),
-          h("td", {}, s.diagnostic, s.config?.netns ? h("div", { class: "muted small" }, `netns ${s.config.netns}`) : null),
-          h("td", {}, h("div", { class: "tags" }, hostStates)),
-          h("td", { class: "num hide-narrow" }, fmtCount(s.timeline_length)),
-          h("td", {}, fmtTime(s.created)),
-          h("td", { class: "hide-narrow" }, s.user),
+          h("td", { "data-label": "Session" }, h("a", { href: `#/session/${encodeURIComponent(s.id)}` }, h("span", { class: "mono" }, s.id))),
+          h("td", { "data-label": "State" }, badge(outcome(s))),
+          h("td", { "data-label": "Diagnostic" }, s.diagnostic, s.config?.netns ? h("div", { class: "muted small" }, `netns ${s.config.netns}`) : null),
+          h("td", { "data-label": "Hosts" }, h("div", { class: "tags" }, hostStates)),
+          h("td", { class: "num hide-narrow", "data-label": "Records" }, fmtCount(s.timeline_length)),
+          h("td", { "data-label": "Created" }, fmtTime(s.created)),
+          h("td", { class: "hide-narrow", "data-label": "User" }, s.user),
         );
       }),
     );

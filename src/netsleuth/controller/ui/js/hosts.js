@@ -103,8 +103,8 @@ export async function renderHosts(root, ctx) {
         else ctx.selectedHosts.delete(host.host);
         refresh();
       });
-      tr = h("tr", { dataset: { host: host.host } }, h("td", {}, box));
-      for (let i = 0; i < 7; i += 1) tr.append(h("td"));
+      tr = h("tr", { dataset: { host: host.host } }, h("td", { "data-label": "Select" }, box));
+      for (const label of ["Host", "Status", "Kernel", "BPF features", "Agent", "Heartbeat", "Namespaces"]) tr.append(h("td", { "data-label": label }));
       tr.cells[3].className = "hide-narrow";
       tr.cells[4].className = "hide-narrow";
       tr.cells[5].className = "hide-narrow";
