@@ -64,7 +64,7 @@ def wait_state(
 
 
 def wait_hosts_running(
-    client: httpx.Client, session_id: str, hosts: tuple[str, ...], timeout: float = 20
+    client: httpx.Client, session_id: str, hosts: tuple[str, ...], timeout: float = 90
 ) -> None:
     def running() -> bool:
         body = client.get(f"/api/v1/sessions/{session_id}").json()
