@@ -108,6 +108,12 @@ class FleetLink:
                 "fleet.netns %r does not exist (yet): tasks are refused until it does", self.config.netns
             )
         self._features = probe_features()
+        # pyroute2 (conntrack reads at a session's end, namespace names) imported here, on the agent's main
+        # thread before any fleet thread exists: its lazy imports are not safe when two threads race through
+        # them ("partially initialized module pyroute2.netns"), and ~0.4 s is not spent after a deadline.
+        import pyroute2.netns  # noqa: F401
+        from pyroute2 import NFCTSocket  # noqa: F401
+
         self._thread = threading.Thread(target=self._thread_main, name="netsleuth-fleet", daemon=True)
         self._thread.start()
 

@@ -204,9 +204,6 @@ class FleetSession:
             # The first read pays for lazy set-up (symbol tables, enrichers): in prepare, not after T0, where
             # it would delay the baseline of the window's totals.
             diagnostic.poll(0)
-            if self.task.diagnostic in CONNTRACK_DIAGNOSTICS:
-                # The end's conntrack read needs pyroute2: imported now, ~0.4 s not spent after the deadline.
-                import pyroute2  # noqa: F401
             fds = diagnostic.program_fds()
             handles = [self._ledger.attached("fleet", name, fd) for name, fd in fds.items()]
             budget = CpuBudget(
