@@ -5,7 +5,7 @@ Read-only: a dump (IPCTNL_MSG_CT_GET with NLM_F_DUMP) or a lookup (IPCTNL_MSG_CT
 nothing. Each namespace gets its own netlink socket, created inside it once (pyroute2's create_socket forks a
 child that enters the namespace and hands the socket back, so this process never changes namespace) and kept
 for every later read. Requests and replies are encoded and parsed here with struct, straight over that
-socket: pyroute2's asyncio socket layer costs ~50 ms a request and its generic decoder ~0.9 ms an entry.
+socket: through pyroute2's asyncio socket layer a request cost ~10 ms here, a direct one ~0.1 ms.
 
 Two ways to read:
 - `lookup(flows)`: the entries holding these tuples, in either direction (ctnetlink_get_conntrack ->
@@ -82,8 +82,8 @@ class ConntrackSource(Protocol):
 
 def _attrs(data: bytes, offset: int, end: int) -> dict[int, tuple[int, int]]:
     """Netlink attributes in data[offset:end]: type (NLA_F_NESTED and byte-order bits cleared) -> (start,
-    end) of its payload. Parsed here with struct: pyroute2's generic decoder costs ~0.9 ms an entry, 45 s for
-    a 50,000-entry table."""
+    end) of its payload. Parsed here with struct: ~40 us an entry against ~110 us for pyroute2's generic
+    nfct_msg decoder (measured on the recorded fixture)."""
     found: dict[int, tuple[int, int]] = {}
     while offset + 4 <= end:
         length, kind = _NLA_HEADER.unpack_from(data, offset)
@@ -165,7 +165,7 @@ def _attr(kind: int, payload: bytes, nested: bool = False) -> bytes:
 
 def _tuple_attrs(flow: FlowTuple) -> bytes:
     """CTA_TUPLE_ORIG for `flow` (include/uapi/linux/netfilter/nfnetlink_conntrack.h enum ctattr_tuple,
-    ctattr_ip, ctattr_l4proto), encoded by hand: pyroute2's generic encoder costs ~0.8 ms a request."""
+    ctattr_ip, ctattr_l4proto), encoded by hand with struct, like the replies are parsed."""
     v6 = ":" in flow.src[0]
     family = socket.AF_INET6 if v6 else socket.AF_INET
     src, dst = socket.inet_pton(family, flow.src[0]), socket.inet_pton(family, flow.dst[0])
