@@ -5,7 +5,7 @@ from __future__ import annotations
 from netsleuth.diagnose.dns_rules import NXDOMAIN_STORM_MIN, dns_verdicts
 from netsleuth.diagnose.verdicts import Severity
 from netsleuth.diagnostics.attribution import Owner
-from netsleuth.diagnostics.dns import DnsAnswer, DnsDrop, DnsQueryFacts, DnsTimeout
+from netsleuth.diagnostics.dns_records import DnsAnswer, DnsDrop, DnsQueryFacts, DnsTimeout
 from netsleuth.diagnostics.dns_summary import DnsSummaryRow
 from netsleuth.packet import PacketTuple
 

@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from netsleuth.agent.cardinality import OTHER, SeriesGuard
-from netsleuth.diagnostics.dns import DnsTotals
+from netsleuth.diagnostics.dns_records import DnsTotals
 from netsleuth.diagnostics.dns_summary import DnsGroupStats, latency_bucket_bounds_us
 from netsleuth.diagnostics.dns_wire import rcode_name
 

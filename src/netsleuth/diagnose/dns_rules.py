@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from netsleuth.diagnose.verdicts import Severity, Verdict
-from netsleuth.diagnostics.dns import DnsAnswer, DnsDrop, DnsQueryFacts, DnsRecord, DnsTimeout
+from netsleuth.diagnostics.dns_records import DnsAnswer, DnsDrop, DnsQueryFacts, DnsRecord, DnsTimeout
 from netsleuth.diagnostics.dns_summary import DnsSummaryRow
 from netsleuth.netns_command import in_netns
 

@@ -15,7 +15,8 @@ from netsleuth.diagnose.verdicts import Verdict
 from netsleuth.errors import NetsleuthError
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.dns import DnsDiagnostic, DnsRecord
+    from netsleuth.diagnostics.dns import DnsDiagnostic
+    from netsleuth.diagnostics.dns_records import DnsRecord
     from netsleuth.diagnostics.filters import PacketFilter
     from netsleuth.kernel.context import KernelContext
 

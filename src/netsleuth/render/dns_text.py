@@ -10,7 +10,7 @@ from netsleuth.diagnostics.totals import EventTotals
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from netsleuth.diagnostics.dns import (
+    from netsleuth.diagnostics.dns_records import (
         DnsAnswer,
         DnsDrop,
         DnsQueryFacts,
@@ -88,7 +88,7 @@ def _drop_line(record: DnsDrop) -> str:
 
 
 def dns_line(record: DnsRecord) -> str:
-    from netsleuth.diagnostics.dns import DnsAnswer, DnsDrop, DnsTimeout
+    from netsleuth.diagnostics.dns_records import DnsAnswer, DnsDrop, DnsTimeout
 
     if isinstance(record, DnsAnswer):
         return _answer_line(record)
