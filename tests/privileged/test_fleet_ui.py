@@ -384,6 +384,31 @@ def test_a_host_killed_mid_session_turns_failed_while_the_others_finish(stack: U
     assert body["hosts"]["client"]["state"] == "ended" and body["hosts"]["lb"]["state"] == "ended"
 
 
+def test_hosts_by_label_and_cancel_from_the_page(stack: UiStack) -> None:
+    """A label selector picks the hosts (the lab labels each agent role=<name>); Cancel stops the agents."""
+    opened = stack.page("alice")
+    page = opened.page
+    page.goto("/#/new")
+    page.get_by_role("heading", name="New diagnosis").wait_for()
+    page.get_by_role("radio", name="By label").check()
+    page.get_by_label("Label selector").fill("role=server")
+    page.get_by_label("Diagnostic").select_option("drops")
+    page.get_by_label("Duration (seconds)").fill("25")
+    page.get_by_role("button", name="Start diagnosis").click()
+    session = session_id(page)
+    expect(page.locator(".hostcard")).to_have_count(1)
+    wait_cards(page, {"server": "running"}, 40)
+    page.get_by_role("button", name="Cancel session").click()
+    expect(page.locator(".session-head .badge")).to_have_text("cancelled", timeout=20_000)
+    wait_cards(page, {"server": "ended"}, 20)
+    expect(card(page, "server")).to_contain_text("cancelled")
+    expect(page.get_by_role("button", name="Cancel session")).to_be_hidden()
+    with stack.api("alice") as client:
+        body = client.get(f"/api/v1/sessions/{session}").json()
+    assert list(body["hosts"]) == ["server"] and body["state"] == "cancelled", body
+    opened.assert_no_errors()
+
+
 def test_history_reopens_the_session_and_the_audit_lists_the_three_decisions(stack: UiStack) -> None:
     diagnose = diagnose_session(stack)
     killed = killed_session(stack)

@@ -113,18 +113,25 @@ export class RateChart {
     if (!this.plot || shape !== this.shape) {
       this.plot?.destroy();
       this.shape = shape;
+      // The canvas cannot resolve CSS variables or currentColor: take the theme's colours as computed.
+      const style = getComputedStyle(this.el);
+      const ink = style.color;
+      const line = style.getPropertyValue("--line").trim() || "#d5dae1";
       this.plot = new uPlot(
         {
           width,
           height: 200,
+          padding: [10, 32, 0, 0], // room for the last time label
           scales: { x: { time: true } },
           axes: [
             {
-              stroke: "currentColor",
+              stroke: ink,
+              grid: { stroke: line, width: 1 },
+              ticks: { stroke: line, width: 1 },
               incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600],
               values: (u, ticks) => ticks.map((t) => new Date(t * 1000).toISOString().slice(11, 19)),
             },
-            { stroke: "currentColor", label: "records/s", size: 60 }],
+            { stroke: ink, grid: { stroke: line, width: 1 }, ticks: { stroke: line, width: 1 }, label: "records/s", size: 60 }],
           series: [{}, ...names.map((name, i) => ({ label: name, stroke: PALETTE[i % PALETTE.length], width: 1.5, points: { show: false } }))],
           legend: { live: false },
         },
