@@ -277,10 +277,12 @@ def test_search_list_amplification_from_ndots(dns_lab: DnsLab) -> None:
         assert row["answers"] == {"NXDOMAIN": 3, "NOERROR": 1}
 
 
-def test_truncated_answer_and_tcp_retry(dns_lab: DnsLab) -> None:
+@pytest.mark.parametrize("family", [4, 6])
+def test_truncated_answer_and_tcp_retry(dns_lab: DnsLab, family: int) -> None:
+    server = dns_lab.pair.b4 if family == 4 else dns_lab.pair.b6
     with trace(dns_lab) as run:
         run.wait_ready()
-        result = dig(dns_lab.client, dns_lab.pair.b4, "big.test", "A", "+bufsize=512")
+        result = dig(dns_lab.client, server, "big.test", "A", "+bufsize=512")
         assert "198.18.1.100" in result.stdout
         run.wait_records(lambda record: record.get("type") == "dns", count=2)
         run.stop()
@@ -288,7 +290,7 @@ def test_truncated_answer_and_tcp_retry(dns_lab: DnsLab) -> None:
     assert udp["proto"] == "udp" and udp["truncated"] is True and udp["answer_count"] == 0
     assert tcp["proto"] == "tcp" and tcp["tcp_retry"] is True and tcp["answer_count"] == 100
     assert tcp["truncated"] is False
-    assert udp["pid"] == tcp["pid"]
+    assert udp["pid"] == tcp["pid"] and udp["family"] == tcp["family"] == family
     assert dns_lab.server_counts() == {"udp NOERROR": 1, "tcp NOERROR": 1}
 
 
