@@ -9,6 +9,16 @@
 #ifndef NETSLEUTH_KERNEL_MORE_H
 #define NETSLEUTH_KERNEL_MORE_H
 
+/* include/uapi/linux/bpf.h enum bpf_map_type, the members netsleuth_kernel.h does not list. */
+enum {
+	BPF_MAP_TYPE_PERCPU_HASH = 5,
+	BPF_MAP_TYPE_STACK_TRACE = 7,
+};
+
+/* bpf_get_stackid() flags (include/uapi/linux/bpf.h); BPF_F_USER_STACK is in netsleuth_kernel.h. */
+#define BPF_F_FAST_STACK_CMP (1ULL << 9)
+#define BPF_F_REUSE_STACKID (1ULL << 10)
+
 /* include/net/flow.h: the key of an IPv4 route lookup (fib:fib_table_lookup's `flp`). The 6.13+ kernels
  * carry dscp_t flowic_dscp where older ones had __u8 flowic_tos; only fields common to both are read. */
 struct flowi_common {

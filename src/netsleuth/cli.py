@@ -37,6 +37,7 @@ _COMMAND_MODULES = {
     "fleet": "netsleuth.commands.fleet",
     "route": "netsleuth.commands.route",
     "snoop": "netsleuth.commands.snoop",
+    "softirq": "netsleuth.commands.softirq",
 }
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.netlab import Host, run, wait_for
+from tests.netlab import Host, wait_for
 from tests.privileged.conftest import Pair
-from tests.tracerun import TraceRun, netsleuth_argv
+from tests.tracerun import TraceRun, bpftool_netsleuth_programs, netsleuth_argv
 
 pytestmark = pytest.mark.privileged
 
@@ -179,16 +179,18 @@ def test_diagnose_turns_blackhole_and_silent_next_hop_into_verdicts(routed: Pair
 
 
 def test_nothing_stays_attached_after_exit(routed: Pair) -> None:
-    run_ = trace("--netns", routed.a.name)
-    run_.wait_ready()
+    # By program id: other tracers on the host (a parallel test, a diagnose run) may hold route programs too.
+    def program_ids() -> set[int]:
+        return {int(program["id"]) for program in bpftool_netsleuth_programs("route_")}
 
-    def route_programs() -> list[str]:
-        out = run("bpftool", "prog", "show").stdout
-        return [line for line in out.splitlines() if "route_" in line]
-
-    assert route_programs()
-    assert run_.stop() == 0
-    wait_for(lambda: not route_programs(), 5, "route programs to go away")
+    before = program_ids()
+    trace_run = trace("--netns", routed.a.name)
+    trace_run.wait_ready()
+    ours = program_ids() - before
+    assert ours
+    assert trace_run.stop() == 0
+    # The kernel frees programs once the last fd closes, after an RCU grace period: wait, bounded.
+    wait_for(lambda: not ours & program_ids(), 10, "route programs released")
 
 
 @pytest.mark.parametrize(

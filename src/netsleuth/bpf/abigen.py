@@ -156,6 +156,22 @@ MODULES: tuple[ModuleSpec, ...] = (
         ),
         shared=("STAT_COUNT",),
     ),
+    ModuleSpec(
+        "softirq_abi",
+        ("softirq",),
+        "The softirq object (bpf/softirq.h, bpf/softirq.bpf.c).",
+        {
+            "softirq_config": "SoftirqConfigC",
+            "napi_key": "NapiKeyC",
+            "napi_stats": "NapiStatsC",
+        },
+        (
+            EnumSpec("softirq_limits"),
+            EnumSpec("softirq_hist_kind", "HistKind", "SIRQ_HIST_", {"SIRQ_HIST_KINDS": "HIST_KINDS"}),
+            EnumSpec("softirq_counter", "SoftirqCounter", "SIRQ_", {"SIRQ_COUNTERS": "COUNTERS"}),
+            EnumSpec("netrx_counter", "NetRxCounter", "NETRX_", {"NETRX_COUNTERS": "NETRX_COUNTERS"}),
+        ),
+    ),
 )
 
 

@@ -30,6 +30,7 @@ DIAGNOSTIC_MODULES: dict[str, str] = {
     "route": "netsleuth.diagnostics.route",
     "snoop.exec": "netsleuth.diagnostics.snoop",
     "snoop.open": "netsleuth.diagnostics.snoop",
+    "softirq": "netsleuth.diagnostics.softirq",
 }
 
 

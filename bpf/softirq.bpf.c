@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * netsleuth softirq: per CPU and vector, how long raised softirqs wait for the CPU (raise -> entry) and how
+ * long they run (entry -> exit), as log2 histograms counted in the kernel; per NAPI instance, polls and work
+ * against budget (napi:napi_poll); per NET_RX run, whether it stopped on netdev_budget packets or on
+ * netdev_budget_usecs - what /proc/net/softnet_stat's time_squeeze lumps together.
+ *
+ *   irq:softirq_raise(vec)   __raise_softirq_irqoff: the vector's bit set in this CPU's pending mask. Only
+ *                            the first raise until the run counts: raising a pending vector changes nothing.
+ *   irq:softirq_entry(vec)   handle_softirqs calls the vector's handler (on this CPU, in irq_exit or
+ *                            local_bh_enable or ksoftirqd)
+ *   irq:softirq_exit(vec)    ... and it returned
+ *   napi:napi_poll(napi, work, budget)   one poll of one NAPI instance (net/core/dev.c __napi_poll)
+ *
+ * Everything is per-CPU maps (no atomics, exact sums); userspace reads each CPU's slot.
+ */
+#include "netsleuth.bpf.h"
+#include "netsleuth_kernel_more.h"
+#include <bpf/bpf_tracing.h>
+#include "softirq.h"
+#include "abi.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile struct softirq_config cfg = {};
+
+NS_ABI_KEEP(softirq_abi_types);
+
+#define PERCPU_ARRAY(name, value_type, entries)               \
+	struct {                                              \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);      \
+		__uint(max_entries, entries);                 \
+		__type(key, __u32);                           \
+		__type(value, value_type);                    \
+	} name SEC(".maps")
+
+PERCPU_ARRAY(sirq_hist, __u64, SIRQ_MAX_VECTORS * SIRQ_HIST_KINDS * SIRQ_BUCKETS);
+PERCPU_ARRAY(sirq_counts, __u64, SIRQ_MAX_VECTORS * SIRQ_COUNTERS);
+PERCPU_ARRAY(netrx_counts, __u64, NETRX_COUNTERS);
+PERCPU_ARRAY(netrx_work_hist, __u64, SIRQ_BUCKETS); /* NET_RX runs by log2(packets + 1) */
+PERCPU_ARRAY(cpu_state, struct softirq_cpu_state, 1);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, SIRQ_MAX_NAPI);
+	__type(key, struct napi_key);
+	__type(value, struct napi_stats);
+} napi_polls SEC(".maps");
+
+static __always_inline __u32 log2_bucket(__u64 value)
+{
+	__u32 bucket = 0;
+
+	/* 32 halvings bound the loop for the verifier; values past 2^32 land in the last bucket. */
+	for (int i = 0; i < SIRQ_BUCKETS - 1; i++) {
+		if (value < 2)
+			break;
+		value >>= 1;
+		bucket++;
+	}
+	return bucket;
+}
+
+static __always_inline void add(void *map, __u32 index, __u64 n)
+{
+	__u64 *slot = bpf_map_lookup_elem(map, &index);
+
+	if (slot)
+		*slot += n;
+}
+
+static __always_inline void keep_max(void *map, __u32 index, __u64 value)
+{
+	__u64 *slot = bpf_map_lookup_elem(map, &index);
+
+	if (slot && value > *slot)
+		*slot = value;
+}
+
+static __always_inline void record(__u32 vec, __u32 kind, __u64 ns)
+{
+	add(&sirq_hist, (vec * SIRQ_HIST_KINDS + kind) * SIRQ_BUCKETS + log2_bucket(ns), 1);
+}
+
+static __always_inline struct softirq_cpu_state *state(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&cpu_state, &zero);
+}
+
+static __always_inline int on_raise(__u32 vec)
+{
+	struct softirq_cpu_state *s = state();
+
+	if (!s || vec >= SIRQ_MAX_VECTORS)
+		return 0;
+	if (!s->raised_ns[vec]) {
+		s->raised_ns[vec] = bpf_ktime_get_ns();
+		add(&sirq_counts, vec * SIRQ_COUNTERS + SIRQ_RAISED, 1);
+	}
+	return 0;
+}
+
+static __always_inline int on_entry(__u32 vec)
+{
+	struct softirq_cpu_state *s = state();
+	__u64 now = bpf_ktime_get_ns();
+	__u32 base = vec * SIRQ_COUNTERS;
+
+	if (!s || vec >= SIRQ_MAX_VECTORS)
+		return 0;
+	add(&sirq_counts, base + SIRQ_RUNS, 1);
+	if (s->raised_ns[vec]) {
+		__u64 waited = now - s->raised_ns[vec];
+
+		record(vec, SIRQ_HIST_LATENCY, waited);
+		add(&sirq_counts, base + SIRQ_MEASURED, 1);
+		add(&sirq_counts, base + SIRQ_LATENCY_SUM, waited);
+		keep_max(&sirq_counts, base + SIRQ_LATENCY_MAX, waited);
+		/* Cleared at entry: handle_softirqs cleared the pending mask before calling handlers, so a raise
+		 * from now on is new work for a later run. */
+		s->raised_ns[vec] = 0;
+	}
+	s->entered_ns[vec] = now;
+	if (vec == SIRQ_NET_RX) {
+		s->run_work = 0;
+		s->run_polls = 0;
+	}
+	return 0;
+}
+
+static __always_inline int on_exit(__u32 vec)
+{
+	struct softirq_cpu_state *s = state();
+	__u64 now = bpf_ktime_get_ns();
+	__u32 base = vec * SIRQ_COUNTERS;
+	__u64 ran;
+
+	if (!s || vec >= SIRQ_MAX_VECTORS || !s->entered_ns[vec])
+		return 0;
+	ran = now - s->entered_ns[vec];
+	s->entered_ns[vec] = 0;
+	record(vec, SIRQ_HIST_DURATION, ran);
+	add(&sirq_counts, base + SIRQ_DURATION_SUM, ran);
+	keep_max(&sirq_counts, base + SIRQ_DURATION_MAX, ran);
+	if (vec == SIRQ_NET_RX) {
+		add(&netrx_counts, NETRX_RUNS, 1);
+		add(&netrx_counts, NETRX_POLLS, s->run_polls);
+		add(&netrx_counts, NETRX_WORK, s->run_work);
+		add(&netrx_work_hist, log2_bucket(s->run_work + 1), 1);
+		/* net_rx_action stops when its packet budget is spent or time_limit passed (net/core/dev.c). */
+		if (cfg.budget_packets && s->run_work >= cfg.budget_packets)
+			add(&netrx_counts, NETRX_BUDGET_RUNS, 1);
+		else if (cfg.budget_ns && ran >= cfg.budget_ns)
+			add(&netrx_counts, NETRX_TIME_RUNS, 1);
+	}
+	return 0;
+}
+
+static __always_inline int on_napi_poll(const bool direct, struct napi_struct *napi, int work, int budget)
+{
+	struct softirq_cpu_state *s = state();
+	struct napi_stats *stats;
+	struct napi_key key = {};
+	struct net_device *dev;
+	char ifname[16] = {};
+
+	if (!napi)
+		return 0;
+	dev = NS_RD(direct, napi, dev);
+	if (s && work > 0) {
+		s->run_work += work;
+		if (work >= budget)
+			add(&netrx_counts, NETRX_EXHAUSTED_POLLS, 1);
+	}
+	if (s)
+		s->run_polls += 1;
+	if (dev) {
+		ns_device_rd(direct, dev, &key.ifindex, ifname);
+		key.netns = ns_net_inum_rd(direct, NS_RD(direct, dev, nd_net.net));
+	}
+	if (cfg.netns && key.netns != cfg.netns)
+		return 0;
+	if (cfg.filter_dev && !ns_name_matches(ifname, cfg.dev))
+		return 0;
+	key.napi_id = NS_RD(direct, napi, napi_id);
+	stats = bpf_map_lookup_elem(&napi_polls, &key);
+	if (!stats) {
+		struct napi_stats fresh = {};
+
+		__builtin_memcpy(fresh.ifname, ifname, sizeof(fresh.ifname));
+		bpf_map_update_elem(&napi_polls, &key, &fresh, BPF_NOEXIST);
+		stats = bpf_map_lookup_elem(&napi_polls, &key);
+		if (!stats)
+			return 0;
+	}
+	/* An entry another CPU inserted starts zeroed on this one: name it here too. */
+	if (!stats->ifname[0])
+		__builtin_memcpy(stats->ifname, ifname, sizeof(stats->ifname));
+	stats->polls++;
+	stats->work += work > 0 ? work : 0;
+	stats->budget = budget;
+	if (work >= budget)
+		stats->exhausted++;
+	if (work <= 0)
+		stats->idle++;
+	if (work > 0 && (__u64)work > stats->max_work)
+		stats->max_work = work;
+	stats->work_hist[log2_bucket(work > 0 ? work + 1 : 1) & (SIRQ_BUCKETS - 1)]++;
+	return 0;
+}
+
+#define SIRQ_ENTRY(name, tracepoint, handler, ...)                            \
+	SEC("tp_btf/" tracepoint)                                             \
+	int BPF_PROG(name##_b)                                                \
+	{                                                                     \
+		unsigned long long *args = ctx;                               \
+		return handler(__VA_ARGS__);                                  \
+	}                                                                     \
+	SEC("raw_tp/" tracepoint)                                             \
+	int BPF_PROG(name##_r)                                                \
+	{                                                                     \
+		unsigned long long *args = ctx;                               \
+		return handler(__VA_ARGS__);                                  \
+	}
+
+SIRQ_ENTRY(sirq_raise, "softirq_raise", on_raise, (__u32)args[0])
+SIRQ_ENTRY(sirq_entry, "softirq_entry", on_entry, (__u32)args[0])
+SIRQ_ENTRY(sirq_exit, "softirq_exit", on_exit, (__u32)args[0])
+
+SEC("tp_btf/napi_poll")
+int BPF_PROG(sirq_napi_b)
+{
+	unsigned long long *args = ctx;
+
+	return on_napi_poll(true, (struct napi_struct *)args[0], (int)args[1], (int)args[2]);
+}
+
+SEC("raw_tp/napi_poll")
+int BPF_PROG(sirq_napi_r)
+{
+	unsigned long long *args = ctx;
+
+	return on_napi_poll(false, (struct napi_struct *)args[0], (int)args[1], (int)args[2]);
+}

@@ -1,0 +1,112 @@
+"""softirq without the kernel: vector names from /proc/softirqs, log2 histograms and their percentiles, and
+the NET_RX budget verdict `diagnose` makes from exact per-run counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from netsleuth.diagnose.softirq_rules import net_rx_budget_verdicts
+from netsleuth.diagnostics.softirq import (
+    Histogram,
+    NapiInstance,
+    NetRxRuns,
+    SoftirqSummary,
+    VectorStats,
+    softirq_names,
+)
+from netsleuth.kernel.context import KernelClock
+
+PROC_SOFTIRQS = """\
+                    CPU0       CPU1
+          HI:          0          0
+       TIMER:     123456     234567
+      NET_TX:         12         34
+      NET_RX:    9876543    8765432
+       BLOCK:       1000       2000
+    IRQ_POLL:          0          0
+     TASKLET:         10         20
+       SCHED:     100000     200000
+     HRTIMER:          0          0
+         RCU:      50000      60000
+"""
+
+
+def test_vector_names_in_kernel_order(tmp_path: Path) -> None:
+    path = tmp_path / "softirqs"
+    path.write_text(PROC_SOFTIRQS)
+    assert softirq_names(path) == [
+        "HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU",
+    ]  # fmt: skip
+    assert softirq_names(tmp_path / "missing") == []
+
+
+def hist(**buckets: int) -> Histogram:
+    counts = [0] * 32
+    for name, count in buckets.items():
+        counts[int(name[1:])] = count
+    return Histogram(tuple(counts))
+
+
+def test_percentiles_are_upper_bucket_edges() -> None:
+    # 90 values in [512, 1024) ns, 9 in [8192, 16384), 1 in [2^20, 2^21).
+    latencies = hist(b9=90, b13=9, b20=1)
+    assert latencies.count == 100
+    assert latencies.percentile(0.5) == 1024
+    assert latencies.percentile(0.9) == 1024
+    assert latencies.percentile(0.99) == 16384
+    assert latencies.percentile(1.0) == 2**21
+    assert hist().percentile(0.5) is None
+    assert latencies.to_json() == {"512": 90, "8192": 9, "1048576": 1}
+    assert (hist(b0=1) + hist(b0=2)).to_json() == {"0": 3}
+
+
+def _vector(cpu: int, runs: int, latency: Histogram) -> VectorStats:
+    return VectorStats("NET_RX", cpu, runs, runs, latency, 0, 900_000, hist(b12=runs), 0, 50_000)
+
+
+def _summary(
+    budget_runs: tuple[int, int], time_runs: tuple[int, int], seconds: float = 10.0
+) -> SoftirqSummary:
+    net_rx = tuple(
+        NetRxRuns(cpu, 1000, 2000, 300_000, budget_runs[cpu], time_runs[cpu], 400, hist(b8=1000))
+        for cpu in (0, 1)
+    )
+    napi = NapiInstance(
+        netns=0, netns_name=None, dev="eth0", ifindex=2, napi_id=8193, budget=64, polls_by_cpu={0: 2000},
+        work=300_000, exhausted=400, idle=0, max_work=64, work_per_poll=hist(b6=2000),
+    )  # fmt: skip
+    return SoftirqSummary(
+        seconds=seconds,
+        netdev_budget=300,
+        netdev_budget_usecs=2000,
+        vectors=(_vector(0, 1000, hist(b9=970, b19=30)), _vector(1, 1000, hist(b9=1000))),
+        net_rx=net_rx,
+        napi=(napi,),
+        attach="tp_btf",
+        interrupted=False,
+        clock=KernelClock(0, 0),
+    )
+
+
+def test_runs_stopped_on_the_packet_budget_make_one_exact_verdict() -> None:
+    (verdict,) = net_rx_budget_verdicts(_summary(budget_runs=(150, 0), time_runs=(3, 0)))
+    assert verdict.category == "net-rx-budget" and verdict.absorbed == ("time-squeeze",)
+    assert verdict.cause.startswith(
+        "the NET_RX softirq on CPU 0 stopped 15 times/s with packets left: 150 of 2000"
+    )
+    assert verdict.evidence["budget_runs_by_cpu"] == {"0": 150}
+    assert verdict.evidence["time_runs_by_cpu"] == {"0": 3}
+    assert verdict.evidence["net_rx_wait_p99"] == "1049 µs"  # 2^20 ns: the bucket of the slowest 1 %
+    assert verdict.evidence["napi_full_polls"] == {"eth0": 400}
+    assert verdict.fix[0] == "sysctl -w net.core.netdev_budget=600"
+
+
+def test_runs_stopped_on_time_point_at_budget_usecs() -> None:
+    (verdict,) = net_rx_budget_verdicts(_summary(budget_runs=(0, 5), time_runs=(60, 80)))
+    assert "raising netdev_budget would change nothing" in verdict.cause
+    assert verdict.fix[0] == "sysctl -w net.core.netdev_budget_usecs=4000"
+    assert verdict.evidence["time_runs_by_cpu"] == {"0": 60, "1": 80}
+
+
+def test_a_few_stopped_runs_are_no_verdict() -> None:
+    assert net_rx_budget_verdicts(_summary(budget_runs=(50, 40), time_runs=(0, 0))) == []
