@@ -6,7 +6,7 @@ section that uses it.
 
 writes /etc/netsleuth/node-a.fleet.password (mode 0600) and prints two snippets: the user entry for the
 nats-server configuration (`authorization.users`, see packaging/nats-server.conf) and the agent's
-`[fleet]` section. Also reachable as `netsleuth fleet credentials HOST` (same options).
+`[fleet]` section. `add_arguments` / `run` are the CLI's, for a `netsleuth fleet credentials` subcommand.
 The password is generated here and written only to the file; the server entry carries it too, so keep
 that configuration file mode 0600 (or replace the password with a bcrypt hash: `nats server passwd`).
 """
