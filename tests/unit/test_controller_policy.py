@@ -184,3 +184,23 @@ def test_a_good_session_request() -> None:
             "duration": 5}  # fmt: skip
     request = parse_session_request(json.dumps(body).encode(), DIAGNOSTICS)
     assert request.hosts == ("lb", "server") and request.netns == "web" and request.duration == 5.0
+
+
+def test_controller_check_says_one_sentence_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from netsleuth.cli import main
+
+    config = tmp_path / "controller.toml"
+    assert main(["controller", "new-key", "--out", str(tmp_path / "signing.key")]) == 0
+    config.write_text(
+        '[signing]\nkey_file = "signing.key"\n[oidc]\njwks_file = "jwks.json"\nissuer = "i"\naudience = "a"\n'
+    )
+    (tmp_path / "jwks.json").write_text('{"keys": []}')
+    capsys.readouterr()
+    assert main(["controller", "check", "--config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "is not a usable JWKS" in error
+    (tmp_path / "jwks.json").write_text("not json")
+    assert main(["controller", "check", "--config", str(config)]) == 2
+    assert main(["controller", "new-key", "--out", str(tmp_path / "signing.key")]) == 2  # never overwritten

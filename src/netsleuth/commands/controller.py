@@ -93,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
         ) from error
     except UsageError as error:
         raise UsageError(f"signing.key_file {config.signing_key_file}: {error}") from error
+    from netsleuth.controller.auth import Authenticator
+
+    Authenticator(config)  # reads the OIDC JWKS file now: a bad one is a sentence here, not a failed start
     if args.action == "check":
         sys.stdout.write(
             f"config {config.source}: OK ({len(config.users)} users, {len(config.roles)} roles)\n"
