@@ -442,3 +442,27 @@ def test_fleet_metrics() -> None:
     assert 'netsleuth_fleet_tasks_total{decision="refused"} 3.0' in text
     assert "netsleuth_fleet_sessions_active 1.0" in text
     assert "netsleuth_fleet_clock_offset_seconds -2.0661e-05" in text
+
+
+def test_credentials_generator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from netsleuth.fleet.credentials import main
+
+    key = public_key_to_text(KEY.public_key())
+    argv = ["node-a", "--url", "nats://n:4222", "--controller-key", key, "--out", str(tmp_path)]
+    assert main(argv) == 0
+    secret = tmp_path / "node-a.fleet.password"
+    assert secret.stat().st_mode & 0o777 == 0o600
+    out = capsys.readouterr().out
+    server_entry = json.loads(out.split("then reload:\n", 1)[1].split("\n# 2.", 1)[0])
+    assert server_entry["user"] == "agent-node-a" and server_entry["password"] == secret.read_text().strip()
+    assert server_entry["permissions"]["subscribe"]["allow"] == ["netsleuth.host.node-a.>", "_INBOX_node-a.>"]
+    # The printed [fleet] section is one the agent accepts as is.
+    fleet_toml = out.split("[fleet]\n", 1)[1]
+    import tomllib
+
+    config = parse_config({"fleet": tomllib.loads(fleet_toml)}).fleet
+    assert config is not None and config.host_id == "node-a" and config.password() == server_entry["password"]
+    assert main(argv) == 2  # never overwrites: rotation is explicit
+    assert "exists" in capsys.readouterr().err
+    assert main(["Node.A", "--controller-key", key, "--out", str(tmp_path)]) == 2
+    assert main(["node-b", "--controller-key", "nonsense", "--out", str(tmp_path)]) == 2
