@@ -53,7 +53,7 @@ const volatile struct dns_config cfg = {
 
 NS_ABI_KEEP(dns_abi_types);
 
-NS_STATS_MAP(dns_stats, DNS_STAT_COUNT);
+NS_STATS_MAP(dns_stats, DNS_STATS_SIZE);
 NS_GROUP_MAP(dns_groups, struct dns_group_key, struct dns_group, DNS_MAX_GROUPS);
 
 struct {
@@ -559,7 +559,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	struct net_device *dev;
 	struct sock *sk;
 	unsigned char *l3 = 0;
-	__u32 zero = 0, caplen;
+	__u32 zero = 0, caplen, stats_base;
 	long frames;
 	bool kthread = false;
 
@@ -580,10 +580,13 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	event->netns = dev ? ns_net_inum_rd(direct, NS_RD(direct, dev, nd_net.net)) : 0;
 	if (!event->netns && sk)
 		event->netns = ns_net_inum_rd(direct, NS_RD(direct, sk, __sk_common.skc_net.net));
-	if (cfg.netns && event->netns != cfg.netns)
-		return 0;
-	count(DNS_STAT_DROPS);
-	count(DNS_STAT_MATCHED);
+	/* Outside --netns: still sent (its own counters), so a timeout in the traced namespace can be joined
+	 * with the drop of its query or answer elsewhere on this host (e.g. the server's firewall). */
+	stats_base = cfg.netns && event->netns != cfg.netns ? DNS_CONTEXT_STATS : 0;
+	if (!stats_base)
+		count(DNS_STAT_DROPS);
+	ns_count(&dns_stats, stats_base + NS_STAT_MATCHED);
+	event->context = stats_base != 0;
 
 	__builtin_memset(&event->query, 0, sizeof(event->query));
 	event->kind = DNS_EVENT_DROP;
@@ -623,9 +626,9 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	/* Reading past a short packet stays inside the skb's head allocation, as drops.bpf.c does. */
 	if (l3 && caplen && !bpf_probe_read_kernel(buf->tail + frames, DNS_DROP_BYTES, l3))
 		event->caplen = caplen;
-	if (!ns_emit_wanted(&dns_stats, 0, cfg.sample_every))
+	if (!ns_emit_wanted(&dns_stats, stats_base, cfg.sample_every))
 		return 0;
-	ns_output(&dns_stats, 0, buf, sizeof(*event) + frames + DNS_DROP_BYTES);
+	ns_output(&dns_stats, stats_base, buf, sizeof(*event) + frames + DNS_DROP_BYTES);
 	return 0;
 }
 

@@ -37,6 +37,14 @@ enum dns_stat {
 	DNS_STAT_COUNT = 12,
 };
 
+/* A second block of ns_stat counters, from DNS_CONTEXT_STATS on: drops in namespaces outside --netns, sent
+ * only so that a timeout can be joined with its cause there (a firewall in the server's namespace on this
+ * host). Kept apart so the filtered totals stay what they say. */
+enum dns_context_stats {
+	DNS_CONTEXT_STATS = 12,
+	DNS_STATS_SIZE = 18,	   /* DNS_CONTEXT_STATS + NS_STAT_COUNT */
+};
+
 enum dns_event_kind {
 	DNS_EVENT_ANSWER = 1,	 /* an answer joined with its query (`query` is filled) */
 	DNS_EVENT_UNMATCHED = 2, /* an answer with no pending query */
@@ -145,7 +153,8 @@ struct dns_event {
 	__u8 flags_hi;		   /* DNS header byte 2: QR, opcode, AA, TC, RD */
 	__u8 in_task;
 	__u8 kthread;
-	__u8 pad[3];
+	__u8 context;		   /* DROP outside the filters: for joining timeouts only, not a record */
+	__u8 pad[2];
 	char comm[16];
 };
 
@@ -154,6 +163,7 @@ struct dns_abi_types {
 	enum dns_stat stat;
 	enum dns_event_kind kind;
 	enum dns_limits limits;
+	enum dns_context_stats context_stats;
 };
 
 #endif /* NETSLEUTH_DNS_H */

@@ -425,3 +425,20 @@ def test_diagnose_gives_dns_verdicts(dns_lab: DnsLab) -> None:
     amplification = verdicts["dns-search-amplification"]
     assert "api.svc" in amplification["cause"] and "becomes 4.0 DNS queries" in amplification["cause"]
     assert any("ndots" in fix for fix in amplification["fix"])
+
+
+def test_timeout_joined_with_a_drop_in_the_servers_namespace(dns_lab: DnsLab) -> None:
+    """Traced with --netns of the client, the query is dropped by the server namespace's firewall: the
+    timeout still names that rule (same host), and the drop itself is no record of the client's trace."""
+    dns_lab.server.run("iptables", "-A", "INPUT", "-p", "udp", "--dport", "53", "-j", "DROP")
+    with trace(dns_lab, "--timeout", "1") as run:
+        run.wait_ready()
+        dig(dns_lab.client, dns_lab.pair.b4, "blocked.ok.test")
+        run.wait_records(lambda record: record.get("type") == "dns_timeout", count=1)
+        run.stop()
+    (timeout,) = of_type(run, "dns_timeout")
+    drop = timeout["drop"]
+    assert drop["direction"] == "query" and drop["reason"] == "NETFILTER_DROP"
+    assert drop["netns"] == dns_lab.server.inode and "--dport 53 -j DROP" in drop["rule"]
+    assert of_type(run, "dns_drop") == []
+    assert run.summary()["dns_drops"] == 0  # counted only inside the traced namespace

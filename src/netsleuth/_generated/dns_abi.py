@@ -175,7 +175,8 @@ class DnsEvent(ctypes.Structure):
         ("flags_hi", ctypes.c_uint8),
         ("in_task", ctypes.c_uint8),
         ("kthread", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 3),
+        ("context", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 2),
         ("comm", ctypes.c_char * 16),
     )
 
@@ -210,7 +211,7 @@ class DnsPendingKey(ctypes.Structure):
 # max_entries of every map in .maps (ring buffers: bytes).
 MAP_MAX_ENTRIES: dict[str, int] = {
     "dns_groups": 8192,
-    "dns_stats": 12,
+    "dns_stats": 18,
     "dst_filter": 256,
     "events": 8388608,
     "host_filter": 256,

@@ -488,7 +488,8 @@ class DnsDiagnostic:
                 if drop.reason in _BENIGN_DROPS:
                     continue
                 self._remember_drop(drop)
-                if self.config.name_wanted(drop.name):
+                # A drop outside --netns (event.context) only explains timeouts; it is not a record.
+                if not event.context and self.config.name_wanted(drop.name):
                     records.append(drop)
             elif event.kind == DnsEventKind.ANSWER:
                 held_now.append(_HeldAnswer(event, payload, time.monotonic()))
