@@ -274,6 +274,79 @@ def test_every_session_is_audited_before_dispatch_with_its_outcome(
     assert "lb: ended" in records[1]["outcome"]
 
 
+def test_a_task_the_agent_refuses_is_rejected_and_audited(fleet: tuple[FleetLab, ControllerProcess]) -> None:
+    """The admin may use any namespace; the agent still refuses one outside its host (scope pushed down)."""
+    _lab, controller = fleet
+    with api(controller, "root") as root:
+        created = create(
+            root, hosts=["client"], diagnostic="drops", config={"netns": "elsewhere"}, duration=2
+        )
+        assert created["scope"]["netns"] == ["elsewhere"]
+        session = wait_state(root, created["id"], ("ended", "failed"), timeout=60)
+        assert session["state"] == "failed" and session["hosts"]["client"]["state"] == "rejected"
+        reason = session["hosts"]["client"]["reason"]
+        assert "elsewhere" in reason and "outside this host" in reason
+        records = root.get("/api/v1/audit", params={"decision": "deny", "user": "root"}).json()
+    rejected = [r for r in records if r["action"] == "task.rejected" and r["session"] == created["id"]]
+    # Recorded twice, independently: by the controller (which got the refusal as the task's reply) and by the
+    # agent itself (which records its refusals whoever sent the task).
+    by_controller = [r for r in rejected if r.get("source") == "controller"]
+    by_agent = [r for r in rejected if r.get("host") == "client" and r.get("source") != "controller"]
+    assert (
+        len(by_controller) == 1
+        and by_controller[0]["reason"] == reason
+        and by_controller[0]["hosts"] == ["client"]
+    )
+    assert len(by_agent) == 1
+
+
+def test_cancel_and_the_concurrency_limit(fleet: tuple[FleetLab, ControllerProcess]) -> None:
+    _lab, controller = fleet
+    with api(controller) as alice:  # operators: at most 2 sessions at once
+        first = create(alice, selector={"role": "lb"}, diagnostic="drops", config={}, duration=25)
+        second = create(alice, hosts=["server"], diagnostic="drops", config={}, duration=25)
+        assert list(first["hosts"]) == ["lb"]  # the label selector chose the host
+        third = alice.post(
+            "/api/v1/sessions", json={"hosts": ["client"], "diagnostic": "drops", "duration": 1}
+        )
+        assert third.status_code == 429 and "2 session(s)" in third.json()["error"]
+        wait_hosts_running(alice, first["id"], ("lb",))
+        for session_id in (first["id"], second["id"]):
+            assert alice.post(f"/api/v1/sessions/{session_id}/cancel").status_code == 200
+        cancelled = wait_state(alice, first["id"], ("cancelled",), timeout=20)
+        assert cancelled["hosts"]["lb"]["state"] == "ended" and "cancel" in cancelled["hosts"]["lb"]["reason"]
+        wait_state(alice, second["id"], ("cancelled",), timeout=20)
+        assert alice.post("/api/v1/sessions", json={"hosts": ["client"], "diagnostic": "drops",
+                                                     "duration": 1}).status_code == 201  # fmt: skip
+
+
+def test_the_live_stream_over_sse(fleet: tuple[FleetLab, ControllerProcess]) -> None:
+    """What the web UI reads: `session` first, statuses, records, then `end`; the token may be a query
+    parameter (EventSource cannot send headers)."""
+    from netsleuth.commands.fleet import sse_events
+
+    lab, controller = fleet
+    with api(controller) as alice:
+        created = create(alice, hosts=["server"], diagnostic="drops", config={"proto": "tcp"}, duration=3)
+    events: list[tuple[str, dict[str, Any]]] = []
+    with httpx.Client(base_url=controller.url, timeout=60) as anonymous:
+        url = f"/api/v1/sessions/{created['id']}/events"
+        with anonymous.stream("GET", url, params={"access_token": controller.tokens["alice"]}) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            for name, data in sse_events(response.iter_lines()):
+                events.append((name, data))
+                if name == "status" and data["host"] == "server" and data["state"] == "running":
+                    syn_to_vip(lab)
+                if name == "end":
+                    break
+    names = [name for name, _ in events]
+    assert names[0] == "session" and names[-1] == "end"
+    assert {"status", "record", "verdict"} <= set(names)
+    drops = [data for name, data in events if name == "record" and data.get("type") == "drop"]
+    assert any((d.get("netfilter") or {}).get("rule") == RULE for d in drops)
+    assert events[-1][1]["state"] == "ended"
+
+
 # -- bad requests ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("body", "status", "words"),
