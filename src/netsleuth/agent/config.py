@@ -183,18 +183,25 @@ def _parse_listen(text: str, key: str, source: str = "defaults") -> ListenAddres
     return ListenAddress(host, int(port_text))
 
 
-def _read_token(path: Path) -> str:
+def read_secret(path: Path, key: str, min_length: int = 1) -> str:
+    """A secret from a file only its owner can read (the session token, the fleet's NATS password)."""
     try:
         status = path.stat()
-        token = path.read_text().strip()
+        secret = path.read_text().strip()
     except OSError as error:
-        raise UsageError(f"sessions.token_file {path}: {error.strerror}") from None
-    # The token is the only thing between the network and loading programs into this kernel.
+        raise UsageError(f"{key} {path}: {error.strerror}") from None
+    # The secret is the only thing between the network and loading programs into this kernel.
     if status.st_mode & (stat.S_IROTH | stat.S_IWOTH):
-        raise UsageError(f"sessions.token_file {path} is readable by other users: chmod 600 it")
-    if len(token) < 16:
-        raise UsageError(f"sessions.token_file {path} must hold a token of at least 16 characters")
-    return token
+        raise UsageError(f"{key} {path} is readable by other users: chmod 600 it")
+    if not secret:
+        raise UsageError(f"{key} {path} is empty")
+    if len(secret) < min_length:
+        raise UsageError(f"{key} {path} must hold a secret of at least {min_length} characters")
+    return secret
+
+
+def _read_token(path: Path) -> str:
+    return read_secret(path, "sessions.token_file", min_length=16)
 
 
 def _exporter(table: _Table) -> ExporterConfig:

@@ -20,14 +20,12 @@ users can read is refused, like sessions.token_file.
 
 from __future__ import annotations
 
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from netsleuth.errors import UsageError
 from netsleuth.fleet.protocol import ProtocolError, public_key_from_text, validate_host_id
 
 if TYPE_CHECKING:
@@ -54,20 +52,9 @@ class FleetConfig:
     def password(self) -> str | None:
         if self.password_file is None:
             return None
-        return _read_secret(self.password_file, "fleet.password_file")
+        from netsleuth.agent.config import read_secret  # agent.config imports this module
 
-
-def _read_secret(path: Path, key: str) -> str:
-    try:
-        status = path.stat()
-        text = path.read_text().strip()
-    except OSError as error:
-        raise UsageError(f"{key} {path}: {error.strerror}") from None
-    if status.st_mode & (stat.S_IROTH | stat.S_IWOTH):
-        raise UsageError(f"{key} {path} is readable by other users: chmod 600 it")
-    if not text:
-        raise UsageError(f"{key} {path} is empty")
-    return text
+        return read_secret(self.password_file, "fleet.password_file")
 
 
 def parse_fleet(table: _Table) -> FleetConfig | None:
