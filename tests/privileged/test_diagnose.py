@@ -61,7 +61,7 @@ def test_firewall_drop_is_the_first_verdict_with_its_rule(pair: Pair) -> None:
         pair.b.name, lambda: pair.a.run(sys.executable, "-c", CONNECT, pair.b4, "80", "1", "2")
     )
     first = verdicts[0]
-    assert first["category"] == "firewall" and first["rank"] == 1
+    assert first["category"] == "firewall" and first["rank"] == 1 and first["cause_code"] == "firewall_drop"
     assert first["evidence"]["netfilter"]["rule"] == "-A INPUT -p tcp -m tcp --dport 80 -j DROP"
     assert '"-A INPUT -p tcp -m tcp --dport 80 -j DROP"' in first["cause"]
     assert any("iptables -t filter -D INPUT 1" in step for step in first["fix"])
@@ -70,7 +70,7 @@ def test_firewall_drop_is_the_first_verdict_with_its_rule(pair: Pair) -> None:
 def test_closed_port_flood_is_no_listener_with_resets(pair: Pair) -> None:
     verdicts = diagnose(pair.b.name, lambda: pair.a.run(sys.executable, "-c", CONNECT, pair.b4, "9099", "50"))
     first = verdicts[0]
-    assert first["category"] == "no-listener"
+    assert first["category"] == "no-listener" and first["cause_code"] == "no_listener"
     assert first["evidence"]["drops"] == 50 and first["evidence"]["reason"] == "NO_SOCKET"
     assert first["evidence"]["resets_sent"] == 50
     assert "nothing listens on tcp port 9099 of 198.18.0.2" in first["cause"]
@@ -90,6 +90,7 @@ def test_listen_queue_overflow_names_the_owner(pair: Pair) -> None:
         server.wait()
     first = verdicts[0]
     assert first["category"] == "listen-overflow" and first["severity"] == "critical"
+    assert first["cause_code"] == "listen_overflow"  # the same code as doctor's finding and tcp queues
     assert first["evidence"]["process"]["pid"] == server.pid and first["evidence"]["listen_overflows"] > 0
     assert f"[{server.pid}] listening on port 7070" in first["cause"]
 
@@ -108,6 +109,7 @@ def test_udp_receive_buffer_overflow_names_the_receiver(pair: Pair) -> None:
         sink.wait()
     first = verdicts[0]
     assert first["category"] == "udp-rcvbuf" and first["severity"] == "critical"
+    assert first["cause_code"] == "rcvbuf"
     assert first["evidence"]["process"]["pid"] == sink.pid
     assert f"[{sink.pid}] on udp port 5454" in first["cause"]
 
