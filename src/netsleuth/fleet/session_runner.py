@@ -231,6 +231,14 @@ class FleetSession:
                 diagnostic.close()
             self._on_end(self)
 
+    def _interruption(self, when: str = "") -> tuple[str, str] | None:
+        """Why the session must end now, if the controller cancelled it or the agent is stopping."""
+        if self._cancel.is_set():
+            return "cancelled", " ".join(("the controller cancelled the session", when)).strip()
+        if self._stop.is_set():
+            return self._stop_reason
+        return None
+
     def _mono_to_wall(self) -> int:
         return self._wall_ns() - self._mono_ns()
 
@@ -239,10 +247,8 @@ class FleetSession:
         # task's expiry is the local deadline for a start that never comes (controller or NATS gone).
         expires_mono = self._mono_ns() + int((self.task.expires_at * 1e9) - self._wall_ns())
         while not self._start.is_set():
-            if self._cancel.is_set():
-                return "cancelled", "the controller cancelled the session before it started"
-            if self._stop.is_set():
-                return self._stop_reason
+            if interrupted := self._interruption("before it started"):
+                return interrupted
             if self._mono_ns() >= expires_mono:
                 return "start_timeout", "no start came before the task expired"
             diagnostic.poll(_POLL_MS)
@@ -253,10 +259,8 @@ class FleetSession:
         # Events in the ring keep being read (and those stamped before T0 discarded) until T0 has been marked:
         # by the marker thread, at T0 itself, whatever a slow poll here is doing at that instant.
         while not self._marked.is_set():
-            if self._cancel.is_set():
-                return "cancelled", "the controller cancelled the session"
-            if self._stop.is_set():
-                return self._stop_reason
+            if interrupted := self._interruption():
+                return interrupted
             if self._wall_ns() >= t0_ns:
                 self._mark_now(diagnostic)  # T0 came while preparing, or before the marker woke
                 break
@@ -276,10 +280,8 @@ class FleetSession:
 
         try:
             while True:
-                if self._cancel.is_set():
-                    return "cancelled", "the controller cancelled the session"
-                if self._stop.is_set():
-                    return self._stop_reason
+                if interrupted := self._interruption():
+                    return interrupted
                 remaining_ns = deadline_mono - self._mono_ns()
                 if remaining_ns <= 0:
                     ended = self._send(in_window(diagnostic.drain()))
