@@ -301,10 +301,20 @@ def test_cancel_and_start_timeout(lab: FleetLab, controller: DirectController) -
     wait_for(lambda: not programs_of(lab.agent("lb").pid), 5, "lb to detach")
 
 
-def test_a_stopped_agent_says_so_in_the_registry(lab: FleetLab) -> None:
-    """SIGTERM: the entry turns "stopping" (the controller stops offering the host), and a restarted agent
-    is "up" again."""
+def test_a_stopped_agent_ends_its_sessions_and_says_so_in_the_registry(
+    lab: FleetLab, controller: DirectController
+) -> None:
+    """SIGTERM mid-session: the session ends "agent_stopping" with its totals, everything is detached, the
+    entry turns "stopping" (the controller stops offering the host); a restarted agent is "up" again."""
+    controller.run_session("term1", ("lb",), config={"proto": "tcp"}, deadline_s=30)
+    controller.wait_states("term1", {"lb": ("running",)})
+    released = gone_from_kernel(lab.agent("lb").pid)
     assert lab.stop_agent("lb") == 0
+    controller.wait_states("term1", {"lb": ("ended",)}, timeout=10)
+    end = controller.states("term1")["lb"]
+    assert end.state == "ended" and end.reason.startswith("agent_stopping"), end
+    assert "total" in end.totals
+    wait_for(released, 10, "the stopped agent's programs to leave the kernel")
     wait_for(lambda: lab.registry()["lb"].status == "stopping", 10, "lb's entry to say stopping")
     restarted = time.time_ns()
     lab.start_agent("lb")
