@@ -91,7 +91,8 @@ class Sampler:
 async def _wait_session_end(client: httpx.AsyncClient, session_id: str, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        response = await client.get(f"/api/v1/sessions/{session_id}")
+        # Without the timeline: the full body of a 1,000-host session is megabytes, too dear to poll.
+        response = await client.get(f"/api/v1/sessions/{session_id}", params={"timeline": "false"})
         body: dict[str, Any] = response.json()
         if body.get("ended"):
             return body
