@@ -516,3 +516,7 @@ def test_controller_killed_mid_session_agents_stop_at_the_deadline(
         wait_released(programs, links)
     finally:
         controller.start()
+    with api(controller) as client:  # a new controller reads the session back from the history stream
+        session = client.get(f"/api/v1/sessions/{created['id']}").json()
+        assert session["state"] == "interrupted" and session["partial"] is True
+        assert any(s["id"] == created["id"] for s in client.get("/api/v1/sessions").json())

@@ -226,6 +226,19 @@ class FleetSession:
         return body
 
 
+def _interrupted(body: dict[str, Any]) -> dict[str, Any]:
+    """A session the history says is still running, read by a controller that does not run it: the
+    controller that did stopped mid-session (the agents ended it at its deadline on their own)."""
+    if body.get("state") not in _ACTIVE:
+        return body
+    return {
+        **body,
+        "state": "interrupted",
+        "partial": True,
+        "reason": "the controller stopped during the session; each agent ended it at its own deadline",
+    }
+
+
 def listing_entry(body: dict[str, Any]) -> dict[str, Any]:
     """A session for lists: no timeline, and the verdicts counted rather than included."""
     entry = {key: value for key, value in body.items() if key not in ("timeline", "verdicts")}
@@ -281,10 +294,14 @@ class SessionManager:
             if live.final_json is not None:
                 return live.spec.user, live.final_json
             return live.spec.user, live.live_json()
-        with contextlib.suppress(Exception):
-            message = await self._js.get_last_msg(SESSIONS_STREAM, f"netsleuth.history.{session_id}.full")
-            if message.data:
-                return str(json.loads(message.data).get("user")), bytes(message.data)
+        for kind in ("full", "summary"):  # an interrupted session never got its full snapshot
+            with contextlib.suppress(Exception):
+                message = await self._js.get_last_msg(
+                    SESSIONS_STREAM, f"netsleuth.history.{session_id}.{kind}"
+                )
+                if message.data:
+                    body = _interrupted(json.loads(message.data))
+                    return str(body.get("user")), json.dumps(body).encode()
         return None
 
     async def listing(self, user: str | None) -> list[dict[str, Any]]:
@@ -296,7 +313,7 @@ class SessionManager:
             ):
                 body = json.loads(message.data)
                 if isinstance(body, dict) and isinstance(body.get("id"), str):
-                    found[body["id"]] = body
+                    found[body["id"]] = _interrupted(body)
         for session in self._sessions.values():
             found[session.id] = listing_entry(session.snapshot(timeline=False))
         sessions = [s for s in found.values() if user is None or s.get("user") == user]
