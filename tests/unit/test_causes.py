@@ -100,5 +100,6 @@ def test_listen_overflow_reads_the_same_everywhere(tmp_path: Path) -> None:
     assert entry.summary in dropped.cause and entry.summary in listener.cause
     assert dropped.fix[0] == entry.fixes_for(comm="nginx", somaxconn="4096")[0]
     assert dropped.fix[1] == listener.fix[1]  # the same sysctl advice, from one template
+    assert dropped.fix[1].endswith("ip netns exec srv sysctl -w net.core.somaxconn=8192")  # as doctor's fix
     assert finding.explanation == entry.explain(somaxconn=finding.evidence["somaxconn"])
     assert entry.remedy in record.check and "ss -ltn 'sport = :80'" in record.check

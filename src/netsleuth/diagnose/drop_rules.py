@@ -203,7 +203,10 @@ def listen_overflow_fix(comm: str | None, somaxconn: str | None, netns_name: str
     faster, larger = cause_entry("listen_overflow").fixes_for(
         comm=comm or "the application", somaxconn=somaxconn
     )
-    return (faster, f"{larger}: " + in_netns("sysctl -w net.core.somaxconn=4096", netns_name))
+    # Twice the current limit, at least the default since 5.4: what doctor's listen-overflow fix sets.
+    current = int(somaxconn) if somaxconn and somaxconn.isdigit() else 0
+    wanted = max(2 * current, 4096)
+    return (faster, f"{larger}: " + in_netns(f"sysctl -w net.core.somaxconn={wanted}", netns_name))
 
 
 def _udp_rcvbuf(group: DropGroup, context: DropContext) -> Verdict:
