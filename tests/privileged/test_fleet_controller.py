@@ -352,6 +352,13 @@ def test_the_live_stream_over_sse(fleet: tuple[FleetLab, ControllerProcess]) -> 
     ("body", "status", "words"),
     [
         (b"{not json", 400, "not valid JSON"),
+        (
+            json.dumps(
+                {"hosts": ["client"], "diagnostic": "drops", "duration": 1, "config": {"dport": 99999}}
+            ).encode(),
+            422,
+            "--dport '99999' is not a port",
+        ),
         (b"[1, 2]", 400, "JSON object"),
         (
             json.dumps({"hosts": ["client"], "diagnostic": "drops", "duration": 1, "extra": 1}).encode(),

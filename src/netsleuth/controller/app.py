@@ -33,7 +33,8 @@ from netsleuth.controller.registry import HostRegistry
 from netsleuth.controller.requests import BadRequest, SessionRequest, parse_session_request
 from netsleuth.controller.sessions import FleetSession, SessionManager, SessionSpec
 from netsleuth.controller.streams import connect_nats, ensure_streams
-from netsleuth.diagnostics.registry import diagnostic_names
+from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
+from netsleuth.errors import UsageError
 from netsleuth.fleet.protocol import Scope, private_key_from_text
 
 __all__ = ["Services", "create_app"]
@@ -272,6 +273,9 @@ def create_app(config: ControllerConfig) -> FastAPI:
             svc.rbac.check_session(who, data.diagnostic, chosen, data.netns)
         except Denied as error:
             raise ApiError(403, str(error)) from None
+        problem = await asyncio.to_thread(_config_problem, data)
+        if problem is not None:
+            raise ApiError(422, problem)
         limits = svc.rbac.limits(who)
         if data.duration > limits.max_duration:
             raise ApiError(
@@ -430,6 +434,24 @@ def create_app(config: ControllerConfig) -> FastAPI:
             return FileResponse(ui / "index.html")
 
     return app
+
+
+def _config_problem(data: SessionRequest) -> str | None:
+    """The diagnostic's own sentence for a config it refuses (`--dport '99999' is not a port ...`), read
+    the way the agent will read it. `netns` is left out: it names a namespace on the hosts, not here (roles
+    decide who may name which, the agent whether it exists). A check that needs what this machine lacks
+    (BTF for drop reason names) is left to the agents, which refuse the task with the same sentence."""
+    spec = get_diagnostic(data.diagnostic)
+    config = {key: value for key, value in data.config.items() if key != "netns"}
+    if "duration" in spec.keys:
+        config.setdefault("duration", data.duration)
+    try:
+        spec.config_from_json(config)
+    except UsageError as error:
+        return f"invalid config for {data.diagnostic}: {str(error).rstrip('.')}."
+    except Exception as error:  # not ours to judge here (EnvironmentProblem, ...): the agent will
+        _log.info("config of %s not checked on the controller: %s", data.diagnostic, error)
+    return None
 
 
 def _parse_since(text: str | None) -> datetime.datetime | None:
