@@ -14,7 +14,7 @@ BPF_OBJECTS := $(patsubst bpf/%.bpf.c,src/netsleuth/_generated/%.bpf.o,$(BPF_SOU
 # Debian packages: clang/llvm build the BPF objects, libbpf1 loads them, the rest are what tests and
 # benchmarks drive (firewalls, captures, bpftrace for comparison, Prometheus for the exporter).
 DEB_PACKAGES := clang llvm libbpf1 libbpf-dev bpftool bpftrace tshark iptables nftables conntrack iproute2 \
-	ethtool kmod procps prometheus util-linux systemd chromium dnsmasq-base bind9-dnsutils dnsperf nats-server
+	ethtool kmod procps prometheus util-linux systemd chromium bind9-dnsutils nats-server
 RUN_DURATION ?= 5
 
 .PHONY: all setup deps venv bpf check-bpf lint typecheck unit privileged test run bench clean fleet-demo
