@@ -187,3 +187,12 @@ def test_decode_says_what_is_not_json() -> None:
         decode(b"{nope", "task")
     with pytest.raises(ProtocolError, match="signed task must be a JSON object"):
         SignedTask.from_json([1, 2])
+
+
+def test_a_batch_from_encoded_lines_is_the_same_message() -> None:
+    records = [{"type": "drop", "v": 1, "time": "t", "note": 'u\u00fc "quoted"'}, {"type": "summary", "v": 1}]
+    lines = [json.dumps(record, separators=(",", ":")).encode() for record in records]
+    data = RecordBatch.encode_lines("h", "s1", 3, lines)
+    assert RecordBatch.from_json(json.loads(data)) == RecordBatch("h", "s1", 3, records)
+    empty = json.loads(RecordBatch.encode_lines("h", "s1", 0, []))
+    assert empty == {"host": "h", "session": "s1", "seq": 0, "records": []}

@@ -185,9 +185,9 @@ class FleetSession:
         lines, ended = take_within_caps(
             encoded, self.events, self.bytes, budgets.max_events, budgets.max_bytes
         )
-        for chunk in _chunks(records[: len(lines)], lines):
-            batch = RecordBatch(self.host, self.id, self._batches, chunk)
-            self._publish(records_subject(self.id, self.host), batch.encode())
+        for chunk in _chunks(lines):
+            batch = RecordBatch.encode_lines(self.host, self.id, self._batches, chunk)
+            self._publish(records_subject(self.id, self.host), batch)
             self._batches += 1
         self.events += len(lines)
         self.bytes += sum(len(line) for line in lines)
@@ -337,14 +337,15 @@ class FleetSession:
         self._batches += 1
 
 
-def _chunks(records: list[dict[str, Any]], lines: list[bytes]) -> Iterator[list[dict[str, Any]]]:
-    chunk: list[dict[str, Any]] = []
+def _chunks(lines: list[bytes]) -> Iterator[list[bytes]]:
+    """Encoded records in batches of at most _BATCH_RECORDS and about _BATCH_BYTES."""
+    chunk: list[bytes] = []
     size = 0
-    for record, line in zip(records, lines, strict=True):
+    for line in lines:
         if chunk and (len(chunk) >= _BATCH_RECORDS or size + len(line) > _BATCH_BYTES):
             yield chunk
             chunk, size = [], 0
-        chunk.append(record)
+        chunk.append(line)
         size += len(line)
     if chunk:
         yield chunk
