@@ -442,3 +442,26 @@ def test_timeout_joined_with_a_drop_in_the_servers_namespace(dns_lab: DnsLab) ->
     assert drop["netns"] == dns_lab.server.inode and "--dport 53 -j DROP" in drop["rule"]
     assert of_type(run, "dns_drop") == []
     assert run.summary()["dns_drops"] == 0  # counted only inside the traced namespace
+
+
+PYTHON_QUERY = (
+    "import sys, dns.message, dns.query\n"
+    "dns.query.udp(dns.message.make_query(sys.argv[2], 'A'), sys.argv[1], timeout=2)\n"
+)
+
+
+def test_process_and_address_filters_apply_in_the_kernel(dns_lab: DnsLab) -> None:
+    with trace(dns_lab, "--comm", "dig") as by_comm, trace(dns_lab, "--dst", dns_lab.pair.b6) as by_server:
+        by_comm.wait_ready()
+        by_server.wait_ready()
+        dig(dns_lab.client, dns_lab.pair.b4, "a.ok.test")
+        dig(dns_lab.client, dns_lab.pair.b6, "b.ok.test")
+        dns_lab.client.run(sys.executable, "-c", PYTHON_QUERY, dns_lab.pair.b4, "c.ok.test")
+        by_comm.wait_records(lambda record: record.get("type") == "dns", count=2)
+        by_server.wait_records(lambda record: record.get("type") == "dns", count=1)
+        by_comm.stop()
+        by_server.stop()
+    assert sorted(record["name"] for record in of_type(by_comm, "dns")) == ["a.ok.test", "b.ok.test"]
+    assert by_comm.summary()["queries"] == 2
+    assert [record["name"] for record in of_type(by_server, "dns")] == ["b.ok.test"]
+    assert by_server.summary()["queries"] == 1
