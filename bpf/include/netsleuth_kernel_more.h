@@ -84,6 +84,9 @@ struct task_struct___exit {
 	int exit_code;
 } __attribute__((preserve_access_index));
 
+/* include/uapi/linux/bpf_perf_event.h: a perf_event program's context; only passed on to bpf_get_stackid. */
+struct bpf_perf_event_data;
+
 /* include/linux/netdevice.h: the NAPI instance napi:napi_poll reports on. */
 struct napi_struct {
 	struct net_device *dev;

@@ -38,6 +38,7 @@ _COMMAND_MODULES = {
     "route": "netsleuth.commands.route",
     "snoop": "netsleuth.commands.snoop",
     "softirq": "netsleuth.commands.softirq",
+    "profile": "netsleuth.commands.profile",
 }
 
 

@@ -90,6 +90,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_program__name": (ctypes.c_char_p, [_P]),
     "bpf_program__attach": (_P, [_P]),
     "bpf_program__attach_cgroup": (_P, [_P, ctypes.c_int]),
+    "bpf_program__attach_perf_event": (_P, [_P, ctypes.c_int]),
     "bpf_link__destroy": (ctypes.c_int, [_P]),
     "bpf_link__fd": (ctypes.c_int, [_P]),
     "bpf_map_lookup_elem": (ctypes.c_int, [ctypes.c_int, _P, _P]),

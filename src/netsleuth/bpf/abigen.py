@@ -172,6 +172,16 @@ MODULES: tuple[ModuleSpec, ...] = (
             EnumSpec("netrx_counter", "NetRxCounter", "NETRX_", {"NETRX_COUNTERS": "NETRX_COUNTERS"}),
         ),
     ),
+    ModuleSpec(
+        "profile_abi",
+        ("profile",),
+        "The profile object (bpf/profile.h, bpf/profile.bpf.c).",
+        {"profile_config": "ProfileConfigC", "profile_key": "ProfileKeyC"},
+        (
+            EnumSpec("profile_limits"),
+            EnumSpec("profile_stat", "ProfileStat", "PROFILE_", {"PROFILE_STATS": "PROFILE_STATS"}),
+        ),
+    ),
 )
 
 

@@ -31,6 +31,7 @@ DIAGNOSTIC_MODULES: dict[str, str] = {
     "snoop.exec": "netsleuth.diagnostics.snoop",
     "snoop.open": "netsleuth.diagnostics.snoop",
     "softirq": "netsleuth.diagnostics.softirq",
+    "profile": "netsleuth.diagnostics.profile",
 }
 
 

@@ -32,6 +32,7 @@ SCHEMA_VERSIONS: dict[str, int] = {
     "exec": 1,
     "exit": 1,
     "open": 1,
+    "stack": 1,
     "summary": 1,
     "session_start": 1,
     "session_end": 1,

@@ -1,0 +1,452 @@
+"""`profile`: on-CPU sampling on every CPU at --hz (bpf/profile.bpf.c), counted in the kernel by (pid, kernel
+stack, user stack), named with kallsyms and the ELF symbols of each process's mapped files
+(netsleuth.kernel.user_symbols), and written as folded stacks, an SVG flame graph or speedscope JSON
+(netsleuth.render.flamegraph, netsleuth.render.speedscope).
+
+Counts are exact: every sample that passed the filters is in `matched`; the sum of the stacks' counts equals
+it minus the samples the counts table had no room for (`uncounted`); a stack the stack map could not hold
+is a "[kernel stack lost]"/"[user stack lost]" frame and is counted on its own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from netsleuth._generated.profile_abi import (
+    PROFILE_MAX_FRAMES,
+    PROFILE_NO_SOFTIRQ,
+    PROFILE_STATS,
+    ProfileConfigC,
+    ProfileKeyC,
+    ProfileStat,
+)
+from netsleuth.bpf.errors import BpfError
+from netsleuth.bpf.features import require_tracing
+from netsleuth.bpf.object import BpfObject
+from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
+from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
+from netsleuth.diagnostics.totals import EventTotals
+from netsleuth.errors import UsageError
+from netsleuth.kernel.user_symbols import UserSymbolizer
+
+if TYPE_CHECKING:
+    from netsleuth.kernel.context import KernelClock, KernelContext
+
+__all__ = [
+    "DIAGNOSTIC",
+    "ProfileConfig",
+    "ProfileDiagnostic",
+    "ProfileStack",
+    "ProfileSummary",
+    "ProfileTotals",
+    "read_profile_config",
+]
+
+MAX_HZ = 10_000
+_KEY_SIZE = ctypes.sizeof(ProfileKeyC)
+_EFAULT = (
+    -14
+)  # bpf_get_stackid: no such stack (a kernel thread's user stack, a user-mode sample's kernel one)
+_PID_SCAN_S = 1.0  # how often new pids are looked for, to read their maps while they run
+_SOFTIRQ_VARIANTS = (("_b", "tp_btf"), ("_r", "raw_tp"))
+KERNEL_SUFFIX = "_[k]"  # flamegraph.pl's annotation of kernel frames
+
+
+# -- config --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    hz: int = 99
+    pid: int | None = None
+    comm: str | None = None
+    netns: int | None = None
+    cgroup_id: int | None = None
+    kernel_only: bool = False
+    include_idle: bool = False
+    softirq: str | None = None  # NET_RX, NET_TX...: only samples while it runs
+    softirq_vector: int | None = None
+    duration: float | None = None
+
+    @property
+    def run_options(self) -> RunOptions:
+        return RunOptions(summary=True, duration=self.duration)
+
+
+PROFILE_KEYS = ("hz", "pid", "comm", "netns", "cgroup", "kernel_only", "include_idle", "softirq", "duration")
+
+
+def read_profile_config(values: ConfigInput) -> ProfileConfig:
+    from netsleuth.diagnostics.softirq import softirq_names
+    from netsleuth.kernel.cgroups import resolve_cgroup_arg
+    from netsleuth.kernel.netns import resolve_netns_arg
+
+    hz = values.integer("hz", default=99)
+    if not 1 <= hz <= MAX_HZ:
+        raise UsageError(f"--hz must be between 1 and {MAX_HZ} samples per second per CPU (got {hz})")
+    duration = values.number("duration")
+    if duration is not None and duration <= 0:
+        raise UsageError("--duration must be a positive number of seconds")
+    pid_text = values.text("pid")
+    if pid_text is not None and (not pid_text.isdigit() or int(pid_text) <= 0):
+        raise UsageError(f"--pid {pid_text!r} is not a process id")
+    comm = values.text("comm")
+    if comm is not None and not 0 < len(comm) <= 15:
+        raise UsageError(f"--comm {comm!r} must be 1 to 15 characters, as the kernel keeps it")
+    softirq = values.text("softirq")
+    vector = None
+    if softirq is not None:
+        names = softirq_names()
+        softirq = softirq.upper()
+        if softirq not in names:
+            raise UsageError(f"--softirq {softirq!r} is not a softirq of this kernel; use NET_RX or NET_TX")
+        vector = names.index(softirq)
+    netns = values.text("netns")
+    cgroup = values.text("cgroup")
+    return ProfileConfig(
+        hz=hz,
+        pid=int(pid_text) if pid_text is not None else None,
+        comm=comm,
+        netns=resolve_netns_arg(netns) if netns is not None else None,
+        cgroup_id=resolve_cgroup_arg(cgroup) if cgroup is not None else None,
+        kernel_only=values.flag("kernel_only") or softirq is not None,
+        include_idle=values.flag("include_idle"),
+        softirq=softirq,
+        softirq_vector=vector,
+        duration=duration,
+    )
+
+
+# -- records -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfileStack:
+    """One distinct (process, kernel stack, user stack) and how many samples it got. `frames` run from the
+    root (the process name) to the leaf; kernel frames end in KERNEL_SUFFIX."""
+
+    pid: int
+    comm: str
+    count: int
+    frames: tuple[str, ...]
+    in_softirq: bool
+    kernel_lost: bool
+    user_lost: bool
+
+    @property
+    def folded(self) -> str:
+        return ";".join(frame.replace(";", ":") for frame in self.frames) + f" {self.count}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "stack",
+            "v": SCHEMA_VERSIONS["stack"],
+            "pid": self.pid,
+            "comm": self.comm,
+            "count": self.count,
+            "frames": list(self.frames),
+            "in_softirq": self.in_softirq,
+            "kernel_lost": self.kernel_lost,
+            "user_lost": self.user_lost,
+        }
+
+
+@dataclass(frozen=True)
+class ProfileTotals:
+    samples: int  # the clock fired, every CPU and task
+    matched: int  # passed the filters: exact
+    kernel_lost: int
+    user_lost: int
+    uncounted: int
+    idle: int
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "samples": self.samples,
+            "matched": self.matched,
+            "kernel_stack_lost": self.kernel_lost,
+            "user_stack_lost": self.user_lost,
+            "uncounted": self.uncounted,
+            "idle": self.idle,
+        }
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    hz: int
+    cpus: int
+    seconds: float
+    softirq: str | None
+    totals: ProfileTotals
+    stacks: int
+    counted: int  # the sum of the stacks' counts (= matched - uncounted)
+    top_functions: tuple[tuple[str, int], ...]  # leaf frames by samples
+    interrupted: bool
+    clock: KernelClock
+    outputs: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "summary",
+            "v": SCHEMA_VERSIONS["summary"],
+            "diagnostic": "profile",
+            "hz": self.hz,
+            "cpus": self.cpus,
+            "seconds": round(self.seconds, 3),
+            "softirq": self.softirq,
+            **self.totals.to_json(),
+            "stacks": self.stacks,
+            "counted": self.counted,
+            "top_functions": [{"function": name, "samples": count} for name, count in self.top_functions],
+            "outputs": list(self.outputs),
+            "attach": "perf_event",
+            "interrupted": self.interrupted,
+            "clock": self.clock.to_json(),
+        }
+
+
+def merge_stacks(stacks: list[ProfileStack]) -> list[ProfileStack]:
+    """One stack per process and frames: different return addresses inside the same functions are distinct
+    stack ids in the kernel but the same stack by name. Largest first."""
+    merged: dict[tuple[int, tuple[str, ...], bool], ProfileStack] = {}
+    for stack in stacks:
+        key = (stack.pid, stack.frames, stack.in_softirq)
+        known = merged.get(key)
+        merged[key] = stack if known is None else dataclasses.replace(known, count=known.count + stack.count)
+    return sorted(merged.values(), key=lambda stack: (-stack.count, stack.frames))
+
+
+# -- the session ---------------------------------------------------------------------------------------
+
+
+class ProfileDiagnostic:
+    """`profile` as a session of the diagnostic model: counts while it runs, the stacks at `drain`."""
+
+    def __init__(self, config: ProfileConfig, context: KernelContext | None = None) -> None:
+        from netsleuth.kernel.context import KernelContext
+
+        self.config = config
+        self._context = context or KernelContext()
+        self._own_context = context is None
+        self._object: BpfObject | None = None
+        self._cpus: list[int] = []
+        self._symbolizer = UserSymbolizer()
+        self._started = 0.0
+        self._stopped: float | None = None
+        self._scanned = 0.0
+        self._stacks: list[ProfileStack] | None = None
+        self.attach_kind = ""
+        self.outputs: list[str] = []
+
+    def _kernel_config(self) -> ProfileConfigC:
+        config = self.config
+        cfg = ProfileConfigC()
+        cfg.pid = config.pid or 0
+        cfg.netns = config.netns or 0
+        cfg.cgroup_id = config.cgroup_id or 0
+        cfg.comm = (config.comm or "").encode()
+        cfg.kernel_only = int(config.kernel_only)
+        cfg.include_idle = int(config.include_idle)
+        cfg.softirq = PROFILE_NO_SOFTIRQ if config.softirq_vector is None else config.softirq_vector
+        return cfg
+
+    def start(self) -> None:
+        from netsleuth.bpf.perf_event import online_cpus, open_cpu_clock
+
+        require_tracing()
+        failure: BpfError | None = None
+        variants = _SOFTIRQ_VARIANTS if self.config.softirq_vector is not None else (("", "perf_event"),)
+        for suffix, kind in variants:
+            bpf_object = BpfObject.open_generated("profile")
+            try:
+                bpf_object.check_struct("profile_key", ProfileKeyC)
+                bpf_object.set_rodata("cfg", self._kernel_config())
+                softirq_programs = (
+                    [f"profile_sirq_entry{suffix}", f"profile_sirq_exit{suffix}"] if suffix else []
+                )
+                for name in ("profile_sirq_entry", "profile_sirq_exit"):
+                    for other, _ in _SOFTIRQ_VARIANTS:
+                        bpf_object.set_autoload(name + other, name + other in softirq_programs)
+                bpf_object.load(["profile_sample", *softirq_programs])
+                for name in softirq_programs:
+                    bpf_object.attach(name)
+                self._cpus = online_cpus()
+                for cpu in self._cpus:
+                    fd = open_cpu_clock(cpu, self.config.hz)
+                    try:
+                        bpf_object.attach_perf_event("profile_sample", fd)
+                    except BpfError:
+                        import os
+
+                        os.close(fd)
+                        raise
+            except BpfError as error:
+                bpf_object.close()
+                failure = failure or error
+                continue
+            self._object = bpf_object
+            self.attach_kind = "perf_event" + (f"+{kind}" if suffix else "")
+            break
+        if self._object is None:
+            assert failure is not None
+            raise failure
+        self._context.prepare(self.config.netns)
+        self._started = time.monotonic()
+
+    # -- run -------------------------------------------------------------------------------------------
+    def _keys(self) -> list[ProfileKeyC]:
+        if self._object is None:
+            return []
+        counts = self._object.map("profile_counts")
+        return [ProfileKeyC.from_buffer_copy(raw) for raw in counts.keys()]  # noqa: SIM118 - a BPF map
+
+    def _remember_new_pids(self) -> None:
+        for key in self._keys():
+            if key.pid and not self._symbolizer.known(key.pid):
+                self._symbolizer.remember(key.pid)
+
+    def poll(self, timeout_ms: int) -> list[ProfileStack]:
+        time.sleep(timeout_ms / 1000)
+        if time.monotonic() - self._scanned >= _PID_SCAN_S and not self.config.kernel_only:
+            self._scanned = time.monotonic()
+            self._remember_new_pids()
+        return []
+
+    def drain(self) -> list[ProfileStack]:
+        """Every distinct stack with its count, largest first (read once, at the end)."""
+        if self._stacks is None:
+            self._stopped = time.monotonic()
+            self._stacks = self._read_stacks()
+        return list(self._stacks)
+
+    def _stack_frames(self, stack_id: int) -> list[int]:
+        assert self._object is not None
+        raw = self._object.map("profile_stacks").lookup(stack_id.to_bytes(4, "little"))
+        if raw is None:
+            return []
+        frames = []
+        for index in range(PROFILE_MAX_FRAMES):
+            address = int.from_bytes(raw[index * 8 : index * 8 + 8], "little")
+            if not address:
+                break
+            frames.append(address)
+        return frames
+
+    def _read_stacks(self) -> list[ProfileStack]:
+        if self._object is None:
+            return []
+        if not self.config.kernel_only:
+            self._remember_new_pids()
+        counts = self._object.map("profile_counts")
+        stacks = []
+        for raw_key, raw_value in counts.items():
+            key = ProfileKeyC.from_buffer_copy(raw_key[:_KEY_SIZE])
+            count = int.from_bytes(raw_value[:8], "little")
+            comm = key.comm.decode(errors="replace")
+            frames: list[str] = [comm]
+            user_lost = key.user_stack < 0 and key.user_stack not in (-1, _EFAULT)
+            kernel_lost = key.kernel_stack < 0 and key.kernel_stack not in (-1, _EFAULT)
+            if key.user_stack >= 0:
+                user = self._stack_frames(key.user_stack)
+                frames += [self._symbolizer.frame(key.pid, address) for address in reversed(user)]
+            elif user_lost:
+                frames.append("[user stack lost]")
+            if key.kernel_stack >= 0:
+                kernel = self._stack_frames(key.kernel_stack)
+                frames += [
+                    self._context.function_name(address) + KERNEL_SUFFIX for address in reversed(kernel)
+                ]
+            elif kernel_lost:
+                frames.append("[kernel stack lost]")
+            stacks.append(
+                ProfileStack(
+                    key.pid, comm, count, tuple(frames), bool(key.in_softirq), kernel_lost, user_lost
+                )
+            )
+        return merge_stacks(stacks)
+
+    def profile_totals(self) -> ProfileTotals:
+        if self._object is None:
+            return ProfileTotals(0, 0, 0, 0, 0, 0)
+        stats = self._object.map("profile_stats")
+        sums = [
+            sum(
+                int.from_bytes(value[:8], "little") for value in stats.lookup_per_cpu(i.to_bytes(4, "little"))
+            )
+            for i in range(PROFILE_STATS)
+        ]
+        return ProfileTotals(
+            samples=sums[ProfileStat.SAMPLES],
+            matched=sums[ProfileStat.MATCHED],
+            kernel_lost=sums[ProfileStat.KERNEL_LOST],
+            user_lost=sums[ProfileStat.USER_LOST],
+            uncounted=sums[ProfileStat.UNCOUNTED],
+            idle=sums[ProfileStat.IDLE],
+        )
+
+    def totals(self) -> EventTotals:
+        totals = self.profile_totals()
+        return EventTotals(seen=totals.samples, matched=totals.matched, ungrouped=totals.uncounted)
+
+    def summary(self, interrupted: bool) -> ProfileSummary:
+        stacks = self.drain()
+        leaves: dict[str, int] = {}
+        for stack in stacks:
+            leaf = stack.frames[-1] if len(stack.frames) > 1 else f"{stack.comm} (no stack)"
+            leaves[leaf] = leaves.get(leaf, 0) + stack.count
+        top = tuple(sorted(leaves.items(), key=lambda item: -item[1])[:15])
+        end = self._stopped if self._stopped is not None else time.monotonic()
+        return ProfileSummary(
+            hz=self.config.hz,
+            cpus=len(self._cpus),
+            seconds=end - self._started if self._started else 0.0,
+            softirq=self.config.softirq,
+            totals=self.profile_totals(),
+            stacks=len(stacks),
+            counted=sum(stack.count for stack in stacks),
+            top_functions=top,
+            interrupted=interrupted,
+            clock=self._context.clock,
+            outputs=tuple(self.outputs),
+        )
+
+    def program_fds(self) -> dict[str, int]:
+        if self._object is None:
+            return {}
+        return {name: self._object.program_fd(name) for name in set(self._object.attached_programs())}
+
+    def notes(self) -> list[str]:
+        totals = self.profile_totals()
+        notes = []
+        if totals.kernel_lost or totals.user_lost:
+            notes.append(
+                f"{totals.kernel_lost} kernel and {totals.user_lost} user stacks did not fit in the stack "
+                "map; they are counted as [kernel stack lost] / [user stack lost] frames"
+            )
+        if totals.uncounted:
+            notes.append(
+                f"{totals.uncounted} samples found the counts table full: in the totals, in no stack"
+            )
+        return notes
+
+    def close(self) -> None:
+        if self._object is not None:
+            self._object.close()
+            self._object = None
+        if self._own_context:
+            self._context.close()
+
+
+DIAGNOSTIC: DiagnosticSpec[ProfileConfig] = DiagnosticSpec(
+    name="profile",
+    help="on-CPU stacks sampled on every CPU, counted in the kernel: folded stacks, flame graph, speedscope",
+    keys=PROFILE_KEYS,
+    read=read_profile_config,
+    open=lambda config, context: ProfileDiagnostic(config, context),
+    objects=("profile",),
+    records=("stack", "summary"),
+)
