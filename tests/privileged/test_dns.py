@@ -465,3 +465,12 @@ def test_process_and_address_filters_apply_in_the_kernel(dns_lab: DnsLab) -> Non
     assert by_comm.summary()["queries"] == 2
     assert [record["name"] for record in of_type(by_server, "dns")] == ["b.ok.test"]
     assert by_server.summary()["queries"] == 1
+
+
+def test_not_root_gets_one_sentence() -> None:
+    unprivileged = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    argv = [*unprivileged, *netsleuth_argv("dns", "--duration", "1")]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "root" in result.stderr
+    assert "Traceback" not in result.stderr
