@@ -196,21 +196,22 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	run = bpf_map_lookup_elem(&drop_runs, &zero);
 	if (!run)
 		return 0;
-	if (run->count && same_kind(&run->key, &group_key)) {
-		/* The storm case: another drop of the kind this CPU counted last, whose group exists. */
+	if (same_kind(&run->key, &group_key)) {
+		/* The storm case: the kind this CPU counted last (its group exists) comes again. */
 		run->count++;
 		run->bytes += skb_len;
 		if (!cfg.emit_events)
 			return 0;
 		grouped = true;
 	} else {
+		/* Another kind: the pending run goes to its group, and this drop to its own directly (as many
+		 * lookups as without runs when kinds alternate); the run starts if the kind comes again. */
 		flush_run(run);
 		group = bpf_map_lookup_elem(&drop_groups, &group_key);
 		grouped = group != 0;
 		if (grouped) {
+			add_to_group(group, 1, skb_len);
 			run->key = group_key;
-			run->count = 1;
-			run->bytes = skb_len;
 			if (!cfg.emit_events)
 				return 0;
 		}

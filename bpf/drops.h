@@ -90,7 +90,8 @@ struct drop_group {
 /*
  * The kind of drop this CPU counted last, and how many drops of it (and their bytes) are not yet in its
  * drop_groups entry. A storm of one kind then costs a compare and two plain adds per drop instead of a hash
- * lookup and two locked adds; the run goes into the group when a drop of another kind comes to this CPU.
+ * lookup and two locked adds; the run goes into the group when a drop of another kind comes to this CPU
+ * (that drop is added to its own group directly, and its kind is the one the next run counts).
  * Userspace adds the runs still pending (per-CPU `drop_runs`) when it reads the groups; `flushes` is odd
  * while a run is being added, and a reader that sees it change reads again.
  */
