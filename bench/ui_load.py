@@ -272,7 +272,9 @@ def probe_summary(probe: dict[str, list[float]]) -> dict[str, float]:
     }
 
 
-def render_run(rate: int, seconds: float, naive: bool) -> dict[str, float]:
+def render_run(rate: int, seconds: float, mode: str) -> dict[str, float]:
+    """mode: `ui` (the page as shipped), `grouped` (its per-flow view), `naive` (one DOM row per record)."""
+    naive = mode == "naive"
     feeder = Feeder(rate, seconds)
     total = int(rate * seconds)
     with serve(feeder.app) as base, browser() as instance:
@@ -285,6 +287,8 @@ def render_run(rate: int, seconds: float, naive: bool) -> dict[str, float]:
             page.evaluate(f"() => {{ ({NAIVE})('/api/v1/feed'); }}")
         else:
             page.goto(f"/#/session/{SESSION}")
+            if mode == "grouped":
+                page.get_by_label("Group by flow (one line per hop)").check()
         wait_for(
             lambda: page.evaluate("() => window.__netsleuthStats?.applied || 0") >= total,
             seconds * 20 + 60,
@@ -425,8 +429,9 @@ def main() -> int:
 
     print(f"render throughput: {args.rate} records/s offered for {args.seconds:g} s")
     baseline = idle_baseline(min(args.seconds, 4.0))
-    page = render_run(args.rate, args.seconds, naive=False)
-    naive = render_run(args.rate, args.seconds, naive=True)
+    page = render_run(args.rate, args.seconds, "ui")
+    grouped = render_run(args.rate, args.seconds, "grouped")
+    naive = render_run(args.rate, args.seconds, "naive")
     rows = (
         "applied_per_s",
         "frame_p50_ms",
@@ -438,9 +443,12 @@ def main() -> int:
         "lag_max_ms",
         "dom_rows",
     )
-    print(f"{'':22} {'idle page':>12} {'netsleuth UI':>14} {'naive (row/record)':>20}")
+    print(f"{'':22} {'idle page':>12} {'netsleuth UI':>14} {'UI, grouped':>12} {'naive (row/record)':>20}")
     for key in rows:
-        print(f"{key:22} {baseline.get(key, float('nan')):12.1f} {page[key]:14.1f} {naive[key]:20.1f}")
+        print(
+            f"{key:22} {baseline.get(key, float('nan')):12.1f} {page[key]:14.1f} {grouped[key]:12.1f} "
+            f"{naive[key]:20.1f}"
+        )
     per_frame = page["applied"] / max(1, page["batched_frames"])
     print(
         f"batched frames {page['batched_frames']:.0f}, {per_frame:.0f} records per frame, "

@@ -158,6 +158,7 @@ def session_id(page: Page) -> str:
 def start_diagnosis(page: Page, diagnostic: str, duration: int, proto: str = "tcp") -> str:
     """From the hosts page: tick every host, open New diagnosis, fill it in, start; returns the session id."""
     page.goto("/#/hosts")
+    expect(page.locator("tbody tr[data-host]")).to_have_count(len(HOSTS), timeout=20_000)  # the first poll
     page.get_by_role("checkbox", name="Select every shown host").check()
     page.get_by_role("button", name="Diagnose selected").click()
     page.get_by_role("heading", name="New diagnosis").wait_for()
@@ -170,6 +171,12 @@ def start_diagnosis(page: Page, diagnostic: str, duration: int, proto: str = "tc
 
 def card(page: Page, host: str) -> Any:
     return page.locator(f'.hostcard[data-host="{host}"]')
+
+
+def all_started(page: Page) -> bool:
+    """Every host card is past `preparing`/`ready` (running, or already ended on a busy machine)."""
+    shown = set(page.locator(".hostcard").evaluate_all("cards => cards.map(c => c.dataset.state)"))
+    return bool(shown) and shown <= {"running", "ended", "failed"}
 
 
 def wait_cards(page: Page, states: dict[str, str], timeout_s: float) -> None:
@@ -185,16 +192,23 @@ def diagnose_session(stack: UiStack) -> str:
     page = opened.page
     expect(page.locator("tbody tr[data-host]")).to_have_count(len(HOSTS))
     stack.shot(page, "hosts")
-    session = start_diagnosis(page, "diagnose", duration=5)
-    wait_cards(page, dict.fromkeys(HOSTS, "running"), 40)
-    stack.drive_traffic(1.0)
-    stack.drive_traffic(1.0)
-    stack.shot(page, "session-live")
-    wait_cards(page, dict.fromkeys(HOSTS, "ended"), 60)
-    with stack.api("alice") as client:
-        body = client.get(f"/api/v1/sessions/{session}").json()
-    found = [r for r in body["timeline"] if r.get("type") == "verdict"] + body["verdicts"]
-    assert any(RULE in json.dumps(v) for v in found), f"the controller has no verdict naming the rule: {body}"
+    # Every agent stops a session whose BPF programs exceed 5% of a CPU. The programs see every
+    # namespace's packets, so another job flooding this machine can trip that budget. Such a run says
+    # nothing about the page, and only such a run is tried again (at most twice).
+    for attempt in range(3):
+        session = start_diagnosis(page, "diagnose", duration=5)
+        wait_for(lambda: all_started(page), 60, "all hosts running")
+        stack.drive_traffic(1.0)
+        stack.drive_traffic(1.0)
+        stack.shot(page, "session-live")
+        wait_cards(page, dict.fromkeys(HOSTS, "ended"), 60)
+        with stack.api("alice") as client:
+            body = client.get(f"/api/v1/sessions/{session}").json()
+        found = [r for r in body["timeline"] if r.get("type") == "verdict"] + body["verdicts"]
+        if any(RULE in json.dumps(v) for v in found):
+            break
+        budget = [h for h, v in body["hosts"].items() if v["reason"].startswith("cpu_budget")]
+        assert budget and attempt < 2, f"the controller has no verdict naming the rule: {body}"
     expect(page.locator(".verdict").filter(has_text=RULE).first).to_be_visible(timeout=20_000)
     page.wait_for_timeout(600)  # the rate chart redraws at most twice a second
     stack.shot(page, "session")
@@ -325,6 +339,7 @@ def test_a_bad_filter_is_refused_with_the_servers_sentence_next_to_the_form(stac
     assert 400 <= answer.status_code < 500, answer.text
     expect(error).to_have_text(answer.json()["error"])
     assert "99999" in answer.json()["error"]
+    stack.shot(page, "new-diagnosis-bad-filter")
     opened.assert_no_errors()
 
 
@@ -360,8 +375,16 @@ def killed_session(stack: UiStack) -> str:
         return str(stack.journal["killed"])
     opened = stack.page("alice")
     page = opened.page
-    session = start_diagnosis(page, "drops", duration=5)
-    wait_cards(page, dict.fromkeys(HOSTS, "running"), 40)
+    for attempt in range(3):
+        session = start_diagnosis(page, "drops", duration=8)
+        wait_for(lambda: all_started(page), 60, "all hosts running")
+        if card(page, "server").get_attribute("data-state") == "running":
+            break
+        # The server's agent stopped on its own before the kill (only the CPU budget, tripped by another
+        # job's traffic, may do that here): that run cannot show a kill; try again.
+        wait_cards(page, dict.fromkeys(HOSTS, "ended"), 60)
+        expect(card(page, "server")).to_contain_text("cpu_budget")
+        assert attempt < 2, "three sessions in a row stopped by the CPU budget"
     stack.drive_traffic(0.5)
     try:
         stack.lab.kill_agent("server")
