@@ -231,19 +231,31 @@ class SimulatedFleet:
 
     @staticmethod
     def _drop_record(host: str, now_ns: int, sport: int) -> dict[str, Any]:
+        """A drop record as the real `drops` diagnostic writes it (its declared schema, record_schemas)."""
         return {
             "type": "drop",
             "v": 1,
             "time": _iso(now_ns),
-            "monotonic_ns": time.monotonic_ns(),
             "reason": "NETFILTER_DROP",
+            "reason_code": 8,
+            "location": "nf_hook_slow+0x9a",
+            "family": 2,
             "proto": "tcp",
             "saddr": "198.18.0.5",
             "sport": sport,
             "daddr": "198.18.2.7",
             "dport": 8080,
-            "netns": host,
-            "location": "nf_hook_slow+0x9a",
+            "length": 60,
+            "netns": 4026532000,
+            "netns_name": host,
+            "ifname": "eth0",
+            "ifindex": 2,
+            "cpu": 0,
+            "sk_state": None,
+            "pid": None,
+            "comm": "swapper/0",
+            "owner": "kernel",
+            "container": None,
         }
 
     async def _play(self, session: SimulatedSession) -> None:
@@ -282,7 +294,17 @@ class SimulatedFleet:
             sent += count
         await asyncio.sleep(max(0.0, (session.t0_ns + task.deadline_s * 1e9 - time.time_ns()) / 1e9))
         totals = {"seen": sent, "total": sent, "emitted": sent, "sampled": 0, "lost": 0, "ungrouped": 0}
-        summary = {"type": "summary", "v": 1, **totals, "groups": [], "notes": ["simulated agent"]}
+        wall, mono = time.time_ns(), time.monotonic_ns()
+        summary = {
+            "type": "summary",
+            "v": 1,
+            "diagnostic": task.diagnostic,
+            **totals,
+            "attach": "simulated",
+            "interrupted": session.cancelled,
+            "clock": {"monotonic_ns": mono, "wall_ns": wall, "offset_ns": wall - mono},
+            "groups": [],
+        }
         await session.client.publish(subject, RecordBatch(host, task.session, batches, [summary]).encode())
         reason = "cancelled" if session.cancelled else f"duration: ran for its {task.deadline_s:g} s"
         await self._status(

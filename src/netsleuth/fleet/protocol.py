@@ -530,6 +530,7 @@ class HostStatus:
     events: int = 0  # records sent
     sent_bytes: int = 0  # bytes of records sent (JSON key "bytes")
     time: str = field(default_factory=_now_iso)
+    notes: tuple[str, ...] = ()  # what the host could not do in full (a firewall unreadable, entries cut)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -545,6 +546,7 @@ class HostStatus:
             "events": self.events,
             "bytes": self.sent_bytes,
             "time": self.time,
+            "notes": list(self.notes),
         }
 
     def encode(self) -> bytes:
@@ -573,6 +575,7 @@ class HostStatus:
             events=fields.integer("events", 0),
             sent_bytes=fields.integer("bytes", 0),
             time=fields.string("time", _now_iso(), max_len=64),
+            notes=fields.strings("notes"),
         )
 
 

@@ -159,7 +159,13 @@ class FleetSession:
         self.thread.start()
 
     # -- messages ---------------------------------------------------------------------------------------
-    def _status(self, state: HostState, reason: str = "", totals: EventTotals | None = None) -> None:
+    def _status(
+        self,
+        state: HostState,
+        reason: str = "",
+        totals: EventTotals | None = None,
+        notes: list[str] | None = None,
+    ) -> None:
         self.state, self.reason = state, reason
         status = HostStatus(
             host=self.host,
@@ -173,6 +179,7 @@ class FleetSession:
             sampled=totals.sampled if totals is not None else 0,
             events=self.events,
             sent_bytes=self.bytes,
+            notes=tuple(notes or ()),
         )
         self._publish(status_subject(self.id, self.host), status.encode())
 
@@ -297,16 +304,15 @@ class FleetSession:
             self._window = _minus(diagnostic.totals(), baseline)
 
     def _finish(self, diagnostic: FleetDiagnostic, reason: str, detail: str) -> None:
+        notes = diagnostic.notes()
         if self._skew_ns is not None:
-            notes = diagnostic.notes()
             if self.task.diagnostic in CONNTRACK_DIAGNOSTICS:
                 notes += self._send_conntrack()
             summary = diagnostic.summary(interrupted=reason != "duration")
             # The summary's own totals count from attach; the window's (from T0) are what this host saw.
             summary.update(self._window.to_json())
-            summary["notes"] = notes
             self._send_summary(summary)
-        self._status("ended", f"{reason}: {detail}" if detail else reason, self._window)
+        self._status("ended", f"{reason}: {detail}" if detail else reason, self._window, notes)
 
     def _send_conntrack(self) -> list[str]:
         """The namespace's conntrack entries of this session's flows (for the controller's NAT join);
