@@ -379,6 +379,7 @@ def test_fleet_section(tmp_path: Path) -> None:
         ({"controller_key": "abc"}, "fleet.controller_key"),
         ({"heartbeat_seconds": 0}, "fleet.heartbeat_seconds"),
         ({"colour": "red"}, "fleet.colour is not a known setting"),
+        ({"creds_file": "/etc/x.creds"}, "takes one of"),
     ]
     for change, message in bad:
         with pytest.raises(UsageError, match=message):

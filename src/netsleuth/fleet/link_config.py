@@ -20,6 +20,7 @@ users can read is refused, like sessions.token_file.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,6 +86,10 @@ def parse_fleet(table: _Table) -> FleetConfig | None:
         raise table.error("fleet.user", "must be set with fleet.password_file")
     if sum(1 for path in files.values() if path is not None) > 1:
         raise table.error("fleet", "takes one of password_file, creds_file or nkey_seed_file")
+    for name in ("creds_file", "nkey_seed_file"):
+        # nats-py signs the server's nonce with the `nkeys` package, an optional dependency of nats-py.
+        if files[name] is not None and importlib.util.find_spec("nkeys") is None:
+            raise table.error(f"fleet.{name}", "needs the Python package nkeys (pip install nkeys)")
     labels_table = table.table("labels")
     labels = []
     for name in list(labels_table._raw):
