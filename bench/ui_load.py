@@ -23,6 +23,7 @@ import asyncio
 import json
 import random
 import socket
+import statistics
 import sys
 import threading
 import time
@@ -323,6 +324,10 @@ def render_run(rate: int, seconds: float, mode: str) -> dict[str, float]:
     return result
 
 
+def median_of(results: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in results) for key in results[0]}
+
+
 def idle_baseline(seconds: float) -> dict[str, float]:
     """The same page with no stream: what frame and timer jitter look like on this machine anyway."""
     feeder = Feeder(0, 0)
@@ -424,14 +429,21 @@ def main() -> int:
         "--lab", action="store_true", help="also measure load and first verdict on the real stack"
     )
     parser.add_argument("--lab-duration", type=float, default=4.0)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per mode (medians are printed)")
     args = parser.parse_args()
     random.seed(1)
 
-    print(f"render throughput: {args.rate} records/s offered for {args.seconds:g} s")
-    baseline = idle_baseline(min(args.seconds, 4.0))
-    page = render_run(args.rate, args.seconds, "ui")
-    grouped = render_run(args.rate, args.seconds, "grouped")
-    naive = render_run(args.rate, args.seconds, "naive")
+    print(
+        f"render throughput: {args.rate} records/s offered for {args.seconds:g} s, "
+        f"median of {args.repeat} runs per column"
+    )
+    # This machine is shared: each figure is the median of `--repeat` runs, the modes interleaved.
+    runs: dict[str, list[dict[str, float]]] = {"idle": [], "ui": [], "grouped": [], "naive": []}
+    for _ in range(args.repeat):
+        runs["idle"].append(idle_baseline(min(args.seconds, 4.0)))
+        for mode in ("ui", "grouped", "naive"):
+            runs[mode].append(render_run(args.rate, args.seconds, mode))
+    baseline, page, grouped, naive = (median_of(runs[mode]) for mode in ("idle", "ui", "grouped", "naive"))
     rows = (
         "applied_per_s",
         "frame_p50_ms",

@@ -351,6 +351,8 @@ def test_oidc_sign_in_takes_the_roles_from_the_token_and_an_expired_token_gets_t
     page = opened.page
     page.goto("/")
     expect(page.get_by_label("API token")).to_be_focused()
+    # The controller says whose ID tokens it trusts (GET /api/v1/auth).
+    expect(page.get_by_text(f"This controller accepts ID tokens from {OIDC_ISSUER}")).to_be_visible()
     stack.shot(page, "signin")
     expired = stack.oidc_token("dora@example.org", ["narrow"], minutes=-1)
     page.get_by_label("API token").fill(expired)

@@ -29,7 +29,7 @@ export async function renderHistory(root, ctx) {
           h(
             "tr",
             {},
-            ["Session", "State", "Diagnostic", "Hosts", "Records", "Created", "User"].map((t, i) => h("th", { scope: "col", class: i >= 4 && i !== 5 ? "hide-narrow" : null }, t)),
+            ["Session", "State", "Diagnostic", "Hosts", "Verdicts", "Records", "Created", "User"].map((t, i) => h("th", { scope: "col", class: [4, 5, 7].includes(i) ? "hide-narrow" : null }, t)),
           ),
         ),
         tbody,
@@ -53,13 +53,14 @@ export async function renderHistory(root, ctx) {
           h("td", { "data-label": "State" }, badge(outcome(s))),
           h("td", { "data-label": "Diagnostic" }, s.diagnostic, s.config?.netns ? h("div", { class: "muted small" }, `netns ${s.config.netns}`) : null),
           h("td", { "data-label": "Hosts" }, h("div", { class: "tags" }, hostStates)),
+          h("td", { class: "num hide-narrow", "data-label": "Verdicts" }, fmtCount(s.verdicts_count ?? s.verdicts?.length)),
           h("td", { class: "num hide-narrow", "data-label": "Records" }, fmtCount(s.timeline_length)),
           h("td", { "data-label": "Created" }, fmtTime(s.created)),
           h("td", { class: "hide-narrow", "data-label": "User" }, s.user),
         );
       }),
     );
-    if (!shown.length) tbody.replaceChildren(h("tr", {}, h("td", { colspan: 7, class: "empty" }, sessions.length ? "No session matches the filter." : "No session yet. Start one from New diagnosis.")));
+    if (!shown.length) tbody.replaceChildren(h("tr", {}, h("td", { colspan: 8, class: "empty" }, sessions.length ? "No session matches the filter." : "No session yet. Start one from New diagnosis.")));
     count.textContent = `${shown.length} of ${sessions.length} sessions`;
   }
   search.addEventListener("input", refresh);

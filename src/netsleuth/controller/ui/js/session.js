@@ -8,7 +8,8 @@ import { RateChart } from "./ratechart.js";
 import { Timeline } from "./timeline.js";
 import { isHostVerdict, rankVerdicts, verdictItem } from "./verdicts.js";
 
-const FINAL = new Set(["ended", "failed", "cancelled"]);
+// "interrupted": a session the controller lost in a restart (read back from the history stream).
+const FINAL = new Set(["ended", "failed", "cancelled", "interrupted"]);
 const HOST_STATES = ["preparing", "ready", "running", "ended", "failed", "rejected"];
 
 // Counters a benchmark (bench/ui_load.py) reads; cheap to keep. Fresh for every session page.
@@ -23,7 +24,9 @@ function verdictKey(v) {
 
 export async function renderSession(root, ctx, id) {
   resetStats();
-  const snapshot = await api(`/sessions/${encodeURIComponent(id)}`);
+  // Without the timeline first (it can be megabytes): a live session's stream starts with all of it anyway.
+  let snapshot = await api(`/sessions/${encodeURIComponent(id)}?timeline=false`);
+  if (FINAL.has(snapshot.state)) snapshot = await api(`/sessions/${encodeURIComponent(id)}`);
   const live = !FINAL.has(snapshot.state);
   const controller = new AbortController();
   let session = snapshot;
@@ -298,7 +301,7 @@ export async function renderSession(root, ctx, id) {
       if (!FINAL.has(session.state) && !controller.signal.aborted) {
         // The stream closed without `end`: take the session as the controller has it now.
         try {
-          takeSession(await api(`/sessions/${encodeURIComponent(id)}`));
+          takeSession(await api(`/sessions/${encodeURIComponent(id)}?timeline=false`));
           schedule();
         } catch (err) {
           showError(err);

@@ -57,15 +57,19 @@ async function offerOidc(slot) {
   try {
     config = await api("/auth");
   } catch {
-    return; // no OIDC endpoint on this controller: token sign-in only
+    return; // an older controller without /auth: the token field is all there is
   }
   const oidc = config && config.oidc;
-  if (!oidc || !oidc.authorize_url) return;
+  if (!oidc) return;
+  // The controller validates ID tokens (JWKS) but is not an OIDC client itself: say whose tokens it takes,
+  // and offer the identity provider's login only where one is configured.
+  slot.append(h("p", { class: "muted small" }, `This controller accepts ID tokens from ${oidc.issuer}${oidc.audience ? ` for the audience ${oidc.audience}` : ""}.`));
+  if (!oidc.authorize_url) return;
   const url = new URL(oidc.authorize_url);
   url.searchParams.set("response_type", "id_token");
-  url.searchParams.set("client_id", oidc.client_id || "");
+  url.searchParams.set("client_id", oidc.client_id || oidc.audience || "");
   url.searchParams.set("scope", oidc.scope || "openid");
   url.searchParams.set("redirect_uri", `${location.origin}${location.pathname}`);
   url.searchParams.set("nonce", crypto.randomUUID());
-  slot.append(h("p", { class: "muted" }, "or"), h("a", { class: "button quiet", href: url.toString() }, "Sign in with your organisation (OIDC)"));
+  slot.append(h("a", { class: "button quiet", href: url.toString() }, "Sign in with your identity provider"));
 }
