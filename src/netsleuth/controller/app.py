@@ -385,24 +385,37 @@ def create_app(config: ControllerConfig) -> FastAPI:
                 "end", {k: snapshot.get(k) for k in ("id", "state", "partial", "hosts", "start_spread_ms")}
             )
             return
-        queue = live.listen()  # before the snapshot: an event in between is sent twice, never lost
+        # listen() and the snapshot with no await between them: no event is lost or sent twice.
+        queue = live.listen()
         try:
             yield event("session", live.snapshot(timeline=True))
             while True:
                 try:
-                    item = await asyncio.wait_for(queue.get(), timeout=_KEEPALIVE_S)
+                    items = [await asyncio.wait_for(queue.get(), timeout=_KEEPALIVE_S)]
                 except TimeoutError:
                     yield b": keepalive\n\n"
                     continue
-                if item is None:
-                    if live.done.is_set():
+                # Whatever else is already queued goes out in the same write: at thousands of records a
+                # second, one send per event would cost more than the events.
+                while len(items) < 1000 and not queue.empty():
+                    items.append(queue.get_nowait())
+                chunk = []
+                for item in items:
+                    if item is None:
+                        if not live.done.is_set():
+                            chunk.append(
+                                event(
+                                    "end", {"id": live.id, "state": "lagging", "partial": True, "hosts": {}}
+                                )
+                            )
+                        yield b"".join(chunk)
                         return
-                    yield event("end", {"id": live.id, "state": "lagging", "partial": True, "hosts": {}})
-                    return
-                name, data = item
-                yield event(name, data)
-                if name == "end":
-                    return
+                    name, data = item
+                    chunk.append(event(name, data))
+                    if name == "end":
+                        yield b"".join(chunk)
+                        return
+                yield b"".join(chunk)
         finally:
             live.unlisten(queue)
 
