@@ -197,6 +197,10 @@ async def _fleet_run(
             "simulator_process": simulator.report(),
             "nats_server": nats_server.report(),
         }
+        # The controller's own phase timings for that session (its log), next to what the agents saw.
+        results["fleet_session"]["controller_log"] = [
+            line.split("INFO ", 1)[-1] for line in controller.log_text().splitlines() if session_id in line
+        ][-6:]
         results["simulated_tasks_refused"] = len(fleet.refused)
     await fleet.stop()
     return results
