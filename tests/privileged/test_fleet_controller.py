@@ -460,6 +460,24 @@ def test_fleet_cli_errors_are_one_line_with_exit_code_2(fleet: tuple[FleetLab, C
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0 and "session.create" in result.stdout
+    with api(controller) as alice:
+        created = create(alice, hosts=["client"], diagnostic="drops", config={}, duration=1)
+        wait_state(alice, created["id"], ("ended", "failed"), timeout=60)
+    sessions = subprocess.run(
+        [sys.executable, "-m", "netsleuth", "fleet", "sessions", "--json"], env=controller.env("alice"),
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    listed = [json.loads(line) for line in sessions.stdout.splitlines()]
+    assert sessions.returncode == 0 and listed[0]["id"] == created["id"]  # newest first
+    assert all(entry["user"] == "alice" for entry in listed)
+    shown = subprocess.run(
+        [sys.executable, "-m", "netsleuth", "fleet", "show", created["id"]], env=controller.env("alice"),
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert shown.returncode == 0 and shown.stdout.startswith(f"session {created['id']} ended")
+    with api(controller, "root") as root:
+        bad = root.get("/api/v1/audit", params={"limit": "many"})
+        assert bad.status_code == 400 and "limit" in bad.json()["error"]
 
 
 # -- failures mid-session ----------------------------------------------------------------------------------
