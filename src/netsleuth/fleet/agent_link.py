@@ -97,6 +97,7 @@ class FleetLink:
         self.last_error: str | None = None
         self.registrations = 0
         self.connected = threading.Event()
+        self._stop_requested = threading.Event()  # stop() may come before the loop made its own event
         self.accepted = 0
         self.refused = 0
 
@@ -125,6 +126,7 @@ class FleetLink:
             session.stop("agent_stopping", "the agent is shutting down")
         for session in sessions:
             session.thread.join(timeout)
+        self._stop_requested.set()
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
@@ -193,6 +195,8 @@ class FleetLink:
     async def _main(self) -> None:
         self._stopping = asyncio.Event()
         self._register_now = asyncio.Event()
+        if self._stop_requested.is_set():
+            return
         nc: Client | None = None
         while not self._stopping.is_set():
             try:
