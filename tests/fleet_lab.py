@@ -404,7 +404,7 @@ class FleetLab:
         return self._nats is not None and self._nats.poll() is None
 
     # -- agents ----------------------------------------------------------------------------------------
-    def _agent_config(self, host: LabHost) -> str:
+    def _agent_config(self, host: LabHost, scoped: bool = True) -> str:
         password_file = self.workdir / f"{host.name}.password"
         password_file.write_text(host.user.password + "\n")
         password_file.chmod(0o600)
@@ -421,20 +421,25 @@ class FleetLab:
             f'password_file = "{password_file}"\n'
             f'controller_key = "{self.controller_public_key_text}"\n'
             f'controller_key_id = "{self.key_id}"\n'
-            f'netns = "{host.netns}"\n'
+            f'netns = "{host.netns if scoped else ""}"\n'
             f"heartbeat_seconds = {self.heartbeat_seconds}\n"
             "[fleet.labels]\n"
             f'role = "{host.name}"\n'
             f"{self.agent_settings}"
         )
 
-    def start_agent(self, name: str, wait: bool = True, timeout: float = 30) -> AgentProcess:
+    def start_agent(
+        self, name: str, wait: bool = True, timeout: float = 30, scoped: bool = True
+    ) -> AgentProcess:
+        """Start (or restart) a host's agent. `scoped=False`: an agent for the whole machine, as on a real
+        host (no `fleet.netns`): its tasks are confined to the namespaces their scope names, or to the
+        agent's own (the root namespace) when the scope names none."""
         host = self.hosts[name]
         agent = self._agents.get(name)
         if agent is not None and agent.running():
             return agent
         config_path = self.workdir / f"agent-{name}.toml"
-        config_path.write_text(self._agent_config(host))
+        config_path.write_text(self._agent_config(host, scoped))
         agent = AgentProcess(
             name, config_path, self.workdir / f"agent-{name}.log", self.workdir / f"{name}.ready"
         )

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from netsleuth.fleet.protocol import Budgets, Control, HostStatus, Scope, SignedTask, generate_private_key
-from tests.fleet_lab import VIP, DirectController, FleetLab
+from tests.fleet_lab import VIP, DirectController, FleetLab, connect
 from tests.netlab import wait_for
 from tests.privileged.test_agent_harness import bpf_object_ids, loaded_ids
 from tests.record_check import check_records
@@ -326,3 +326,32 @@ def test_a_stopped_agent_ends_its_sessions_and_says_so_in_the_registry(
     restarted = time.time_ns()
     lab.start_agent("lb")
     assert lab.wait_registered(["lb"], since_ns=restarted)["lb"].status == "up"
+
+
+def test_a_whole_host_agent_confines_each_task_to_its_scope_in_the_kernel() -> None:
+    """An agent without fleet.netns (a real host's agent): a task whose scope names no namespace watches
+    only the agent's own (root) namespace - the server namespace's firewall drop is not seen - and the same
+    agent, given the server's namespace in the scope, sees it. A namespace that is not there is refused."""
+    with FleetLab(hosts=("client", "server"), agents=False) as lab2, DirectController(lab2) as direct:
+        lab2.start_agent("client")
+        lab2.start_agent("server", scoped=False)
+        server_netns = lab2.hosts["server"].netns
+        server = lab2.hosts["server"].address
+        for session, scope in (("own1", Scope()), ("named1", Scope(netns=(server_netns,)))):
+            # Only this flow's address: the root namespace of a shared machine has drops of its own.
+            config = {"proto": "tcp", "host": [server]}
+            direct.run_session(session, ("server",), config=config, deadline_s=1.5, scope=scope)
+            direct.wait_states(session, {"server": ("running",)})
+            assert connect(lab2, "client", server, 8080, timeout=0.5) == "TimeoutError"
+            direct.wait_states(session, {"server": ("ended",)})
+        own = direct.states("own1")["server"]
+        named = direct.states("named1")["server"]
+        # The drop happened in another namespace: filtered out in the kernel, not even counted.
+        assert own.totals["total"] == 0, (own, direct.records("own1", "server"))
+        assert named.totals["total"] >= 1, named
+        drops = [r for r in direct.records("named1", "server") if r["type"] == "drop"]
+        assert drops and all(r["netns_name"] == server_netns for r in drops), drops
+        assert direct.records("own1", "server")[-1]["type"] == "summary"
+        missing = lab2.task("server", "missing1", scope=Scope(netns=("no-such-netns",)))
+        reply = direct.send("server", lab2.sign(missing).encode())
+        assert not reply.accepted and "does not exist on this host" in reply.reason
