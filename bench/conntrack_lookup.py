@@ -69,7 +69,7 @@ def main() -> int:
         for size in sorted(options.sizes):
             _fill(netns, filled, size - filled)
             filled = size
-            with ConntrackReader(namespaces=[netns]) as reader:
+            with ConntrackReader(namespaces=[netns], watch_destroyed=False) as reader:
                 reader.lookup([])  # opens the namespace's socket outside the timing
                 syn = FlowTuple("tcp", ("198.18.128.0", 10000), ("198.18.71.2", 8080))
                 both = [syn, syn.reversed()]

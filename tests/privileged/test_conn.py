@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.netlab import Host, lab
+from tests.netlab import Host, Lab, lab
 from tests.privileged.conftest import Pair
 from tests.privileged.tcp_helpers import Server, connect
 from tests.tracerun import TraceRun, netsleuth_argv
@@ -151,28 +151,35 @@ def test_bad_input_exits_2(argv: list[str], message: str) -> None:
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+def _nat_lab(the_lab: Lab) -> tuple[Host, Host, Host]:
+    """client (198.18.70.1) -> lb (198.18.70.2 | 198.18.71.1; nftables DNAT 198.18.70.2:80 ->
+    198.18.71.2:8080) -> server (198.18.71.2), all namespaces of this host."""
+    client, balancer, server = the_lab.host("c"), the_lab.host("lb"), the_lab.host("s")
+    the_lab.link(client, balancer, ["198.18.70.1/24"], ["198.18.70.2/24"])
+    the_lab.link(balancer, server, ["198.18.71.1/24"], ["198.18.71.2/24"], names=("veth1", "veth0"))
+    server.run("ip", "route", "add", "default", "via", "198.18.71.1")
+    balancer.run("sysctl", "-qw", "net.ipv4.ip_forward=1")  # per namespace: gone with it
+    balancer.run(
+        "nft",
+        "-f",
+        "-",
+        input_text=(
+            "table ip netsleuth_test_lb {\n"
+            "  chain pre { type nat hook prerouting priority dstnat; "
+            "ip daddr 198.18.70.2 tcp dport 80 dnat to 198.18.71.2:8080; }\n"
+            "}\n"
+        ),
+    )
+    return client, balancer, server
+
+
 @pytest.mark.parametrize("select", ["netns", "dst"])
 def test_verdict_through_dnat_names_the_hop_and_the_rule_that_dropped_the_translated_syn(select: str) -> None:
     """Issue 13 item 8: client -> lb (nftables DNAT 198.18.70.2:80 -> 198.18.71.2:8080) -> srv (INPUT drops
     8080), all on this host. The dropped SYN carries the translated pair; conntrack in lb joins it back.
     Selected by the client's namespace, or by the address it dials (which the dropped SYN no longer has)."""
     with lab() as the_lab:
-        client, balancer, server = the_lab.host("c"), the_lab.host("lb"), the_lab.host("s")
-        the_lab.link(client, balancer, ["198.18.70.1/24"], ["198.18.70.2/24"])
-        the_lab.link(balancer, server, ["198.18.71.1/24"], ["198.18.71.2/24"], names=("veth1", "veth0"))
-        server.run("ip", "route", "add", "default", "via", "198.18.71.1")
-        balancer.run("sysctl", "-qw", "net.ipv4.ip_forward=1")  # per namespace: gone with it
-        balancer.run(
-            "nft",
-            "-f",
-            "-",
-            input_text=(
-                "table ip netsleuth_test_lb {\n"
-                "  chain pre { type nat hook prerouting priority dstnat; "
-                "ip daddr 198.18.70.2 tcp dport 80 dnat to 198.18.71.2:8080; }\n"
-                "}\n"
-            ),
-        )
+        client, balancer, server = _nat_lab(the_lab)
         server.run("iptables", "-A", "INPUT", "-p", "tcp", "--dport", "8080", "-j", "DROP")
         _fast_syn_timeout(client)
         selection = ("--netns", client.name) if select == "netns" else ("--dst", "198.18.70.2:80")
@@ -201,3 +208,23 @@ def test_verdict_through_dnat_names_the_hop_and_the_rule_that_dropped_the_transl
     events = [(entry["event"], entry["netns"]) for entry in conn["timeline"]]
     assert ("nat", balancer.name) in events and ("drop", server.name) in events
     assert events.index(("nat", balancer.name)) < events.index(("drop", server.name))
+
+
+def test_refused_through_dnat_names_the_hop_from_the_entry_the_rst_killed() -> None:
+    """Nothing listens on 198.18.71.2:8080: the server's RST kills lb's SYN_SENT entry at once, so only its
+    destroy event (kept by the reader from the start) can name the hop."""
+    with lab() as the_lab:
+        client, balancer, _ = _nat_lab(the_lab)
+        with TraceRun("conn", "--netns", client.name) as trace:
+            trace.wait_ready()
+            assert connect(client, "198.18.70.2", 80) == "ERROR 111"
+            trace.wait_records(lambda r: r.get("type") == "conn" and r.get("daddr") == "198.18.70.2")
+            assert trace.stop() == 0
+            [conn] = [record for record in _conns(trace) if record["daddr"] == "198.18.70.2"]
+    assert conn["outcome"] == "refused"
+    assert conn["verdict"] == (
+        f"connect 198.18.70.1:{conn['sport']} → 198.18.70.2:80 refused: DNAT 198.18.70.2:80 → "
+        f"198.18.71.2:8080 in netns {balancer.name}, then 198.18.71.2:8080 answered the SYN with RST"
+    )
+    [hop] = conn["nat"]
+    assert hop["kind"] == "DNAT" and hop["state"] in ("CLOSE", "SYN_SENT")

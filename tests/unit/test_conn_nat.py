@@ -32,6 +32,9 @@ class FakeConntrack:
         self.reads = 0
         self.asked: list[FlowTuple] = []
 
+    def poll(self) -> None:
+        pass
+
     def lookup(self, flows: Iterable[FlowTuple]) -> list[ConntrackEntry]:
         self.reads += 1
         wanted = set(flows)
@@ -198,3 +201,34 @@ def test_the_nat_hop_is_dated_by_the_first_packet_seen_past_it(tmp_path: Path) -
     [report] = conns.flush()
     nat = [entry for entry in report.connection.entries if entry.event == "nat"]
     assert len(nat) == 1 and nat[0].time == first_drop.time
+
+
+def test_drops_of_other_flows_do_not_crowd_a_failing_connection_out(tmp_path: Path) -> None:
+    """On a busy host TCP drops of unrelated flows wait for connections too; the selected connection is
+    looked up first, and once more before its verdict is final whatever the rate limit."""
+    clock = FakeClock()
+    conns = ConnTracker(
+        ConnSelector(), fake_context(tmp_path), clock=clock, conntrack=FakeConntrack([LB_ENTRY])
+    )
+    for port in range(40):
+        conns.add_drop(drop_record(("198.18.9.1", 20000 + port), ("198.18.9.2", 443), 0x02, time=1.0))
+    conns.ready()  # a read for the noise alone: the rate limit starts now
+    conns.add_tcp(
+        raw_event(EventKind.STATE, CLIENT, VIP, state="SYN_SENT", old_state="CLOSE", sk=1, side=1, netns=A)
+    )
+    conns.add_tcp(
+        raw_event(
+            EventKind.STATE,
+            CLIENT,
+            VIP,
+            state="CLOSE",
+            old_state="SYN_SENT",
+            reason=111,
+            sk=1,
+            side=1,
+            netns=A,
+        )
+    )
+    clock.now += 0.6
+    [report] = conns.ready()
+    assert "DNAT 198.18.70.2:80 → 198.18.71.2:8080 in netns lb" in report.verdict

@@ -494,27 +494,34 @@ class ConnTracker:
                 )
             )
 
+    def _needs_nat_check(self, conn: Connection) -> bool:
+        """A connection that failed to connect and whose NAT path (if any) was never looked up."""
+        failed = conn.syn_retransmits or conn.resets or conn.errno
+        return (
+            self.conntrack is not None
+            and not conn.established
+            and bool(failed)
+            and not conn.nat_checked
+            and conn.nat is None
+        )
+
     def _resolve_nat(self, final: bool) -> None:
         """Read conntrack (rate-limited, only while something waits) and join what a NAT rewrote: waiting
         drops/resets whose pair is a translated form of a connection's pair, and connections that failed to
         connect (SYNs retried, refused), whose path then names the NAT hop they went through."""
         if self.conntrack is None:
             return
+        self.conntrack.poll()  # entries that died since the last step are remembered, not missed
         now = self._clock()
         waiting = [
             key
             for key in self._pending
             if len(key) == 2 and key not in self._aliases and self._nat_tries.get(key, 0) < _NAT_TRIES
         ]
-        stuck = [
-            conn
-            for conn in self._connections.values()
-            if not conn.established
-            and (conn.syn_retransmits or conn.resets or conn.errno)
-            and not conn.nat_checked
-            and conn.nat is None
-        ]
-        waiting, stuck = waiting[:_NAT_FLOWS_PER_READ], stuck[: max(0, _NAT_FLOWS_PER_READ - len(waiting))]
+        stuck = [conn for conn in self._connections.values() if self._needs_nat_check(conn)]
+        # Selected connections first: drops of other flows (anywhere on the host) must not crowd them out.
+        stuck = stuck[:_NAT_FLOWS_PER_READ]
+        waiting = waiting[: _NAT_FLOWS_PER_READ - len(stuck)]
         if not waiting and not stuck:
             return
         if not final and self._nat_read_at is not None and now - self._nat_read_at < _NAT_READ_EVERY_S:
@@ -765,6 +772,8 @@ class ConnTracker:
             for key, conn in self._connections.items()
             if conn.finished_at is not None and now - conn.finished_at >= self._grace
         ]
+        if any(self._needs_nat_check(self._connections[key]) for key in done):
+            self._resolve_nat(final=True)  # its verdict is final: ask now, whatever the rate limit
         for key, items in list(self._pending.items()):
             fresh = [(seen, item) for seen, item in items if now - seen < _PENDING_S]
             if fresh:

@@ -2,8 +2,9 @@
 every network namespace on the host, as `nat_join.ConntrackEntry` tagged with where they were read.
 
 Read-only: a dump (IPCTNL_MSG_CT_GET with NLM_F_DUMP) or a lookup (IPCTNL_MSG_CT_GET with one tuple) changes
-nothing. Each namespace gets its own netlink socket, created inside it once (pyroute2's create_socket forks a
-child that enters the namespace and hands the socket back, so this process never changes namespace) and kept
+nothing. Each namespace gets its own netlink socket, created inside it once (one forked child enters every
+namespace in turn and hands the sockets back, kernel/netns_exec.py sockets_in_netns: ~25 ms for 22
+namespaces here, where a fork per namespace took ~0.1 s each; this process never changes namespace) and kept
 for every later read. Requests and replies are encoded and parsed here with struct, straight over that
 socket: through pyroute2's asyncio socket layer a request cost ~10 ms here, a direct one ~0.1 ms.
 
@@ -18,20 +19,25 @@ leaves the namespace's last hook (nf_conntrack_confirm at POSTROUTING/INPUT), so
 has a confirmed entry (kept nf_conntrack_tcp_timeout_syn_sent, 120 s, while the client retries), but a SYN
 dropped in the same namespace that translated it is never confirmed, and never listed (the unconfirmed list
 that IPCTNL_MSG_CT_GET_UNCONFIRMED used to dump is gone since Linux 6.1).
+An entry that is confirmed but dies before anyone asks (a RST kills a SYN_SENT entry at once) is caught on
+its way out: the reader subscribes to conntrack's destroy events and remembers them for a while.
 """
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import socket
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, status_names
 from netsleuth.kernel.netns import NetnsNames, current_netns_inode
+from netsleuth.kernel.netns_exec import sockets_in_netns
 
 __all__ = [
     "ConntrackReader",
@@ -46,6 +52,13 @@ _IPCTNL_MSG_CT_NEW, _IPCTNL_MSG_CT_GET = 0, 1
 _NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
 _NLMSG_ERROR, _NLMSG_DONE = 2, 3
 _NLA_F_NESTED = 0x8000
+_NFNLGRP_CONNTRACK_DESTROY = 3  # include/uapi/linux/netfilter/nfnetlink.h enum nfnetlink_groups
+_SOL_NETLINK, _NETLINK_ADD_MEMBERSHIP = 270, 1
+_SO_RCVBUFFORCE = 33
+_EVENT_RCVBUF = 4 << 20
+_DESTROYED_KEEP_S = 60.0  # as long as `conn` lets a drop wait for its connection, and then some
+_DESTROYED_MAX = 65536  # messages kept; a host destroying more per minute keeps the newest
+_DRAIN_MAX = 10000  # datagrams taken per namespace and poll, so one busy namespace cannot stall conn
 _NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 _NLA_HEADER = struct.Struct("=HH")  # struct nlattr
 # include/uapi/linux/netfilter/nfnetlink_conntrack.h: enum ctattr_type, ctattr_tuple, ctattr_ip,
@@ -75,9 +88,12 @@ _DEFAULT_LIMIT = 65536  # entries kept per namespace and dump: a table larger th
 
 
 class ConntrackSource(Protocol):
-    """What `conn`'s tracker asks: the entries holding these tuples, in every namespace it can see."""
+    """What `conn`'s tracker asks: the entries holding these tuples, in every namespace it can see; `poll` is
+    called on every step so entries that die in between are not missed."""
 
     def lookup(self, flows: Iterable[FlowTuple]) -> list[ConntrackEntry]: ...
+
+    def poll(self) -> None: ...
 
 
 def _attrs(data: bytes, offset: int, end: int) -> dict[int, tuple[int, int]]:
@@ -217,8 +233,32 @@ def _replies(sock: socket.socket, sequence: int, dump: bool) -> Iterator[bytes]:
                     return
 
 
+def _packed_pair(flow: FlowTuple) -> tuple[bytes, bytes]:
+    family = socket.AF_INET6 if ":" in flow.src[0] else socket.AF_INET
+    return socket.inet_pton(family, flow.src[0]), socket.inet_pton(family, flow.dst[0])
+
+
+def _messages(data: bytes) -> Iterator[bytes]:
+    """The netlink messages in one datagram."""
+    offset = 0
+    while offset + _HEADER.size <= len(data):
+        length = _HEADER.unpack_from(data, offset)[0]
+        if length < _HEADER.size:
+            return
+        yield data[offset : offset + length]
+        offset += (length + 3) & ~3
+
+
 class ConntrackReader:
     """Conntrack of every network namespace on the host (or of the ones given), one socket per namespace.
+
+    With `watch_destroyed` each namespace also gets a socket subscribed to the entries conntrack destroys
+    (NFNLGRP_CONNTRACK_DESTROY): an entry killed before anyone asked for it (a RST kills a SYN_SENT entry at
+    once, so a connect refused behind a NAT leaves nothing in the table) is still found by `lookup` for
+    `keep_destroyed` seconds. `poll()` drains those sockets; call it often (it costs one recv per namespace
+    when nothing happened). The kernel only reports entries created after a listener exists
+    (nf_conntrack_events=2, the default) and drops events a full socket cannot take: counted in
+    `destroyed_lost`.
 
     `problems` keeps one sentence per namespace that could not be read (a namespace without conntrack is not
     a problem: its table is empty). `truncated` counts entries a dump left out past `limit`.
@@ -231,39 +271,36 @@ class ConntrackReader:
         namespaces: Iterable[str] | None = None,
         limit: int = _DEFAULT_LIMIT,
         timeout: float = 1.0,
-        warm: bool = True,
+        watch_destroyed: bool = True,
+        keep_destroyed: float = _DESTROYED_KEEP_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`warm`: open every namespace's socket now, in a background thread, so the first lookup (when a
-        connection is failing and the answer matters) does not pay ~0.1 s per namespace for it."""
         self.proto = proto
         # New namespaces are rare; a rescan of every /proc/PID/ns/net costs ~0.1 s on a busy host.
         self.names = names or NetnsNames(refresh_interval=5.0)
         self._only = tuple(namespaces) if namespaces is not None else None
         self.limit = limit
         self.timeout = timeout
+        self.watch_destroyed = watch_destroyed
+        self.keep_destroyed = keep_destroyed
+        self._clock = clock
         self._sockets: dict[int, socket.socket] = {}
+        self._events: dict[int, tuple[socket.socket, str]] = {}
+        self._destroyed: collections.deque[tuple[float, str, bytes]] = collections.deque(
+            maxlen=_DESTROYED_MAX
+        )
         self._sequence = 0
         self._lock = threading.Lock()
-        self._closed = False
         self.problems: dict[int, str] = {}
         self.truncated = 0
         self.requests = 0
-        self._warmer: threading.Thread | None = None
-        if warm:
-            self._warmer = threading.Thread(target=self._warm_up, name="conntrack-sockets", daemon=True)
-            self._warmer.start()
-
-    def _warm_up(self) -> None:
-        for inode, path, where in self._namespaces():
+        self.destroyed_lost = 0
+        if watch_destroyed:
+            # Now, not at the first lookup: the entries worth remembering die while the connection fails.
             with self._lock:
-                if self._closed:
-                    return
-                try:
-                    self._socket(inode, path)
-                except (OSError, TimeoutError) as error:
-                    self.problems[inode] = f"conntrack of {where} unreadable: {error}"
+                self._open(self._namespaces())
 
-    # -- namespaces ------------------------------------------------------------------------------------
+    # -- namespaces and sockets ------------------------------------------------------------------------
     def _namespaces(self) -> list[tuple[int, str | None, str]]:
         """(inode, file to enter or None for our own, label) for every namespace to read."""
         own = current_netns_inode()
@@ -282,31 +319,47 @@ class ConntrackReader:
                 found[inode] = (path, f"netns {name or ('host' if inode == own else inode)}")
         return [(inode, path, label) for inode, (path, label) in sorted(found.items())]
 
-    def _socket(self, inode: int, path: str | None) -> socket.socket:
-        sock = self._sockets.get(inode)
-        if sock is None:
+    def _open(self, namespaces: list[tuple[int, str | None, str]]) -> None:
+        """Sockets for the namespaces that have none yet: made inside each by one forked child."""
+        per_netns = 2 if self.watch_destroyed else 1
+        missing = [(inode, path, where) for inode, path, where in namespaces if inode not in self._sockets]
+        elsewhere = [path for _, path, _ in missing if path is not None]
+        made = sockets_in_netns(elsewhere, socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_NETFILTER, per_netns)
+        for inode, path, where in missing:
             if path is None:
-                sock = socket.socket(
-                    socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, _NETLINK_NETFILTER
-                )
+                socks: list[socket.socket] | OSError = [
+                    socket.socket(
+                        socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, _NETLINK_NETFILTER
+                    )
+                    for _ in range(per_netns)
+                ]
             else:
-                from pyroute2.netns import create_socket
+                socks = made.get(path, OSError(errno.EIO, "no answer from the namespace helper"))
+            if isinstance(socks, OSError):
+                self.problems[inode] = f"conntrack of {where} unreadable: {socks}"
+                continue
+            try:
+                socks[0].settimeout(self.timeout)
+                socks[0].bind((0, 0))
+                if self.watch_destroyed:
+                    events = socks[1]
+                    events.bind((0, 0))
+                    events.setsockopt(_SOL_NETLINK, _NETLINK_ADD_MEMBERSHIP, _NFNLGRP_CONNTRACK_DESTROY)
+                    try:  # room for a burst of deaths between two polls (root may exceed rmem_max)
+                        events.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, _EVENT_RCVBUF)
+                    except OSError:
+                        events.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _EVENT_RCVBUF)
+                    events.setblocking(False)
+                    self._events[inode] = (events, where)
+            except OSError as error:
+                self.problems[inode] = f"conntrack of {where} unreadable: {error}"
+                for sock in socks:
+                    sock.close()
+                continue
+            self._sockets[inode] = socks[0]
 
-                # flags=0: never create the namespace file if it is gone.
-                sock = create_socket(
-                    netns=path,
-                    family=socket.AF_NETLINK,
-                    socket_type=socket.SOCK_RAW,
-                    proto=_NETLINK_NETFILTER,
-                    flags=0,
-                )
-            sock.settimeout(self.timeout)
-            sock.bind((0, 0))
-            self._sockets[inode] = sock
-        return sock
-
-    def _ask(self, inode: int, path: str | None, where: str, flow: FlowTuple | None) -> list[ConntrackEntry]:
-        sock = self._socket(inode, path)
+    def _ask(self, inode: int, where: str, flow: FlowTuple | None) -> list[ConntrackEntry]:
+        sock = self._sockets[inode]
         self._sequence += 1
         self.requests += 1
         sock.send(_request(flow, self._sequence))
@@ -324,10 +377,13 @@ class ConntrackReader:
     def _each_namespace(self, flows: list[FlowTuple | None]) -> list[ConntrackEntry]:
         found: list[ConntrackEntry] = []
         namespaces = self._namespaces()
-        for inode, path, where in namespaces:
+        self._open(namespaces)
+        for inode, _, where in namespaces:
+            if inode not in self._sockets:
+                continue
             try:
                 for flow in flows:
-                    found.extend(self._ask(inode, path, where, flow))
+                    found.extend(self._ask(inode, where, flow))
                 self.problems.pop(inode, None)
             except (OSError, TimeoutError) as error:  # gone namespace, no ctnetlink: read as empty
                 self.problems[inode] = f"conntrack of {where} unreadable: {error}"
@@ -341,13 +397,56 @@ class ConntrackReader:
         sock = self._sockets.pop(inode, None)
         if sock is not None:
             sock.close()
+        events = self._events.pop(inode, None)
+        if events is not None:
+            events[0].close()
+
+    # -- destroyed entries -----------------------------------------------------------------------------
+    def _drain(self) -> None:
+        now = self._clock()
+        for events, where in self._events.values():
+            for _ in range(_DRAIN_MAX):
+                try:
+                    data = events.recv(1 << 16)
+                except BlockingIOError:
+                    break
+                except OSError as error:
+                    if error.errno == errno.ENOBUFS:  # the kernel dropped events: say how often
+                        self.destroyed_lost += 1
+                        continue
+                    break
+                self._destroyed.append((now, where, data))
+        while self._destroyed and now - self._destroyed[0][0] > self.keep_destroyed:
+            self._destroyed.popleft()
+
+    def poll(self) -> None:
+        """Take in what conntrack destroyed since the last call."""
+        with self._lock:
+            self._drain()
+
+    def _destroyed_holding(self, flows: list[FlowTuple]) -> list[ConntrackEntry]:
+        wanted = set(flows)
+        needles = [_packed_pair(flow) for flow in flows]
+        found: list[ConntrackEntry] = []
+        for _, where, data in self._destroyed:
+            # Most messages are other flows: a byte search finds the candidates before any parsing.
+            if not any(src in data and dst in data for src, dst in needles):
+                continue
+            for message in _messages(data):
+                entry = entry_from_message(message, where)
+                if entry is not None and ({entry.original, entry.reply} & wanted):
+                    found.append(entry)
+        return found
 
     # -- the two reads ---------------------------------------------------------------------------------
     def lookup(self, flows: Iterable[FlowTuple]) -> list[ConntrackEntry]:
-        """Entries holding any of `flows` (as original or reply tuple), in every namespace; each one once."""
-        wanted: list[FlowTuple | None] = list(dict.fromkeys(flows))
+        """Entries holding any of `flows` (as original or reply tuple), in every namespace, live or destroyed
+        within `keep_destroyed` seconds; each one once."""
+        wanted = list(dict.fromkeys(flows))
         with self._lock:
-            return list(dict.fromkeys(self._each_namespace(wanted)))
+            self._drain()
+            live = self._each_namespace(list(wanted))
+            return list(dict.fromkeys(live + self._destroyed_holding(wanted)))
 
     def entries(self) -> list[ConntrackEntry]:
         """Every entry of every namespace (of `proto`, when set)."""
@@ -356,9 +455,11 @@ class ConntrackReader:
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
             for inode in list(self._sockets):
                 self._drop_socket(inode)
+            for events, _ in self._events.values():
+                events.close()
+            self._events.clear()
 
     def __enter__(self) -> ConntrackReader:
         return self

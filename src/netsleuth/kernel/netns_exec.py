@@ -19,13 +19,22 @@ import ctypes
 import os
 import pickle
 import shutil
+import socket
+import struct
 import subprocess
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from netsleuth.errors import EnvironmentProblem, UsageError
 
-__all__ = ["CommandFailed", "call_in_netns", "netns_file", "read_file_in_netns", "run_in_netns"]
+__all__ = [
+    "CommandFailed",
+    "call_in_netns",
+    "netns_file",
+    "read_file_in_netns",
+    "run_in_netns",
+    "sockets_in_netns",
+]
 
 # include/uapi/linux/sched.h, include/uapi/linux/mount.h
 _CLONE_NEWNS = 0x00020000
@@ -206,4 +215,60 @@ def call_in_netns(netns: str | None, function: Callable[[], T]) -> T:
     if not ok:
         raise value
     result: T = value
+    return result
+
+
+def sockets_in_netns(
+    paths: Sequence[str], family: int, kind: int, proto: int, per_netns: int = 1
+) -> dict[str, list[socket.socket] | OSError]:
+    """`per_netns` sockets made inside each namespace file in `paths` (a socket stays bound to the namespace
+    it was made in). One forked child enters the namespaces in turn and hands each one's sockets back over a
+    unix socket (SCM_RIGHTS): one fork for any number of namespaces, and this process never moves. A
+    namespace that cannot be entered maps to its OSError."""
+    if not paths:
+        return {}
+    setns = _libc().setns  # looked up before the fork: the child makes only system calls
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:  # child: never return into the caller's stack
+        parent_end.close()
+        try:
+            for path in paths:
+                made: list[socket.socket] = []
+                code = 0
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    try:
+                        if setns(fd, _CLONE_NEWNET) != 0:
+                            code = ctypes.get_errno()
+                    finally:
+                        os.close(fd)
+                    if not code:
+                        made = [
+                            socket.socket(family, kind | socket.SOCK_CLOEXEC, proto) for _ in range(per_netns)
+                        ]
+                except OSError as error:
+                    code = error.errno or 1
+                socket.send_fds(child_end, [struct.pack("=i", code)], [sock.fileno() for sock in made])
+                for sock in made:
+                    sock.close()
+        finally:
+            os._exit(0)
+    child_end.close()
+    result: dict[str, list[socket.socket] | OSError] = {}
+    try:
+        for path in paths:
+            data, fds, _, _ = socket.recv_fds(parent_end, 4, per_netns)
+            if len(data) < 4:
+                break  # the child died: the rest stay unanswered
+            code = struct.unpack("=i", data)[0]
+            if code:
+                for fd in fds:
+                    os.close(fd)
+                result[path] = OSError(code, f"cannot enter network namespace {path}: {os.strerror(code)}")
+            else:
+                result[path] = [socket.socket(fileno=fd) for fd in fds]
+    finally:
+        parent_end.close()
+        os.waitpid(pid, 0)
     return result
