@@ -88,7 +88,10 @@ def create(client: httpx.Client, **body: Any) -> dict[str, Any]:
 
 
 class Listener:
-    """Everything published on some subjects while the block runs (as the lab's unrestricted admin)."""
+    """Everything published on some subjects while the block runs (as the lab's unrestricted admin). On exit
+    it publishes a marker and stops once the marker came back: whatever was published before it is in."""
+
+    MARKER = "netsleuth.host.zz-test-marker.control"
 
     def __init__(self, lab: FleetLab, subject: str) -> None:
         self.lab, self.subject = lab, subject
@@ -98,16 +101,21 @@ class Listener:
 
     async def _listen(self) -> None:
         client = await nats.connect(self.lab.nats_url, **self.lab.admin_credentials)
+        marked = asyncio.Event()
 
         async def received(message: Any) -> None:
-            self.messages.append(message.subject)
+            if message.subject == self.MARKER:
+                marked.set()
+            else:
+                self.messages.append(message.subject)
 
         await client.subscribe(self.subject, cb=received)
         await client.flush()
         self._ready.set()
         while not self._stop.is_set():
-            await asyncio.sleep(0.05)
-        await client.flush()
+            await asyncio.sleep(0.02)
+        await client.publish(self.MARKER, b"{}")
+        await asyncio.wait_for(marked.wait(), timeout=10)
         await client.close()
 
     def __enter__(self) -> Listener:
@@ -116,9 +124,8 @@ class Listener:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        time.sleep(0.3)  # lets in-flight messages of the requests just made arrive before we stop listening
         self._stop.set()
-        self._thread.join(10)
+        self._thread.join(15)
 
 
 # -- the synchronised session and its verdict ---------------------------------------------------------------
