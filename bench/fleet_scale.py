@@ -242,7 +242,7 @@ def agent_link_idle_cost(seconds: float) -> dict[str, float]:
         "agent_without_fleet_cpu_percent": round(used["plain"] / wall * 100, 3),
         "fleet_link_added_cpu_percent": round((used["fleet"] - used["plain"]) / wall * 100, 3),
         "heartbeat_seconds": 5.0,
-        "agent_clock_offset_us": round(int(entry.features.get("clock_offset_ns", 0)) / 1000, 1),
+        "agent_clock_offset_us": round(entry.offset_ns / 1000, 1),
     }
 
 

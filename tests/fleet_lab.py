@@ -791,7 +791,7 @@ def _main() -> int:
             print(
                 f"  {name:<8} {host.address:<12} netns {host.netns:<14} agent pid {lab.agent(name).pid:<7} "
                 f"kernel {entry.kernel}, {len(entry.diagnostics)} diagnostics, "
-                f"clock offset {entry.features.get('clock_offset_ns', 0) / 1e3:+.0f} us"
+                f"clock offset {entry.offset_ns / 1e3:+.0f} us"
             )
         if "--demo" in sys.argv[1:]:
             return _demo(lab)

@@ -178,6 +178,7 @@ def test_messages_round_trip() -> None:
         heartbeat_ns=1,
         diagnostics=("drops",),
         key_id="controller-1",
+        offset_ns=-20_661,
     )
     assert HostEntry.from_json(json.loads(entry.encode())) == entry
 

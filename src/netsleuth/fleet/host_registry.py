@@ -85,7 +85,7 @@ def host_entry(
         host=host_id,
         hostname=socket.gethostname(),
         kernel=os.uname().release,
-        features={**features, "clock_offset_ns": offset_ns},
+        features=features,
         version=__version__,
         labels=labels,
         namespaces=namespaces,
@@ -97,4 +97,5 @@ def host_entry(
         status="stopping" if status == "stopping" else "up",
         diagnostics=diagnostics,
         key_id=key_id,
+        offset_ns=offset_ns,
     )

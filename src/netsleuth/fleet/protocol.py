@@ -634,6 +634,7 @@ class HostEntry:
     status: Literal["up", "stopping"] = "up"
     diagnostics: tuple[str, ...] = ()  # the catalogue this agent will run
     key_id: str = ""  # which controller key it trusts (diagnosing a key mismatch starts here)
+    offset_ns: int = 0  # this host's wall clock minus the NATS server's (fleet/clock.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -651,6 +652,7 @@ class HostEntry:
             "status": self.status,
             "diagnostics": list(self.diagnostics),
             "key_id": self.key_id,
+            "offset_ns": self.offset_ns,
         }
 
     def encode(self) -> bytes:
@@ -680,4 +682,5 @@ class HostEntry:
             status=cast(Literal["up", "stopping"], status),
             diagnostics=fields.strings("diagnostics"),
             key_id=fields.string("key_id", "", max_len=128),
+            offset_ns=fields.signed_integer("offset_ns", 0),
         )
