@@ -93,6 +93,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_program__attach_perf_event": (_P, [_P, ctypes.c_int]),
     "bpf_link__destroy": (ctypes.c_int, [_P]),
     "bpf_link__fd": (ctypes.c_int, [_P]),
+    "bpf_map__reuse_fd": (ctypes.c_int, [_P, ctypes.c_int]),
+    "bpf_iter_create": (ctypes.c_int, [ctypes.c_int]),
     "bpf_map_lookup_elem": (ctypes.c_int, [ctypes.c_int, _P, _P]),
     "bpf_map_update_elem": (ctypes.c_int, [ctypes.c_int, _P, _P, ctypes.c_uint64]),
     "bpf_map_delete_elem": (ctypes.c_int, [ctypes.c_int, _P]),

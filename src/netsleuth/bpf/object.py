@@ -96,6 +96,14 @@ class BpfObject:
 
     check_struct_size = check_struct  # the name callers used while only sizes were compared
 
+    def reuse_map(self, name: str, fd: int) -> None:
+        """Before load: map `name` becomes the existing map `fd` (another object's), so both objects' programs
+        share it; libbpf checks at load that the definitions agree."""
+        if self._loaded:
+            raise BpfError("a map can be shared only before load")
+        if self._lib.bpf_map__reuse_fd(self._map_pointer(name), fd) != 0:
+            raise last_errno_error(f"cannot share map {name} with {self.path.name}")
+
     def set_autoload(self, program: str, enabled: bool) -> None:
         self._lib.bpf_program__set_autoload(self._program(program), enabled)
 
@@ -146,6 +154,13 @@ class BpfObject:
         if not link:
             raise last_errno_error(f"cannot attach {program} to perf event fd {perf_event_fd}", messages)
         self._links.append((program, int(link)))
+
+    def link_fd(self, program: str) -> int:
+        """The fd of the link that attached `program` (for an iterator: what bpf_iter_create() takes)."""
+        for name, link in self._links:
+            if name == program:
+                return int(self._lib.bpf_link__fd(link))
+        raise BpfError(f"{program} is not attached")
 
     def program_fd(self, program: str) -> int:
         return int(self._lib.bpf_program__fd(self._program(program)))

@@ -18,9 +18,11 @@ from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, TypedDict, Union
 
 from netsleuth.diagnostics.dns_json import DNS_RECORD_TYPES
+from netsleuth.diagnostics.profile_json import PROFILE_RECORD_TYPES
 from netsleuth.diagnostics.route_json import ROUTE_RECORD_TYPES
-from netsleuth.diagnostics.snoop_json import SNOOP_RECORD_TYPES
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
+from netsleuth.diagnostics.snoop_json import SNOOP_RECORD_TYPES
+from netsleuth.diagnostics.softirq_json import SOFTIRQ_RECORD_TYPES
 
 __all__ = ["RECORD_TYPES", "json_schema", "markdown", "schema_for"]
 
@@ -216,6 +218,7 @@ class LifeJson(_TcpBase):
     bytes_acked: int
     bytes_received: int
     last_state: str | None
+    born_before_trace: NotRequired[bool]  # opened before the trace: duration_s is a lower bound
 
 
 class StateJson(_TcpBase):
@@ -424,6 +427,8 @@ RECORD_TYPES: dict[str, type] = {
     **DNS_RECORD_TYPES,
     **ROUTE_RECORD_TYPES,
     **SNOOP_RECORD_TYPES,
+    **SOFTIRQ_RECORD_TYPES,
+    **PROFILE_RECORD_TYPES,
 }
 
 

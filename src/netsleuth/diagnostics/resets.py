@@ -387,7 +387,8 @@ class ResetEnricher:
             tcp_owner_facts(raw, task_acts_on_socket=raw.kind == EventKind.RESET_SENT and trigger is None)
         )
         netns_name = context.netns_name(raw.netns)
-        age = (raw.monotonic_ns - raw.born_ns) / 1e9 if raw.born_ns else None
+        # A socket older than the trace has the trace's start as born_ns: its age is unknown.
+        age = (raw.monotonic_ns - raw.born_ns) / 1e9 if raw.born_ns and not raw.born_before_trace else None
         facts = ResetFacts(
             direction="firewall" if firewall else direction,
             state=state,

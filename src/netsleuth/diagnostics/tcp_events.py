@@ -135,6 +135,8 @@ class LifeRecord:
             "bytes_acked": self.bytes_acked,
             "bytes_received": self.bytes_received,
             "last_state": self.last_state,
+            # Opened before the trace: duration_s counts from the trace's start, a lower bound.
+            **({"born_before_trace": True} if self.raw.born_before_trace else {}),
         }
 
 
@@ -565,8 +567,9 @@ def describe(record: TcpRecord) -> str:
     local, remote = endpoint_text(raw.laddr, raw.lport), endpoint_text(raw.raddr, raw.rport)
     who = owner_text(record.owner)
     if isinstance(record, LifeRecord):
+        lived = "at least " if raw.born_before_trace else ""  # opened before the trace
         return (
-            f"{who} {local} -> {remote} lived {duration_text(record.duration_s)}, bytes_acked "
+            f"{who} {local} -> {remote} lived {lived}{duration_text(record.duration_s)}, bytes_acked "
             f"{record.bytes_acked}, bytes_received {record.bytes_received}"
         )
     if isinstance(record, StateRecord):

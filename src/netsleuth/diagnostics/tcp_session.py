@@ -38,10 +38,12 @@ from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, ProgramBacked, ProgramSession, Variant
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
 from netsleuth.diagnostics.filters import PacketFilter
+from netsleuth.diagnostics.tcp_existing import ExistingSockets, seed_existing_sockets
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
 from netsleuth.kernel.kallsyms import Kallsyms, default_kallsyms
 from netsleuth.kernel.kconfig import thread_size
+from netsleuth.kernel.netns import NetnsNames
 from netsleuth.kernel.reasons import DropReasons
 
 __all__ = [
@@ -163,6 +165,8 @@ class RawTcpEvent(NamedTuple):
     cpu: int
     frames: tuple[int, ...] = ()
     segs: int = 0  # RETRANS: segments the skb went out as (TcpRetransSegs counts these); SYNACK_RETRANS: 1
+    # The socket existed before the trace (tcp_existing): born_ns is the trace's start, its age a lower bound.
+    born_before_trace: bool = False
 
 
 # One kind's counters (bpf/tcp.h), the same six as every program's.
@@ -326,6 +330,7 @@ class TcpSession(ProgramBacked):
             mirrors=(("tcp_event", TcpEventC), ("tcp_group", TcpGroupC), ("tcp_group_key", TcpGroupKeyC)),
         )
         self._owners = OwnerInodeSync(config.packet_filter)
+        self.existing = ExistingSockets()  # sockets older than the trace, once started
         self.has_reset_reason = False
         self._reject_filled = 0
         self._modules_checked = 0.0
@@ -404,6 +409,16 @@ class TcpSession(ProgramBacked):
         self._programs.start(
             programs, ("cfg", cfg), fill_maps=self._fill_maps, ring="events" if self.config.emit else None
         )
+        # After attach, so a socket born during the walk is seen live instead (the walk keeps those).
+        if "nst_state" in programs or "nst_synq" in programs:
+            self.existing = seed_existing_sockets(self._programs.bpf_object, self._netns_paths())
+
+    def _netns_paths(self) -> list[str]:
+        """The namespaces whose sockets the trace can report: the --netns one, else every one."""
+        names = NetnsNames()
+        wanted = self.config.packet_filter.netns
+        inodes = [wanted] if wanted else names.inodes()
+        return [path for inode in inodes if (path := names.path_of(inode)) is not None]
 
     def _fill_maps(self, bpf_object: BpfObject) -> None:
         fill_address_maps(bpf_object, self.config.packet_filter)
@@ -453,10 +468,21 @@ class TcpSession(ProgramBacked):
         if self._programs.started:
             self._owners.refresh(self._programs.bpf_object)
             self._watch_reject_modules()
-        return [decode_record(record) for record in self._programs.poll(timeout_ms)]
+        return self._decode_all(self._programs.poll(timeout_ms))
 
     def drain(self) -> list[RawTcpEvent]:
-        return [decode_record(record) for record in self._programs.drain()]
+        return self._decode_all(self._programs.drain())
+
+    def _decode_all(self, records: list[bytes]) -> list[RawTcpEvent]:
+        events = [decode_record(record) for record in records]
+        if self.existing.born_ns:
+            events = [self._mark_existing(event) for event in events]
+        return events
+
+    def _mark_existing(self, event: RawTcpEvent) -> RawTcpEvent:
+        if self.existing.existed_before(event.born_ns):
+            return event._replace(born_before_trace=True)
+        return event
 
     def totals(self) -> dict[EventKind, KindTotals]:
         if not self._programs.started:
@@ -482,7 +508,7 @@ class TcpSession(ProgramBacked):
                 sum2=value.sum2,
                 sum3=value.sum3,
                 max1=value.max1,
-                example=decode_event(value.example, frames),
+                example=self._mark_existing(decode_event(value.example, frames)),
                 segs=value.segs,
             )
 
