@@ -14,8 +14,10 @@
         lab.hosts["lb"].address           # 198.18.1.10
         lab.agent("lb")                   # its AgentProcess: .pid, .log_text(), .config_path
         lab.kill_agent("lb")              # SIGKILL (a crashed agent); lab.stop_agent("lb") = SIGTERM
-        lab.start_agent("lb")             # again, e.g. after a kill
+        lab.start_agent("lb")             # again, e.g. after a kill; scoped=False: a whole-host agent
+        lab.agent("lb").metrics()         # its /metrics text (netsleuth_fleet_* series)
         lab.stop_nats(); lab.start_nats(); lab.restart_nats()   # same port, same JetStream store
+        lab.nats_pid                      # nats-server's pid (None while stopped)
         lab.registry()                    # {host: HostEntry} from the KV bucket
         lab.wait_registered(["lb"], since_ns=t)  # until each host wrote an entry after t
         lab.task("lb", session="s1", diagnostic="drops", config={...}, deadline_s=3)  -> Task
@@ -40,7 +42,8 @@ its own NATS user whose permissions reach only its own host's subjects (netsleut
 Everything the lab starts it stops, also when the block raises: agents, nats-server, namespaces, files.
 Namespaces are named `nsf<pid>-<n>-<host>` and veth ends are created inside them (nothing appears in the root
 namespace); a lab whose process was killed is cleaned up by the next lab that starts (`reap_leftovers`).
-Run `python -m tests.fleet_lab` to bring one up and print it (`make fleet-demo`).
+`python -m tests.fleet_lab` brings one up and prints it; `--demo` (`make fleet-demo`) adds the controller and
+runs `netsleuth fleet run diagnose` over a dropped flow and a DNAT-bypassed one.
 """
 
 from __future__ import annotations
