@@ -18,7 +18,7 @@ import nats
 import pytest
 
 from tests.controller_lab import ControllerProcess
-from tests.fleet_lab import REPO, FleetLab
+from tests.fleet_lab import REPO, FleetLab, connect, serve
 from tests.netlab import wait_for
 from tests.privileged.test_agent_harness import bpf_object_ids, wait_released
 
@@ -162,6 +162,33 @@ def test_three_host_session_traces_the_flow_through_the_dnat(
     assert {"client", "lb"} <= hosts_of_flow
     times = [e["time"] for e in session["timeline"] if "time" in e]
     assert times == sorted(times)
+
+
+def test_a_reply_that_bypasses_the_dnat_is_named(fleet: tuple[FleetLab, ControllerProcess]) -> None:
+    """VIP:81 is DNATed to server:8081 without SNAT: the server answers the client directly, the client has
+    no socket for a SYN-ACK from the backend's address and resets. Only the joined hosts show why."""
+    lab, controller = fleet
+    listener = serve(lab, "server", 8081)
+    try:
+        with api(controller) as client:
+            created = create(
+                client, hosts=list(HOSTS), diagnostic="conn", config={"proto": "tcp"}, duration=5
+            )
+            wait_hosts_running(client, created["id"], HOSTS)
+            assert connect(lab, "client", VIP, 81, timeout=1.5) == "TimeoutError"
+            session = wait_state(client, created["id"], ("ended", "failed"), timeout=60)
+    finally:
+        listener.kill()
+        listener.wait(10)
+    bypass = [v for v in session["verdicts"] if v["outcome"] == "nat-bypass"]
+    assert len(bypass) == 1, session["verdicts"]
+    verdict = bypass[0]
+    assert verdict["flow"].endswith(f"> {VIP}:81")
+    events = [(hop["host"], hop["event"]) for hop in verdict["hops"]]
+    assert events[:4] == [("client", "sent"), ("lb", "nat"), ("client", "bypass"), ("client", "reset")], (
+        events
+    )
+    assert "the reply from 198.18.2.7:8081 came straight back to host client" in verdict["text"]
 
 
 def test_the_cli_streams_the_merged_timeline_and_the_verdict(

@@ -102,3 +102,26 @@ def test_entries_beyond_the_bound_are_counted() -> None:
     merged.add("a", record)
     assert len(merged.timeline()) == 1
     assert merged.dropped_entries == 1
+
+
+def test_the_dnat_bypass_is_named_from_a_recorded_session() -> None:
+    """Real records (tests/fleet_lab.py): the server's SYN-ACK skips the load balancer on its way back, so the
+    client sees a SYN-ACK from the backend's address, has no socket for it, and resets."""
+    data: dict[str, Any] = json.loads((FIXTURE.parent / "dnat_bypass_session.json").read_text())
+    merged = MergedTimeline(data["hostnames"], netns_owner=data["netns_owner"])
+    for host, offset in data["offsets"].items():
+        merged.set_offset(host, offset)
+    for item in data["records"]:
+        merged.add(item["host"], item["record"])
+    verdicts = merged.verdicts({host: {"state": "ended"} for host in ("client", "lb", "server")})
+    assert [v["outcome"] for v in verdicts] == ["nat-bypass"]
+    hops = verdicts[0]["hops"]
+    assert [(hop["host"], hop["event"]) for hop in hops] == [
+        ("client", "sent"), ("lb", "nat"), ("client", "bypass"), ("client", "reset"), ("client", "drop"),
+        ("server", "drop"),
+    ]  # fmt: skip
+    assert hops[2]["detail"].startswith(
+        "the reply from 198.18.2.7:8081 came straight back to host client, bypassing the NAT on host lb"
+    )
+    # The events the client's conn report carried about the server's namespace sit on the server.
+    assert hops[5]["detail"] == "dropped on host server: NOT_SPECIFIED at tcp_v4_rcv+0x91 (x2)"

@@ -30,7 +30,7 @@ Endpoint = tuple[str, int]
 _PairKey = tuple[str, frozenset[Endpoint]]
 
 _BENIGN_DROPS = frozenset({"QUEUE_PURGE"})  # a closed socket's queues purged: part of a normal close
-_OUTCOME_ORDER = {"dropped": 0, "reset": 1, "unanswered": 2, "established": 3, "seen": 4}
+_OUTCOME_ORDER = {"nat-bypass": 0, "dropped": 1, "reset": 2, "unanswered": 3, "established": 4, "seen": 5}
 
 
 def parse_time_ns(text: object) -> int | None:
@@ -88,6 +88,9 @@ def _record_tuple(record: Mapping[str, Any]) -> FlowTuple | None:
 # `dropped [SYN] 198.18.0.5:48606 > 198.18.2.7:8080: ...`: the packet of a `conn` timeline drop (its JSON has
 # the reason and rule but not the tuple, which differs from the connection's after a NAT).
 _PACKET_IN_TEXT = re.compile(r"\] (\S+) > (\S+?):? ")
+# `RST sent (no socket): a SYN|ACK segment from 198.18.2.7:8081 matched no socket on 198.18.0.5:43362`: the
+# segment that drew the reset (its source, then where it arrived).
+_RESET_IN_TEXT = re.compile(r"segment from (\S+) matched no socket on (\S+)")
 
 
 def _packet_tuple(record: Mapping[str, Any]) -> FlowTuple | None:
@@ -96,10 +99,11 @@ def _packet_tuple(record: Mapping[str, Any]) -> FlowTuple | None:
         return None
     if record.get("saddr") is not None:
         return _record_tuple({**record, "type": "drop"})
-    found = _PACKET_IN_TEXT.search(str(record.get("text") or ""))
+    text = str(record.get("text") or "")
+    found = _PACKET_IN_TEXT.search(text) or _RESET_IN_TEXT.search(text)
     if found is None:
         return None
-    src, dst = _split(found.group(1)), _split(found.group(2))
+    src, dst = _split(found.group(1).rstrip(":,")), _split(found.group(2).rstrip(":,"))
     return FlowTuple(str(record.get("proto") or "tcp"), src, dst) if src and dst else None
 
 
@@ -248,7 +252,9 @@ class MergedTimeline:
                 f"reset {verb} host {host} ({record.get('cause') or 'no cause'})",
             )
         elif event == "reset":
-            observation = _Observation(host, time_ns, flow, "reset", f"{record.get('text')} on host {host}")
+            # `RST sent (no socket): <why>`: the why is in the conn report; the hop says what and where.
+            what = str(record.get("text") or "reset").split(":", 1)[0]
+            observation = _Observation(host, time_ns, flow, "reset", f"{what} on host {host}")
         elif event in ("retransmit", "synack_retransmit", "retrans"):
             text = record.get("text") or f"{record.get('kind', '')} retransmit".strip()
             observation = _Observation(host, time_ns, flow, "retransmit", f"{text} on host {host}")
@@ -274,12 +280,12 @@ class MergedTimeline:
         )
 
     # -- flows ------------------------------------------------------------------------------------------
-    def _place(self, index: NatIndex, flow: FlowTuple) -> tuple[FlowTuple | _PairKey, int]:
-        """(the flow's identity, the packet's position on its NAT path)."""
+    def _place(self, index: NatIndex, flow: FlowTuple) -> tuple[FlowTuple | _PairKey, int, bool]:
+        """(the flow's identity, the packet's position on its NAT path, whether it went server -> client)."""
         placement = index.place(flow) if len(index) else None
         if placement is not None:
-            return placement.path.original, placement.position
-        return (flow.proto, flow.pair), 0
+            return placement.path.original, placement.position, placement.reply
+        return (flow.proto, flow.pair), 0, False
 
     def _flow_name(self, identity: FlowTuple | _PairKey, observations: list[_Observation]) -> str:
         if isinstance(identity, FlowTuple):
@@ -317,10 +323,10 @@ class MergedTimeline:
     def verdicts(self, host_states: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
         """One verdict per flow any host saw something of; hosts that did not end normally are named."""
         index = NatIndex(self._conntrack)
-        by_flow: dict[FlowTuple | _PairKey, list[tuple[_Observation, float]]] = {}
+        by_flow: dict[FlowTuple | _PairKey, list[tuple[_Observation, float, bool]]] = {}
         for observation in self._observations:
-            identity, position = self._place(index, observation.flow)
-            by_flow.setdefault(identity, []).append((observation, float(position)))
+            identity, position, reply = self._place(index, observation.flow)
+            by_flow.setdefault(identity, []).append((observation, float(position), reply))
         missing = sorted(
             (host, state) for host, state in (host_states or {}).items() if state.get("state") != "ended"
         )
@@ -343,7 +349,7 @@ class MergedTimeline:
             verdicts.append(
                 {
                     "type": "verdict",
-                    "flow": self._flow_name(identity, [o for o, _ in placed]),
+                    "flow": self._flow_name(identity, [o for o, _, _ in placed]),
                     "outcome": self._outcome(hops),
                     "hops": hops,
                     "missing_hosts": [host for host, _ in missing],
@@ -354,13 +360,17 @@ class MergedTimeline:
         return verdicts
 
     def _hops(
-        self, identity: FlowTuple | _PairKey, placed: list[tuple[_Observation, float]], index: NatIndex
+        self, identity: FlowTuple | _PairKey, placed: list[tuple[_Observation, float, bool]], index: NatIndex
     ) -> list[dict[str, Any]]:
         # One hop per (host, what, text): a SYN retransmitted five times is one hop "(x5)".
         chosen: dict[tuple[str, str, str], tuple[_Observation, float]] = {}
         counts: dict[tuple[str, str, str], int] = {}
         seen: set[tuple[str, str, str, int]] = set()
-        for observation, position in placed:
+        rows: list[tuple[float, float, int, dict[str, Any]]] = []
+        bypass = self._bypass(identity, placed, index)
+        if bypass is not None:
+            rows.append(bypass)
+        for observation, position, _reply in placed:
             # The same kernel event reported twice (the server's own drop record and the client's conn
             # report that joined it) counts once.
             exact = (observation.host, observation.kind, observation.text, observation.time_ns)
@@ -372,7 +382,6 @@ class MergedTimeline:
             if key not in chosen or observation.time_ns < chosen[key][0].time_ns:
                 # The client's own send comes before anything else seen of its tuple.
                 chosen[key] = (observation, -1.0 if observation.kind == "sent" else position)
-        rows: list[tuple[float, int, int, dict[str, Any]]] = []
         rank = {"sent": 0, "retransmit": 1}
         for key, (observation, position) in chosen.items():
             detail = observation.text + (f" (x{counts[key]})" if counts[key] > 1 else "")
@@ -402,9 +411,40 @@ class MergedTimeline:
             hops = [hop for hop in hops if hop["event"] != "retransmit"]
         return hops
 
+    def _bypass(
+        self, identity: FlowTuple | _PairKey, placed: list[tuple[_Observation, float, bool]], index: NatIndex
+    ) -> tuple[float, float, int, dict[str, Any]] | None:
+        """A reply that reached the client's host still carrying the address the NAT translated to (the
+        server answered straight to the client, not back through the NAT host, so nothing undid the DNAT):
+        the client has no socket for it and resets. Seen only by joining hosts: the client sees a stray
+        SYN-ACK, the load balancer a half-open entry, the server a reset."""
+        if not isinstance(identity, FlowTuple):
+            return None
+        clients = {o.host for o, _, _ in placed if o.kind == "sent"}
+        strays = [(o, p) for o, p, reply in placed if reply and p >= 1 and o.host in clients]
+        if not strays:
+            return None
+        observation, position = min(strays, key=lambda item: item[0].time_ns)
+        nat = index.path(identity).hops[int(position) - 1]
+        source = observation.flow.src if observation.flow.dst[0] == identity.src[0] else observation.flow.dst
+        detail = (
+            f"the reply from {endpoint_text(*source)} came straight back to host {observation.host}, "
+            f"bypassing the NAT on {self._where(nat.where)} "
+            f"(nothing undid the {nat.kind}: no socket expects it)"
+        )
+        hop = {
+            "host": observation.host,
+            "event": "bypass",
+            "detail": detail,
+            "time": iso_from_ns(observation.time_ns),
+        }
+        return (position, 1.5, observation.time_ns, hop)
+
     @staticmethod
     def _outcome(hops: list[dict[str, Any]]) -> str:
         events = {hop["event"] for hop in hops}
+        if "bypass" in events:
+            return "nat-bypass"
         if "drop" in events:
             return "dropped"
         if "reset" in events:
