@@ -185,9 +185,10 @@ class ResetsDiagnostic:
         return self._session.program_fds()
 
     def notes(self) -> list[str]:
+        notes = list(self._session.existing.problems)  # sockets older than the trace not walked, and why
         if self._session.attach_kind and not self._session.has_reset_reason:
-            return ["this kernel gives no reset reasons (Linux 6.10+); causes are inferred"]
-        return []
+            notes.append("this kernel gives no reset reasons (Linux 6.10+); causes are inferred")
+        return notes
 
     def close(self) -> None:
         self._session.close()
@@ -336,7 +337,7 @@ class TcpEventsDiagnostic:
         return self._session.program_fds()
 
     def notes(self) -> list[str]:
-        return []
+        return list(self._session.existing.problems)  # sockets older than the trace not walked, and why
 
     def close(self) -> None:
         self._session.close()
