@@ -17,7 +17,6 @@ client is gone; it shows in the metrics and the log), error.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import math
 import secrets
@@ -41,7 +40,7 @@ from netsleuth.agent.session_request import SessionRequest, parse_session_reques
 from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.errors import NetsleuthError, UsageError
-from netsleuth.render.jsonl import JsonLinesWriter
+from netsleuth.render.jsonl import encode_line
 
 __all__ = [
     "ClientGone",
@@ -90,10 +89,8 @@ class SessionStats:
 
 
 def _encode(record: Mapping[str, Any]) -> bytes:
-    # The CLI's writer, so a session's lines are byte-for-byte what `--json` prints.
-    buffer = io.StringIO()
-    JsonLinesWriter(buffer).write(record)
-    return buffer.getvalue().encode()
+    # The CLI's encoder, so a session's lines are byte-for-byte what `--json` prints.
+    return encode_line(record)
 
 
 class LiveSession:

@@ -161,17 +161,18 @@ def run_session(
     """Run `session` until Ctrl-C/SIGTERM or `options.duration`; print records as they arrive and the summary
     at the end. `sinks` get every batch too (e.g. a pcapng writer); `status` replaces the progress line's
     event counts. Returns the exit status (0)."""
-    from netsleuth.render.jsonl import JsonLinesWriter
-
     out = out or sys.stdout
     progress = Progress(sys.stderr, view.noun, status)
-    writer = JsonLinesWriter(out) if json_lines else None
     with contextlib.ExitStack() as stack:
         # Installed before anything attaches: a Ctrl-C at any point ends the run the same orderly way.
         signals = stack.enter_context(StopSignals())
         stack.callback(session.close)
         session.start()
         write_ready_file(ready_file, session.attach_kind)
+        # The JSON encoder loads once attached: attach time is not spent on what comes after.
+        from netsleuth.render.jsonl import JsonLinesWriter
+
+        writer = JsonLinesWriter(out) if json_lines else None
 
         def emit(records: Sequence[Record]) -> None:
             if not records:

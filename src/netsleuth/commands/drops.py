@@ -72,11 +72,10 @@ class DropsView:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Only what attaching needs is imported before the ready file; names and renderers load after it.
+    # Only what attaching needs is imported before the ready file; names and renderers load after it (the
+    # debug vmlinux is looked for when the first drop is named, the pcapng writer only with --pcap).
     from netsleuth.diagnostics.drops import DropsDiagnostic, read_drops_config
     from netsleuth.kernel.reasons import load_drop_reasons
-    from netsleuth.kernel.symbolizer import find_debug_vmlinux
-    from netsleuth.render.pcapng import PcapngWriter
 
     if args.snaplen is not None and args.pcap is None:
         raise UsageError("--snaplen only applies with --pcap FILE")
@@ -87,10 +86,12 @@ def run(args: argparse.Namespace) -> int:
     vmlinux = args.vmlinux
     if vmlinux is not None and not Path(vmlinux).is_file():
         raise UsageError(f"--vmlinux {vmlinux}: no such file")
-    session = DropsDiagnostic(config, reasons=reasons, vmlinux=vmlinux or find_debug_vmlinux())
+    session = DropsDiagnostic(config, reasons=reasons, vmlinux=vmlinux, find_vmlinux=vmlinux is None)
     sinks = []
     pcap: PcapngWriter | None = None
     if args.pcap:
+        from netsleuth.render.pcapng import PcapngWriter
+
         try:
             pcap = PcapngWriter(args.pcap, snaplen=config.snaplen)
         except OSError as error:

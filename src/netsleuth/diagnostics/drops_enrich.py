@@ -9,13 +9,15 @@ holding the packet's socket (by its inode in /proc/PID/fd), else "kernel".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from netsleuth.diagnostics.attribution import Owner, drop_owner_facts
 from netsleuth.diagnostics.drops import RawDrop, RawDropGroup
+from netsleuth.diagnostics.iso_times import IsoTimes
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
-from netsleuth.diagnostics.tcp_context import iso_time
+from netsleuth.diagnostics.struct_layout import frozen_record
 from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.netns import current_netns_inode
@@ -23,7 +25,12 @@ from netsleuth.kernel.reasons import DropReasons
 from netsleuth.kernel.symbolizer import SourceFrame, SourceSymbolizer
 from netsleuth.packet import PacketTuple, tcp_flags_text
 
+if TYPE_CHECKING:
+    from netsleuth.firewall import FirewallVerdict
+
 __all__ = ["DropEnricher", "DropGroup", "DropRecord", "Owner"]
+
+_iso_time = IsoTimes()  # tcp_context.iso_time's text, formatted once per second of a storm
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class DropRecord:
         data: dict[str, Any] = {
             "type": "drop",
             "v": SCHEMA_VERSIONS["drop"],
-            "time": iso_time(self.time),
+            "time": _iso_time(self.time),
             "reason": self.reason,
             "reason_code": self.reason_code,
             "location": self.location,
@@ -109,6 +116,9 @@ class DropGroup:
         }
 
 
+_CACHE_LIMIT = 65536
+
+
 def _from_drop_site(frames: tuple[int, ...], location: int) -> tuple[int, ...]:
     """The stack from the function that dropped the packet outwards: our program, the tracepoint glue and
     kfree_skb itself sit above `location` (the dropping call's return address) and explain nothing."""
@@ -140,6 +150,10 @@ class DropEnricher:
         self.explain_firewall = explain_firewall
         self._netfilter_reason = reasons.value("NETFILTER_DROP")
         self._source_cache: dict[int, tuple[SourceFrame, ...]] = {}
+        self._reason_names: dict[int, str] = {}
+        self._states: dict[int | None, str | None] = {}
+        self._hooks: dict[tuple[tuple[int, ...], int], str | None] = {}
+        self._verdicts: dict[int, tuple[FirewallVerdict, dict[str, object]]] = {}
 
     @property
     def firewall_problems(self) -> dict[int, str]:
@@ -170,13 +184,35 @@ class DropEnricher:
             self._source_cache[address] = cached
         return cached
 
+    def _hook(self, frames: tuple[int, ...], family: int) -> str | None:
+        """The netfilter hook a drop's stack went through. A pure function of the frames' function names
+        (kallsyms does not change during a run), so it is remembered for the run by (frames, family)."""
+        key = (frames, family)
+        if key in self._hooks:
+            return self._hooks[key]
+        from netsleuth.firewall import hook_from_stack
+
+        if len(self._hooks) >= _CACHE_LIMIT:
+            self._hooks.clear()
+        hook = hook_from_stack([self.context.function_name(address) for address in frames], family)
+        self._hooks[key] = hook
+        return hook
+
+    def _verdict_json(self, verdict: FirewallVerdict) -> dict[str, object]:
+        # The matcher hands back the same verdict object while its reading of the rules is unchanged.
+        cached = self._verdicts.get(id(verdict))
+        if cached is None or cached[0] is not verdict:
+            cached = (verdict, verdict.to_json())
+            if len(self._verdicts) >= _CACHE_LIMIT:
+                self._verdicts.clear()
+            self._verdicts[id(verdict)] = cached
+        return cached[1]
+
     def _netfilter(self, raw: RawDrop, frames: tuple[int, ...]) -> dict[str, Any] | None:
         if raw.reason != self._netfilter_reason or not self.explain_firewall:
             return None
-        from netsleuth.firewall import hook_from_stack
-
         context = self.context
-        hook = hook_from_stack([context.function_name(address) for address in frames], raw.packet.family)
+        hook = self._hook(frames, raw.packet.family)
         result: dict[str, Any] = {"hook": hook, "table": None, "chain": None, "rule": None}
         if hook is None:
             return result
@@ -185,31 +221,96 @@ class DropEnricher:
             return result
         verdict = context.firewall_verdict(raw.netns, raw.packet, hook, raw.ifname)
         if verdict is not None:
-            result.update(verdict.to_json())
+            result.update(self._verdict_json(verdict))
         return result
 
     def enrich(self, raw: RawDrop) -> DropRecord:
+        return self.enrich_many((raw,))[0]
+
+    def enrich_many(self, raws: Sequence[RawDrop]) -> list[DropRecord]:
+        """Records for a batch of drops, the same as `enrich` of each.
+
+        A storm is thousands of drops of a few kinds, so what is looked up is looked up once per batch
+        (netns name, owner, firewall verdict), or once per run when it cannot change (reason, symbol, hook:
+        kallsyms and the reason table are fixed). The firewall verdict is remembered for the batch by
+        (netns, hook, packet tuple, device): everything the matcher reads of a packet is in that key (the
+        tuple holds addresses, ports, protocol, TCP flags, ICMP type and length), and the matcher itself
+        answers from one reading of the rules and counters until it re-reads them (netsleuth.firewall.matcher:
+        at most every max_age, or min_refresh for drops only counters can tell apart), so rules told apart by
+        counter growth are decided on the same reading as without the memo. A batch is read in
+        milliseconds; nothing the memo covers would be re-read within it.
+        """
         context = self.context
-        frames = _from_drop_site(raw.frames, raw.location)
-        return DropRecord(
-            time=context.wall_time(raw.monotonic_ns),
-            reason=self.reasons.name(raw.reason),
-            reason_code=raw.reason,
-            location=context.symbol(raw.location),
-            location_address=raw.location,
-            packet=raw.packet,
-            owner=self.owner(raw),
-            netns=raw.netns,
-            netns_name=context.netns_names.name_of(raw.netns),
-            ifname=raw.ifname or None,
-            ifindex=raw.ifindex,
-            cpu=raw.cpu,
-            sk_state=context.names.state(raw.sk_state) if raw.packet.proto == 6 else None,
-            stack=tuple(context.symbol(address) for address in frames) if self.want_stack else None,
-            source=self._source(raw.location),
-            netfilter=self._netfilter(raw, frames),
-            packet_bytes=raw.packet_bytes,
-        )
+        reasons = self._reason_names
+        symbol = context.symbol
+        netns_names: dict[int, str | None] = {}
+        owners: dict[tuple[int | None, str, int], Owner] = {}
+        netfilters: dict[tuple[int, tuple[int, ...], PacketTuple, str], dict[str, Any] | None] = {}
+        want_stack = self.want_stack
+        netfilter_reason = self._netfilter_reason
+        explain = self.explain_firewall
+        wall_offset = context.wall_offset_ns
+        source = self._source if self.symbolizer is not None else None
+        records: list[DropRecord] = []
+        append = records.append
+        for raw in raws:
+            location = raw.location
+            frames = _from_drop_site(raw.frames, location) if raw.frames else ()
+            reason_code = raw.reason
+            reason = reasons.get(reason_code)
+            if reason is None:
+                reason = reasons[reason_code] = self.reasons.name(reason_code)
+            netns = raw.netns
+            if netns in netns_names:
+                netns_name = netns_names[netns]
+            else:
+                netns_name = netns_names[netns] = context.netns_names.name_of(netns)
+            task = raw.in_task and not raw.kthread and raw.pid
+            owner_key = (raw.pid if task else None, raw.comm, raw.sock_ino)
+            owner = owners.get(owner_key)
+            if owner is None:
+                owner = owners[owner_key] = self.owner(raw)
+            packet = raw.packet
+            if reason_code == netfilter_reason and explain:
+                netfilter_key = (netns, frames, packet, raw.ifname)
+                if netfilter_key in netfilters:
+                    shared = netfilters[netfilter_key]
+                else:
+                    shared = netfilters[netfilter_key] = self._netfilter(raw, frames)
+                netfilter = dict(shared) if shared is not None else None
+            else:
+                netfilter = None
+            sk_state = raw.sk_state
+            append(
+                frozen_record(
+                    DropRecord,
+                    {
+                        "time": (raw.monotonic_ns + wall_offset) / 1e9,
+                        "reason": reason,
+                        "reason_code": reason_code,
+                        "location": symbol(location),
+                        "location_address": location,
+                        "packet": packet,
+                        "owner": owner,
+                        "netns": netns,
+                        "netns_name": netns_name,
+                        "ifname": raw.ifname or None,
+                        "ifindex": raw.ifindex,
+                        "cpu": raw.cpu,
+                        "sk_state": self._state_name(sk_state) if packet.proto == 6 else None,
+                        "stack": tuple(symbol(address) for address in frames) if want_stack else None,
+                        "source": source(location) if source is not None else None,
+                        "netfilter": netfilter,
+                        "packet_bytes": raw.packet_bytes,
+                    },
+                )
+            )
+        return records
+
+    def _state_name(self, state: int | None) -> str | None:
+        if state not in self._states:
+            self._states[state] = self.context.names.state(state)
+        return self._states[state]
 
     def enrich_group(self, group: RawDropGroup) -> DropGroup:
         example = self.enrich(group.example)

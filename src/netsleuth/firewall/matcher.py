@@ -52,6 +52,7 @@ Confidence = Literal["matched", "counters", "possible"]
 _BACKEND_NFTABLES = "nftables"
 # Deeper than any sane ruleset; stops jump loops, which the kernel refuses anyway (-ELOOP).
 _MAX_JUMP_DEPTH = 64
+_MAX_DECIDED = 65536
 _IP_HOOKS = frozenset({"prerouting", "input", "forward", "output", "postrouting"})
 
 
@@ -496,6 +497,14 @@ class FirewallMatcher:
         self._baseline, self._baseline_sources = _counters(self._start)
         self._snapshot: FirewallSnapshot | None = None  # the start snapshot predates every drop: not reused
         self._listings: dict[tuple[str, str, str], str | None] = {}
+        # Verdicts decided on one reading of the rules, by the packet as the hook saw it: a storm of drops
+        # of one kind walks the ruleset once per reading, not once per packet. The key is everything
+        # `_decide` reads of a packet (PacketAtHook: the tuple with addresses, ports, protocol, flags,
+        # ICMP type and length, the hook and both devices); the value depends otherwise only on the reading
+        # (rules and counters) and the baseline, so the memo is dropped whenever the reading changes and an
+        # answer is the same as deciding again.
+        self._decided: dict[PacketAtHook, FirewallVerdict | None] = {}
+        self._decided_on: FirewallSnapshot | None = None
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -523,12 +532,23 @@ class FirewallMatcher:
         seen = PacketAtHook(packet, hook, in_ifname, out_ifname)
         with self._lock:
             snapshot = self._current(self._max_age)
-            verdict = self._decide(snapshot, seen)
+            verdict = self._decide_once(snapshot, seen)
             if verdict is None or verdict.confidence != "matched":
                 fresher = self._current(self._min_refresh)
                 if fresher is not snapshot:
-                    verdict = self._decide(fresher, seen)
+                    verdict = self._decide_once(fresher, seen)
             return verdict
+
+    def _decide_once(self, snapshot: FirewallSnapshot, seen: PacketAtHook) -> FirewallVerdict | None:
+        if snapshot is not self._decided_on:
+            self._decided = {}
+            self._decided_on = snapshot
+        if seen in self._decided:
+            return self._decided[seen]
+        if len(self._decided) >= _MAX_DECIDED:
+            self._decided.clear()  # a scan of many addresses within one reading: start over
+        verdict = self._decided[seen] = self._decide(snapshot, seen)
+        return verdict
 
     def _current(self, max_age: float) -> FirewallSnapshot:
         if self._snapshot is None or self._clock() - self._snapshot.taken_at > max_age:
