@@ -306,6 +306,10 @@ def test_every_session_is_audited_before_dispatch_with_its_outcome(
     )
     assert records[0]["seq"] < records[1]["seq"]
     assert "lb: ended" in records[1]["outcome"]
+    with api(controller, "root") as admin:
+        everything = admin.get("/api/v1/audit", params={"limit": 5000}).json()
+        tail = admin.get("/api/v1/audit", params={"limit": 2}).json()  # read from the stream's tail only
+    assert [r["seq"] for r in tail] == [r["seq"] for r in everything[-2:]]
 
 
 def test_a_task_the_agent_refuses_is_rejected_and_audited(fleet: tuple[FleetLab, ControllerProcess]) -> None:

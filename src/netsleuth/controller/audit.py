@@ -87,7 +87,15 @@ class AuditLog:
         return int(ack.seq)
 
     async def query(self, query: AuditQuery) -> list[dict[str, Any]]:
-        messages = await read_stream(self._js, AUDIT_STREAM, "netsleuth.audit.>", since=query.since)
+        start_seq = None
+        if query.since is None and query.user is None and query.decision is None:
+            # The newest `limit` records need only the stream's tail, however long the trail is. (A filtered
+            # query reads from `since`: pass one on a long trail.)
+            state = (await self._js.stream_info(AUDIT_STREAM)).state
+            start_seq = max(state.first_seq, state.last_seq - query.limit + 1)
+        messages = await read_stream(
+            self._js, AUDIT_STREAM, "netsleuth.audit.>", since=query.since, start_seq=start_seq
+        )
         records: list[dict[str, Any]] = []
         for message in messages:
             try:

@@ -116,6 +116,7 @@ async def read_stream(
     *,
     last_per_subject: bool = False,
     since: datetime.datetime | None = None,
+    start_seq: int | None = None,
     batch: int = 256,
     timeout: float = 2.0,
 ) -> list[Msg]:
@@ -128,11 +129,14 @@ async def read_stream(
         policy = js_api.DeliverPolicy.LAST_PER_SUBJECT
     elif since is not None:
         policy = js_api.DeliverPolicy.BY_START_TIME
+    elif start_seq is not None:
+        policy = js_api.DeliverPolicy.BY_START_SEQUENCE
     else:
         policy = js_api.DeliverPolicy.ALL
     consumer = js_api.ConsumerConfig(
         deliver_policy=policy,
         opt_start_time=since.astimezone(datetime.UTC) if since else None,
+        opt_start_seq=start_seq if policy == js_api.DeliverPolicy.BY_START_SEQUENCE else None,
         ack_policy=js_api.AckPolicy.NONE,
         filter_subject=subject,
         inactive_threshold=30.0,
