@@ -17,6 +17,7 @@ import httpx
 import nats
 import pytest
 
+from netsleuth.fleet.protocol import task_subject
 from tests.controller_lab import ControllerProcess
 from tests.fleet_lab import REPO, FleetLab, connect, serve
 from tests.netlab import wait_for
@@ -336,6 +337,25 @@ def test_a_task_the_agent_refuses_is_rejected_and_audited(fleet: tuple[FleetLab,
         and by_controller[0]["hosts"] == ["client"]
     )
     assert len(by_agent) == 1
+
+
+def test_a_forged_task_sent_straight_over_nats_shows_in_the_audit_api(
+    fleet: tuple[FleetLab, ControllerProcess],
+) -> None:
+    """Bypassing the controller gets nothing run, and the agent's refusal is in the trail admins read."""
+    lab, controller = fleet
+    since = time.time()
+    signed = lab.sign(lab.task("client", session="forged-1", diagnostic="drops", deadline_s=1)).to_json()
+    signed["task"]["user"] = "mallory"  # changed after signing
+    reply = json.loads(lab.nats_request(task_subject("client"), json.dumps(signed).encode(), admin=True))
+    assert reply["accepted"] is False and "signature" in reply["reason"]
+    with api(controller, "root") as root:
+
+        def recorded() -> bool:
+            found = root.get("/api/v1/audit", params={"decision": "deny", "since": str(since)}).json()
+            return any(r.get("host") == "client" and r.get("session") == "forged-1" for r in found)
+
+        wait_for(recorded, 10, "the agent's refusal in the audit trail")
 
 
 def test_cancel_and_the_concurrency_limit(fleet: tuple[FleetLab, ControllerProcess]) -> None:
