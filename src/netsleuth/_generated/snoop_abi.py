@@ -149,12 +149,8 @@ PROGRAMS: dict[str, Program] = {
     "snoop_exec_enter_t": Program("tracepoint/syscalls/sys_enter_execve", "tracepoint", "sys_enter_execve"),
     "snoop_exec_exit_t": Program("tracepoint/syscalls/sys_exit_execve", "tracepoint", "sys_exit_execve"),
     "snoop_exec_moved_t": Program("tracepoint/sched/sched_process_exec", "tracepoint", "sched_process_exec"),
-    "snoop_execat_enter_t": Program(
-        "tracepoint/syscalls/sys_enter_execveat", "tracepoint", "sys_enter_execveat"
-    ),
-    "snoop_execat_exit_t": Program(
-        "tracepoint/syscalls/sys_exit_execveat", "tracepoint", "sys_exit_execveat"
-    ),
+    "snoop_execat_enter_t": Program("tracepoint/syscalls/sys_enter_execveat", "tracepoint", "sys_enter_execveat"),
+    "snoop_execat_exit_t": Program("tracepoint/syscalls/sys_exit_execveat", "tracepoint", "sys_exit_execveat"),
     "snoop_exit_t": Program("tracepoint/sched/sched_process_exit", "tracepoint", "sched_process_exit"),
     "snoop_open_enter_t": Program("tracepoint/syscalls/sys_enter_open", "tracepoint", "sys_enter_open"),
     "snoop_open_exit_t": Program("tracepoint/syscalls/sys_exit_open", "tracepoint", "sys_exit_open"),
