@@ -180,8 +180,21 @@ def all_started(page: Page) -> bool:
 
 
 def wait_cards(page: Page, states: dict[str, str], timeout_s: float) -> None:
-    for host, state in states.items():
-        expect(card(page, host)).to_have_attribute("data-state", state, timeout=timeout_s * 1000)
+    """Until each host's card shows its state; on timeout, say what every card shows (state and reason)."""
+
+    def shown() -> dict[str, str]:
+        script = "cs => cs.map(c => [c.dataset.host, c.dataset.state, c.querySelector('p')?.textContent])"
+        cards = page.locator(".hostcard").evaluate_all(script)
+        return {host: f"{state} {reason or ''}".strip() for host, state, reason in cards}
+
+    def reached() -> bool:
+        now = shown()
+        return all(now.get(host, "").split(" ")[0] == state for host, state in states.items())
+
+    try:
+        wait_for(reached, timeout_s, f"host cards {states}")
+    except TimeoutError:
+        raise AssertionError(f"the host cards did not reach {states}: they show {shown()}") from None
 
 
 def diagnose_session(stack: UiStack) -> str:

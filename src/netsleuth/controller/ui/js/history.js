@@ -29,7 +29,7 @@ export async function renderHistory(root, ctx) {
           h(
             "tr",
             {},
-            ["Session", "State", "Diagnostic", "Hosts", "Verdicts", "Records", "Created", "User"].map((t, i) => h("th", { scope: "col", class: [4, 5, 7].includes(i) ? "hide-narrow" : null }, t)),
+            ["Session", "State", "Diagnostic", "Hosts", "Per-hop verdicts", "Records", "Created", "User"].map((t, i) => h("th", { scope: "col", class: [4, 5, 7].includes(i) ? "hide-narrow" : null }, t)),
           ),
         ),
         tbody,
@@ -45,7 +45,7 @@ export async function renderHistory(root, ctx) {
     });
     tbody.replaceChildren(
       ...shown.map((s) => {
-        const hostStates = Object.entries(s.hosts || {}).map(([host, st]) => h("span", { class: "tag" }, `${host}: ${st.state}`));
+        const hostStates = Object.entries(s.hosts || {}).map(([host, st]) => h("span", { class: `tag s-${String(st.state).replace(/[^a-z]/g, "")}` }, `${host}: ${st.state}`));
         return h(
           "tr",
           { dataset: { session: s.id } },
@@ -53,7 +53,7 @@ export async function renderHistory(root, ctx) {
           h("td", { "data-label": "State" }, badge(outcome(s))),
           h("td", { "data-label": "Diagnostic" }, s.diagnostic, s.config?.netns ? h("div", { class: "muted small" }, `netns ${s.config.netns}`) : null),
           h("td", { "data-label": "Hosts" }, h("div", { class: "tags" }, hostStates)),
-          h("td", { class: "num hide-narrow", "data-label": "Verdicts" }, fmtCount(s.verdicts_count ?? s.verdicts?.length)),
+          h("td", { class: "num hide-narrow", "data-label": "Per-hop verdicts" }, fmtCount(s.verdicts_count ?? s.verdicts?.length)),
           h("td", { class: "num hide-narrow", "data-label": "Records" }, fmtCount(s.timeline_length)),
           h("td", { "data-label": "Created" }, fmtTime(s.created)),
           h("td", { class: "hide-narrow", "data-label": "User" }, s.user),

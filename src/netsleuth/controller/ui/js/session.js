@@ -10,7 +10,7 @@ import { isHostVerdict, rankVerdicts, verdictItem } from "./verdicts.js";
 
 // "interrupted": a session the controller lost in a restart (read back from the history stream).
 const FINAL = new Set(["ended", "failed", "cancelled", "interrupted"]);
-const HOST_STATES = ["preparing", "ready", "running", "ended", "failed", "rejected"];
+const MAX_PER_FRAME = 20_000;
 
 // Counters a benchmark (bench/ui_load.py) reads; cheap to keep. Fresh for every session page.
 const stats = (window.__netsleuthStats = {});
@@ -218,8 +218,13 @@ export async function renderSession(root, ctx, id) {
   function flush() {
     raf = 0;
     const started = performance.now();
-    const batch = pending;
+    // A reopened or caught-up session can bring 100,000+ records at once: apply them over several frames.
+    let batch = pending;
     pending = [];
+    if (batch.length > MAX_PER_FRAME) {
+      pending = batch.slice(MAX_PER_FRAME);
+      batch = batch.slice(0, MAX_PER_FRAME);
+    }
     if (batch.length) takeRecords(batch);
     if (dirty.head) renderHead();
     if (dirty.strip) renderStrip();
@@ -237,6 +242,7 @@ export async function renderSession(root, ctx, id) {
     stats.flushMsTotal += took;
     stats.maxFlushMs = Math.max(stats.maxFlushMs, took);
     if (stats.flushes.length < 20_000) stats.flushes.push(took);
+    if (pending.length) schedule();
   }
 
   function schedule() {
@@ -261,7 +267,7 @@ export async function renderSession(root, ctx, id) {
       takeSession(data);
       if (fresh && Array.isArray(data.timeline)) {
         stats.received += data.timeline.length;
-        pending.push(...data.timeline);
+        pending = pending.concat(data.timeline); // not push(...): spreading 100,000+ arguments overflows the stack
       }
     } else if (name === "end") {
       takeSession(data);
@@ -272,10 +278,12 @@ export async function renderSession(root, ctx, id) {
 
   takeSession(snapshot);
   if (!live) {
-    if (Array.isArray(snapshot.timeline)) pending.push(...snapshot.timeline);
+    if (Array.isArray(snapshot.timeline)) pending = pending.concat(snapshot.timeline);
     flush();
-    chart.draw(true);
-    return () => controller.abort();
+    return () => {
+      controller.abort();
+      if (raf) cancelAnimationFrame(raf);
+    };
   }
   flush();
   // The chart redraws at most twice a second and the session clock moves on; one tick a second covers both.
@@ -309,8 +317,8 @@ export async function renderSession(root, ctx, id) {
         }
         if (!FINAL.has(session.state)) {
           // A reconnect replays the whole session: start the timeline afresh rather than double it.
-          timeline.records.length = 0;
-          timeline.dropped = 0;
+          timeline.clear();
+          pending = [];
           chart.reset();
           received.clear();
         }
@@ -324,5 +332,3 @@ export async function renderSession(root, ctx, id) {
     if (raf) cancelAnimationFrame(raf);
   };
 }
-
-export { HOST_STATES };

@@ -174,6 +174,12 @@ export class Timeline {
     for (const rec of this.records) this.index(rec);
   }
 
+  clear() {
+    this.records = [];
+    this.dropped = 0;
+    this.reindex();
+  }
+
   setView({ grouped, hostFilter }) {
     if (grouped !== undefined) this.grouped = grouped;
     if (hostFilter !== undefined) this.hostFilter = hostFilter;
