@@ -258,6 +258,7 @@ class TcpSockInfoC(ctypes.Structure):
 MAP_MAX_ENTRIES: dict[str, int] = {
     "dst_filter": 256,
     "events": 8388608,
+    "events_perf": 0,
     "host_filter": 256,
     "listeners": 4096,
     "owner_inodes": 65536,

@@ -201,8 +201,9 @@ def features() -> Features:
     )
 
 
-def require_tracing() -> Features:
-    """Raise one clear sentence when this process cannot load netsleuth's tracing programs."""
+def require_tracing(ring_buffer: bool = True) -> Features:
+    """Raise one clear sentence when this process cannot load netsleuth's tracing programs. `ring_buffer`
+    False: the caller sends its events through a perf buffer, so a kernel without ring buffers will do."""
     _libbpf.lib()  # libbpf missing is its own sentence
     found = features()
     if not found.can_trace:
@@ -216,7 +217,7 @@ def require_tracing() -> Features:
             "5.4 built with CONFIG_DEBUG_INFO_BTF=y",
             "use a distribution kernel that ships BTF",
         )
-    if not found.ring_buffer:
+    if ring_buffer and not found.ring_buffer:
         raise MissingFeature("BPF ring buffers", "5.8")
     return found
 

@@ -20,9 +20,10 @@ from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.maps import BpfMap
 from netsleuth.bpf.object import BpfObject
+from netsleuth.bpf.perfbuf import PerfBuffer, retire_ring_buffer_map
 from netsleuth.bpf.ringbuf import RingBuffer
 
-__all__ = ["TP_BTF_THEN_RAW_TP", "ProgramBacked", "ProgramSession", "Variant"]
+__all__ = ["TP_BTF_THEN_RAW_TP", "PerfFallback", "ProgramBacked", "ProgramSession", "Variant"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,20 @@ class Variant:
 
     suffix: str
     kind: str
+
+
+@dataclass(frozen=True)
+class PerfFallback:
+    """How an object sends its events on a kernel without ring buffers (< 5.8): the perf event array it
+    declares beside the ring buffer, and the `const volatile __u8` that routes its output there (e.g.
+    bpf/tcp.bpf.c `events_perf`, `tcp_use_perfbuf`)."""
+
+    map_name: str
+    switch: str
+
+
+class _Switch(ctypes.Structure):
+    _fields_ = (("on", ctypes.c_uint8),)
 
 
 # The order in which variants are tried: typed BTF arguments first, then the raw tracepoint.
@@ -57,7 +72,7 @@ class ProgramSession:
         self.variants = tuple(variants)
         self._mirrors = tuple(mirrors)
         self._object: BpfObject | None = None
-        self._ring: RingBuffer | None = None
+        self._ring: RingBuffer | PerfBuffer | None = None
         self.attach_kind = ""
         self.attached: tuple[str, ...] = ()
         self.attach_seconds = 0.0
@@ -69,11 +84,14 @@ class ProgramSession:
         config: tuple[str, ctypes.Structure],
         fill_maps: Callable[[BpfObject], None] = lambda _object: None,
         ring: str | None = None,
+        perf: PerfFallback | None = None,
     ) -> None:
         """Load `programs` (base names) with `config` written to the named .rodata variable, fill maps,
         attach, and open the ring buffer map `ring` if events are wanted. The first variant that loads and
-        attaches wins; if none does, the first variant's error is raised (it says most about the kernel)."""
-        require_tracing()
+        attaches wins; if none does, the first variant's error is raised (it says most about the kernel).
+        With `perf`, events go through the object's perf buffer instead: its switch is set and the ring
+        buffer map retired before load, so the object loads on a kernel that cannot create one."""
+        require_tracing(ring_buffer=perf is None)
         started = time.monotonic()
         variable, value = config
         failure: BpfError | None = None
@@ -84,6 +102,9 @@ class ProgramSession:
                 for c_name, mirror in self._mirrors:
                     bpf_object.check_struct_size(c_name, mirror)
                 bpf_object.set_rodata(variable, value)
+                if perf is not None:
+                    bpf_object.set_rodata(perf.switch, _Switch(1))
+                    retire_ring_buffer_map(bpf_object, ring or "events")
                 for name in self.all_programs:
                     for other in self.variants:
                         full = name + other.suffix
@@ -104,7 +125,8 @@ class ProgramSession:
             assert failure is not None
             raise failure
         if ring is not None:
-            self._ring = RingBuffer(self._object.map(ring).fd)
+            fd = self._object.map(perf.map_name if perf is not None else ring).fd
+            self._ring = PerfBuffer(fd) if perf is not None else RingBuffer(fd)
         self.attach_seconds = time.monotonic() - started
 
     @property
@@ -130,6 +152,12 @@ class ProgramSession:
 
     def drain(self) -> list[bytes]:
         return self._ring.drain() if self._ring is not None else []
+
+    @property
+    def perf_lost(self) -> int | None:
+        """Records the kernel reported lost to a perf buffer (PERF_RECORD_LOST); None with a ring buffer. The
+        program's own LOST counters count the same losses (netsleuth.bpf.perfbuf)."""
+        return self._ring.lost if isinstance(self._ring, PerfBuffer) else None
 
     def counter_sums(self, map_name: str, count: int, first: int = 0) -> list[int]:
         """Sums over CPUs of `count` u64 slots of a per-CPU array, from index `first` on: the exact totals."""

@@ -35,7 +35,13 @@ from netsleuth.bpf.btf import Btf
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
-from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, ProgramBacked, ProgramSession, Variant
+from netsleuth.bpf.program_session import (
+    TP_BTF_THEN_RAW_TP,
+    PerfFallback,
+    ProgramBacked,
+    ProgramSession,
+    Variant,
+)
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.tcp_existing import ExistingSockets, seed_existing_sockets
@@ -101,6 +107,9 @@ class TcpSessionConfig:
     sample_every: int = 1
     group_flows: bool = False
     track_states: bool = True  # attach the state tracker for sides, ages and owners
+    # Events through a perf buffer instead of the ring buffer: None = only when the kernel has no ring
+    # buffers (< 5.8); True forces it (tests of that path on a newer kernel).
+    perf_buffer: bool | None = None
 
     def __post_init__(self) -> None:
         if self.sample_every < 1:
@@ -331,6 +340,7 @@ class TcpSession(ProgramBacked):
         )
         self._owners = OwnerInodeSync(config.packet_filter)
         self.existing = ExistingSockets()  # sockets older than the trace, once started
+        self.buffer = "ring"  # or "perf": where events travel (start() decides)
         self.has_reset_reason = False
         self._reject_filled = 0
         self._modules_checked = 0.0
@@ -393,7 +403,10 @@ class TcpSession(ProgramBacked):
         return self._programs.attached
 
     def start(self) -> None:
-        require_tracing()
+        found = require_tracing(ring_buffer=False)
+        use_perf = self.config.perf_buffer if self.config.perf_buffer is not None else not found.ring_buffer
+        perf = _PERF_FALLBACK if use_perf and self.config.emit else None
+        self.buffer = "perf" if perf is not None else "ring"
         with Btf.vmlinux() as kernel_btf:
             programs = self._wanted_programs(kernel_btf)
             if not programs:
@@ -407,7 +420,11 @@ class TcpSession(ProgramBacked):
                 )
             cfg = self._kernel_config(kernel_btf)
         self._programs.start(
-            programs, ("cfg", cfg), fill_maps=self._fill_maps, ring="events" if self.config.emit else None
+            programs,
+            ("cfg", cfg),
+            fill_maps=self._fill_maps,
+            ring="events" if self.config.emit else None,
+            perf=perf,
         )
         # After attach, so a socket born during the walk is seen live instead (the walk keeps those).
         if "nst_state" in programs or "nst_synq" in programs:
@@ -484,6 +501,11 @@ class TcpSession(ProgramBacked):
             return event._replace(born_before_trace=True)
         return event
 
+    @property
+    def perf_lost(self) -> int | None:
+        """With the perf buffer: the records the kernel reported lost to it (equal to the LOST totals)."""
+        return self._programs.perf_lost
+
     def totals(self) -> dict[EventKind, KindTotals]:
         if not self._programs.started:
             return {}
@@ -512,6 +534,9 @@ class TcpSession(ProgramBacked):
                 segs=value.segs,
             )
 
+
+# bpf/tcp.bpf.c: the perf event array and the switch that sends events there instead of the ring buffer.
+_PERF_FALLBACK = PerfFallback("events_perf", "tcp_use_perfbuf")
 
 _TRACEPOINT_OF = {
     "nst_rst_sent": "tcp_send_reset",
