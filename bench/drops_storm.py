@@ -5,7 +5,14 @@ sendto() is refused with EPERM after exactly one NETFILTER_DROP, so drops/s = re
 Each configuration runs the same storm; ratios compare with the untraced run and with bpftrace (Debian's
 package) doing the same work on the same tracepoint. Kernel-side cost per event comes from bpf_stats.
 
-    python bench/drops_storm.py [--count N] [--repeat R]
+Then, in the same lab (bench/drops_delivery.py, bench/attach_time.py):
+- delivered events/s, unsampled: `drops --json` (firewall rules named) to a file and to a pipe, an agent
+  session, and bpftrace printf to a file and a pipe, each under a storm faster than it can take;
+- the sampling threshold: paced storms around the delivered rate, the fastest with nothing sampled;
+- attach time, exec -> attached, `drops --summary` and bpftrace count() alternately, medians.
+netsleuth runs from compiled bytecode, as an installed package does (see use_compiled_bytecode).
+
+    python bench/drops_storm.py [--count N] [--repeat R] [--attach-rounds N]
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from tests.netlab import Lab  # noqa: E402
 
+from bench.attach_time import measure_attach, use_compiled_bytecode  # noqa: E402
+from bench.drops_delivery import Delivery, agent_delivery, deliver, sampling_threshold  # noqa: E402
 from bench.harness import Tracer, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
@@ -74,6 +84,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1_000_000, help="drops per storm")
     parser.add_argument("--repeat", type=int, default=3, help="storms per configuration (median is kept)")
+    parser.add_argument("--attach-rounds", type=int, default=7, help="attach-time pairs (median is kept)")
+    parser.add_argument(
+        "--pace-seconds", type=float, default=2.0, help="length of each paced storm (sampling threshold)"
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark loads BPF programs and builds network namespaces")
@@ -82,7 +96,10 @@ def main() -> int:
     netsleuth = [sys.executable, "-m", "netsleuth"]
     lab = Lab()
     work = Path(tempfile.mkdtemp(prefix="netsleuth-bench-"))
+    use_compiled_bytecode(work)
     results: list[Result] = []
+    deliveries: list[Delivery] = []
+    paces: list[tuple[float, int, int, int]] = []
     try:
         a, b = lab.host("a"), lab.host("b")
         lab.link(a, b, ["198.18.0.1/24"], ["198.18.0.2/24"])
@@ -158,6 +175,77 @@ def main() -> int:
             )
         stream_summary = [json.loads(line) for line in (work / "stream.jsonl").read_text().splitlines()][-1]
         bt_lines = sum(1 for _ in (work / "bt_printf.out").open()) - 1
+
+        # -- delivered events/s, unsampled ---------------------------------------------------------------
+        def full_storm() -> float:
+            return storm(a.argv, sender, "198.18.0.2", args.count)
+
+        json_argv = [*netsleuth, "drops", "--netns", a.name, "--json"]
+        bt_argv = ["bpftrace", "-B", "line", "-e", BPFTRACE_READY + BPFTRACE_PRINTF]
+
+        def bt_ready(output: Path) -> bool:
+            return b"ready" in output.read_bytes()[:64]
+
+        ready_file = work / "delivery-ready"
+
+        def ns_ready(_output: Path) -> bool:
+            return ready_file.exists()
+
+        for pipe in (False, True):
+            where = "pipe" if pipe else "file"
+            ready_file.unlink(missing_ok=True)
+            deliveries.append(
+                deliver(
+                    f"netsleuth drops --json > {where}",
+                    [*json_argv, "--ready-file", str(ready_file)],
+                    full_storm,
+                    pipe=pipe,
+                    ready=ns_ready,
+                    work=work,
+                    cpu=TRACER_CPU,
+                )
+            )
+            deliveries.append(
+                deliver(
+                    f"bpftrace printf > {where}",
+                    bt_argv,
+                    full_storm,
+                    pipe=pipe,
+                    ready=bt_ready,
+                    work=work,
+                    cpu=TRACER_CPU,
+                    header_lines=1,
+                )
+            )
+        deliveries.append(agent_delivery(full_storm, a.name, TRACER_CPU))
+
+        # -- the sampling threshold: paced storms around the delivered rate (to a file) ----------------------
+        delivered = deliveries[0].rate
+
+        def paced_storm(rate: float, count: int) -> None:
+            argv = a.argv("taskset", "-c", SENDER_CPU, sender, "198.18.0.2", "9", str(count), "16", str(rate))
+            subprocess.run(argv, capture_output=True, check=True)
+
+        def start_paced() -> tuple[subprocess.Popen[bytes], Path]:
+            output = work / "paced.jsonl"
+            ready_file.unlink(missing_ok=True)
+            process = subprocess.Popen(
+                ["taskset", "-c", TRACER_CPU, *json_argv, "--ready-file", str(ready_file)],
+                stdout=output.open("wb"),
+                stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + 60
+            while not ready_file.exists() and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            return process, output
+
+        fractions = (0.5, 0.75, 1.0, 1.25, 1.5)
+        paces = sampling_threshold(
+            paced_storm, start_paced, [delivered * fraction for fraction in fractions], args.pace_seconds
+        )
+
+        # -- attach time -------------------------------------------------------------------------------------
+        attach_times = measure_attach(args.attach_rounds, TRACER_CPU, netns=a.name, work=work)
     finally:
         lab.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -213,6 +301,41 @@ def main() -> int:
         print(
             f"attach time vs bpftrace:           {summary.attach_s / bt_count.attach_s:.3f}  (target <= 0.3)"
         )
+
+    print()
+    print(f"delivered events/s, unsampled (storms of {args.count:,} drops, faster than any consumer):")
+    print(
+        f"{'consumer':34} {'events':>10} {'seconds':>8} {'events/s':>11}  exact total = delivered + sampled"
+    )
+    for item in deliveries:
+        accounting = (
+            f"{item.total:,} = {item.lines:,} + {item.sampled:,} + {item.lost:,} lost"
+            if item.total is not None and item.sampled is not None
+            else ""
+        )
+        print(f"{item.name:34} {item.lines:10,} {item.seconds:8.2f} {item.rate:11,.0f}  {accounting}")
+    by_delivery = {item.name: item for item in deliveries}
+    for where in ("file", "pipe"):
+        ours, theirs = (
+            by_delivery[f"netsleuth drops --json > {where}"],
+            by_delivery[f"bpftrace printf > {where}"],
+        )
+        print(
+            f"netsleuth vs bpftrace printf, {where}: {ours.rate / theirs.rate:.2f}x  "
+            f"(goal: >= 200k/s, 2x bpftrace)"
+        )
+    agent = by_delivery["agent session (rule names)"]
+    print(f"agent session with rule names: {agent.rate:,.0f}/s (goal >= 50k/s)")
+    print()
+    print("sampling threshold (paced storms, drops --json to a file; sampling starts past it):")
+    threshold = 0.0
+    for rate, total, sampled, lost in paces:
+        print(f"  paced {rate:11,.0f}/s: total {total:,}, sampled {sampled:,}, lost {lost:,}")
+        if sampled == 0 and lost == 0 and total > 0:
+            threshold = max(threshold, rate)
+    print(f"  fastest storm delivered whole: {threshold:,.0f} drops/s")
+    print()
+    print("\n".join(attach_times.lines()))
     return 0
 
 

@@ -14,7 +14,7 @@
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
-		fprintf(stderr, "usage: %s ADDR PORT COUNT [PAYLOAD_BYTES]\n", argv[0]);
+		fprintf(stderr, "usage: %s ADDR PORT COUNT [PAYLOAD_BYTES [PER_SECOND]]\n", argv[0]);
 		return 2;
 	}
 	struct sockaddr_storage dst = {0};
@@ -37,6 +37,9 @@ int main(int argc, char **argv)
 	}
 	long count = atol(argv[3]);
 	size_t payload_len = argc > 4 ? (size_t)atol(argv[4]) : 16;
+	/* Optional pace (datagrams per second, 0: as fast as possible): the sampling-threshold benchmark
+	 * needs storms of a known rate. Checked every 64 sends, so the pace costs nothing measurable. */
+	double per_second = argc > 5 ? atof(argv[5]) : 0;
 	char payload[1500] = {0};
 	if (payload_len > sizeof(payload))
 		payload_len = sizeof(payload);
@@ -49,6 +52,15 @@ int main(int argc, char **argv)
 	struct timespec start, end;
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	for (long i = 0; i < count; i++) {
+		if (per_second > 0 && (i & 63) == 0) {
+			struct timespec now;
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			double ahead = i / per_second - ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9);
+			if (ahead > 0) {
+				struct timespec pause = {(time_t)ahead, (long)((ahead - (time_t)ahead) * 1e9)};
+				nanosleep(&pause, NULL);
+			}
+		}
 		if (sendto(fd, payload, payload_len, 0, (struct sockaddr *)&dst, dst_len) >= 0)
 			sent++;
 		else if (errno == EPERM)

@@ -1,0 +1,217 @@
+"""How many drop events a consumer delivers per second, unsampled, and from which storm rate it samples.
+
+Used by bench/drops_storm.py. A storm faster than any consumer is sent while the consumer writes every
+event it gets (to a file, or to a pipe read by this process); the kernel samples what the consumer cannot
+take (the ring buffer's back-pressure), so the lines written per second of delivery are the consumer's
+own speed: delivered/s = lines / (last line's time - storm start). The same for bpftrace's printf, whose
+perf buffer loses instead of sampling, and for an agent session (rule names on, read over its socket).
+
+The sampling threshold: paced storms (bench/udpflood.c's PER_SECOND argument) at fractions of the
+delivered rate; the threshold is the fastest pace at which nothing was sampled or lost.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["Delivery", "LineCounter", "deliver", "sampling_threshold"]
+
+_QUIET_S = 0.6  # no new line for this long: the consumer has delivered everything it will
+
+
+@dataclass
+class Delivery:
+    name: str
+    lines: int  # event lines delivered
+    seconds: float  # storm start -> last line
+    total: int | None = None  # netsleuth: the exact total (summary), to show what was sampled/lost
+    sampled: int | None = None
+    lost: int | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.lines / self.seconds if self.seconds > 0 else 0.0
+
+
+class LineCounter:
+    """Counts newline-terminated lines from a binary stream on a thread, remembering when the last came;
+    keeps the last few lines (a netsleuth run ends with its summary)."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self.lines = 0
+        self.last_at = 0.0
+        self.tail = b""
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            read = getattr(self._stream, "read1", self._stream.read)
+            chunk = read(1 << 20)
+            if not chunk:
+                return
+            self.lines += chunk.count(b"\n")
+            self.last_at = time.monotonic()
+            self.tail = (self.tail + chunk)[-65536:]
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+class _FileWatch:
+    """Lines in a file written by another process, and when it last grew (polled)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.size = 0
+        self.last_at = 0.0
+
+    def poll(self) -> None:
+        size = self.path.stat().st_size if self.path.exists() else 0
+        if size != self.size:
+            self.size = size
+            self.last_at = time.monotonic()
+
+
+def _wait_quiet(last_at: Callable[[], float], poll: Callable[[], None] = lambda: None) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        poll()
+        if time.monotonic() - last_at() > _QUIET_S:
+            return
+        time.sleep(0.02)
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def _summary(lines: list[bytes]) -> dict[str, Any] | None:
+    for line in reversed(lines):
+        if line.startswith(b'{"type":"summary"'):
+            summary: dict[str, Any] = json.loads(line)
+            return summary
+    return None
+
+
+def deliver(
+    name: str,
+    argv: list[str],
+    storm: Callable[[], float],
+    *,
+    pipe: bool,
+    ready: Callable[[Path], bool],
+    work: Path,
+    cpu: str,
+    header_lines: int = 0,
+) -> Delivery:
+    """Start `argv` (pinned to `cpu`) writing to a file or a pipe, wait until `ready(output)`, run the
+    storm, wait for the output to go quiet, stop it with SIGINT; lines exclude `header_lines` and the
+    summary."""
+    output = work / f"{name.replace(' ', '_').replace('|', 'pipe')}.out"
+    output.write_text("")
+    stdout: IO[Any] = subprocess.PIPE if pipe else output.open("wb")  # type: ignore[assignment]
+    process = subprocess.Popen(["taskset", "-c", cpu, *argv], stdout=stdout, stderr=subprocess.PIPE)
+    counter = LineCounter(process.stdout) if pipe and process.stdout is not None else None
+    watch = _FileWatch(output)
+    try:
+        if counter is not None:
+            _wait(lambda: ready(output) or counter.lines > 0 or process.poll() is not None, f"{name} ready")
+        else:
+            _wait(lambda: ready(output) or process.poll() is not None, f"{name} ready")
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited: {process.stderr.read().decode() if process.stderr else ''}")
+        started = time.monotonic()
+        storm()
+        if counter is not None:
+            _wait_quiet(lambda: counter.last_at)
+            last_at = counter.last_at
+        else:
+            _wait_quiet(lambda: watch.last_at, watch.poll)
+            last_at = watch.last_at
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=300) if counter is None else process.wait(timeout=300)
+        if counter is not None:
+            counter.join(30)
+        if not pipe:
+            stdout.close()
+    if counter is not None:
+        lines, tail = counter.lines, counter.tail.splitlines()
+    else:
+        data = output.read_bytes()
+        lines, tail = data.count(b"\n"), data[-65536:].splitlines()
+    summary = _summary(tail)
+    events = lines - header_lines - (1 if summary is not None else 0)
+    return Delivery(
+        name,
+        events,
+        max(last_at - started, 1e-9),
+        summary.get("total") if summary else None,
+        summary.get("sampled") if summary else None,
+        summary.get("lost") if summary else None,
+    )
+
+
+def sampling_threshold(
+    paced_storm: Callable[[float, int], None],
+    start: Callable[[], tuple[subprocess.Popen[bytes], Path]],
+    rates: list[float],
+    seconds: float,
+) -> list[tuple[float, int, int, int]]:
+    """For each pace (drops/s), a storm of `seconds` under a fresh `start()`ed netsleuth --json run:
+    (pace, total, sampled, lost) from its summary."""
+    found = []
+    for rate in rates:
+        process, output = start()
+        try:
+            paced_storm(rate, max(int(rate * seconds), 1000))
+        finally:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=300)
+        summary = _summary(output.read_bytes()[-65536:].splitlines()) or {}
+        total, sampled, lost = (int(summary.get(key, 0)) for key in ("total", "sampled", "lost"))
+        found.append((rate, total, sampled, lost))
+    return found
+
+
+def agent_delivery(storm: Callable[[], float], netns: str, cpu: str) -> Delivery:
+    """An agent session streaming `drops` of namespace `netns` (firewall rules named), read raw off its
+    socket by this process while the storm runs."""
+    from tests.privileged.test_agent_harness import AgentProcess
+
+    limits = {"max_duration": 300, "max_events": 100_000_000, "max_bytes": 1 << 40, "cpu_budget_percent": 100}
+    with AgentProcess({"sessions": limits}, argv_prefix=["taskset", "-c", cpu]) as agent:
+        agent.wait_ready()
+        request = {
+            "diagnostic": "drops",
+            "filters": {"netns": netns},
+            "duration": 120,
+            "max_events": 100_000_000,
+            "max_bytes": 1 << 40,
+            "cpu_budget_percent": 100,
+        }
+        with agent.client.session(request) as stream:
+            response = stream._response  # the raw chunked body: counting lines, not parsing them
+            first = response.readline()
+            assert first.startswith(b'{"type":"session_start"'), first[:200]
+            counter = LineCounter(response)
+            started = time.monotonic()
+            storm()
+            _wait_quiet(lambda: counter.last_at)
+            seconds = counter.last_at - started
+            lines = counter.lines
+    return Delivery("agent session (rule names)", lines, max(seconds, 1e-9))
