@@ -16,4 +16,3 @@ __all__ = ["DROPS_MAX_GROUPS", "ExporterDropsSession"]
 class ExporterDropsSession(DropsSession):
     def __init__(self, reasons: DropReasons) -> None:
         super().__init__(DropsConfig(summary_only=True), reasons)
-

@@ -143,9 +143,9 @@ def flamegraph_svg(stacks: Iterable[tuple[tuple[str, ...], int]], title: str, su
         '<?xml version="1.0" standalone="no"?>',
         f'<svg version="1.1" width="{_WIDTH}" height="{height}" viewBox="0 0 {_WIDTH} {height}" '
         'xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">',
-        "<style>text { font-family: Verdana, sans-serif; font-size: %dpx; fill: rgb(0,0,0); } "
+        f"<style>text {{ font-family: Verdana, sans-serif; font-size: {_FONT}px; fill: rgb(0,0,0); }} "
         "g.f:hover rect { stroke: black; stroke-width: 0.5; cursor: pointer; } "
-        ".ui { cursor: pointer; fill: rgb(0,0,160); }</style>" % _FONT,
+        ".ui { cursor: pointer; fill: rgb(0,0,160); }</style>",
         f'<rect x="0" y="0" width="{_WIDTH}" height="{height}" fill="rgb(250,250,235)"/>',
         f'<text x="{_WIDTH // 2}" y="24" text-anchor="middle" style="font-size:17px">{escape(title)}</text>',
         f'<text x="{_WIDTH // 2}" y="42" text-anchor="middle" fill="rgb(90,90,90)">{escape(subtitle)}</text>',
