@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netsleuth.diagnose.correlate import merge_findings
+from netsleuth.diagnose.dns_watch import DnsWatch
 from netsleuth.diagnose.drop_rules import DropContext, drop_verdicts
 from netsleuth.diagnose.listeners import FullListener, full_listeners, listener_verdicts
 from netsleuth.diagnose.route_rules import RouteWatch
@@ -108,6 +109,7 @@ class DiagnosisSession:
             DropsConfig(packet_filter=config.packet_filter, summary_only=True), self._context
         )
         self._tcp = TcpWatch(config.packet_filter, self._drops.reasons, self._context)
+        self._dns = DnsWatch(config.packet_filter, self._context, config.duration)
         self._route = RouteWatch(config.packet_filter, self._context)
         self._softirq = SoftirqWatch(self._context)
         self._before: Snapshot | None = None
@@ -124,6 +126,7 @@ class DiagnosisSession:
         self._before = collect_snapshot(self.config.root, self.config.netns_name)
         self._drops.start()
         self._tcp.start()
+        self._dns.start()
         self._route.start()
         self._softirq.start()
         self._drops.enricher.prepare(self.config.packet_filter.netns)
@@ -132,6 +135,7 @@ class DiagnosisSession:
     def poll(self, timeout_ms: int) -> list[RankedVerdict]:
         time.sleep(min(_WATCH_STEP_S, timeout_ms / 1000))
         self._tcp.poll()
+        self._dns.poll()
         if time.monotonic() - self._sampled_at >= _LISTENER_SAMPLE_S:
             self._sampled_at = time.monotonic()
             for listener in full_listeners(self.config.netns_name):
@@ -175,9 +179,16 @@ class DiagnosisSession:
             verdicts += listener_verdicts(
                 list(self._listeners.values()), overflows, somaxconn, config.netns_name
             )
-        verdicts = merge_findings(verdicts, report.findings) + tcp_verdicts + route_verdicts
+        verdicts = (
+            merge_findings(verdicts, report.findings)
+            + tcp_verdicts
+            + self._dns.verdicts(seconds)
+            + route_verdicts
+        )
         problems = tuple(
-            problem for problem in (self._tcp.problem, self._route.problem, self._softirq.problem) if problem
+            problem
+            for problem in (self._tcp.problem, self._dns.problem, self._route.problem, self._softirq.problem)
+            if problem
         )
         self._summary = DiagnoseSummary(
             seconds,
@@ -202,6 +213,7 @@ class DiagnosisSession:
         return {
             **self._drops.program_fds(),
             **self._tcp.program_fds(),
+            **self._dns.program_fds(),
             **self._route.program_fds(),
             **self._softirq.program_fds(),
         }
@@ -213,6 +225,7 @@ class DiagnosisSession:
     def close(self) -> None:
         self._drops.close()
         self._tcp.close()
+        self._dns.close()
         self._route.close()
         self._softirq.close()
         if self._own_context:
