@@ -1,0 +1,114 @@
+"""Route lookups with the route programs attached: unconnected UDP sends (one fib lookup each) per second
+untraced vs `netsleuth route --summary` vs a bpftrace count of fib:fib_table_lookup by table and result,
+taking turns; the kernel cost per lookup (bpf_stats of route_fib); and the exact check: lookups counted for
+the flow equal the datagrams sent.
+
+    sudo .venv/bin/python bench/route_lookups.py [--count 200000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.netlab import Host, Lab  # noqa: E402
+
+from bench.harness import Tracer, program_stats  # noqa: E402
+from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
+
+SENDER_CPU, TRACER_CPU = "0", "1"
+BPFTRACE = (
+    'BEGIN { printf("ready\\n"); } tracepoint:fib:fib_table_lookup { @[args->tb_id, args->err] = count(); }'
+)
+
+
+def send(sender: Host, flood: str, count: int) -> float:
+    started = time.monotonic()
+    result = json.loads(sender.run("taskset", "-c", SENDER_CPU, flood, "198.18.0.2", "9", str(count)).stdout)
+    return float(result["sent"]) / (time.monotonic() - started)
+
+
+def _printed_ready(out: Path) -> Callable[[], bool]:
+    return lambda: "ready" in out.read_text()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    options = parser.parse_args()
+    lab = Lab(prefix="nsbr")
+    rates: dict[str, list[float]] = {"untraced": [], "netsleuth": [], "bpftrace": []}
+    ns_per_lookup: list[float] = []
+    exact: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        flood = scratch / "udpflood"
+        subprocess.run(["gcc", "-O2", "-o", str(flood), str(REPO / "bench" / "udpflood.c")], check=True)
+        try:
+            sender, receiver = lab.host("a"), lab.host("b")
+            lab.link(sender, receiver, ["198.18.0.1/24"], ["198.18.0.2/24"])
+            send(sender, str(flood), 10)  # ARP
+            for round_number in range(options.repeat):
+                for name in rates:
+                    if name == "untraced":
+                        rates[name].append(send(sender, str(flood), options.count))
+                    elif name == "netsleuth":
+                        ready = scratch / f"ready-{round_number}"
+                        out = scratch / f"route-{round_number}.json"
+                        argv = [sys.executable, "-m", "netsleuth", "route", "--summary", "--json"]
+                        argv += ["--netns", sender.name, "--dst", "198.18.0.2", "--ready-file", str(ready)]
+                        tracer = Tracer(argv, ready.exists, out, TRACER_CPU)
+                        with RunTimeStats():
+                            before = program_stats(("route_fib",))
+                            rates[name].append(send(sender, str(flood), options.count))
+                            after = program_stats(("route_fib",))
+                        tracer.stop()
+                        summary = json.loads(out.read_text().splitlines()[-1])
+                        flow = sum(
+                            group["count"]
+                            for group in summary["groups"]
+                            if group["kind"] == "lookup" and group["example"]["dport"] == 9
+                        )
+                        exact.append(f"lookups counted for the flow {flow} vs datagrams sent {options.count}")
+                        runs = sum(v[0] for v in after.values()) - sum(v[0] for v in before.values())
+                        spent = sum(v[1] for v in after.values()) - sum(v[1] for v in before.values())
+                        if runs:
+                            ns_per_lookup.append(spent / runs)
+                    else:
+                        out = scratch / f"bpftrace-{round_number}.out"
+                        tracer = Tracer(
+                            ["bpftrace", "-e", BPFTRACE],
+                            _printed_ready(out),
+                            out,
+                            TRACER_CPU,
+                        )
+                        rates[name].append(send(sender, str(flood), options.count))
+                        tracer.stop()
+        finally:
+            lab.close()
+    base = statistics.median(rates["untraced"])
+    print(f"{options.count} unconnected UDP sends (one route lookup each), median of {options.repeat} runs")
+    for name, values in rates.items():
+        median = statistics.median(values)
+        print(f"  {name:<10} {median:10.0f} sends/s   ratio vs untraced {median / base:.3f}")
+    if ns_per_lookup:
+        per_lookup = statistics.median(ns_per_lookup)
+        print(f"  netsleuth route_fib: {per_lookup:.0f} ns per lookup (bpf_stats, every lookup on the host)")
+    for line in exact:
+        print(f"  exact: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
