@@ -258,6 +258,42 @@ def test_sign_in_diagnose_three_hosts_far_firewall_verdict_and_every_host_ended(
     opened.assert_no_errors()
 
 
+def test_conn_on_three_hosts_shows_the_per_hop_verdict_across_the_dnat(stack: UiStack) -> None:
+    """The fleet's own verdict, merged by the controller from three hosts (client's connection, lb's
+    conntrack entry, server's drop), ranked first with its hops in path order."""
+    opened = stack.page("alice")
+    page = opened.page
+    for attempt in range(3):
+        session = start_diagnosis(page, "conn", duration=6)
+        wait_for(lambda: all_started(page), 90, "all hosts running")
+        stack.drive_traffic(1.0)
+        wait_cards(page, dict.fromkeys(HOSTS, "ended"), 90)
+        with stack.api("alice") as client:
+            body = client.get(f"/api/v1/sessions/{session}").json()
+        if any(v["outcome"] == "dropped" for v in body["verdicts"]):
+            break
+        budget = [h for h, v in body["hosts"].items() if v["reason"].startswith("cpu_budget")]
+        assert budget and attempt < 2, f"the controller merged no dropped flow: {body}"
+    first = page.locator(".verdicts > li").first
+    expect(first).to_have_attribute("data-outcome", "dropped")
+    expect(first.locator(".cause")).to_contain_text(
+        "SYN left host client -> DNAT 198.18.1.10:80 -> 198.18.2.7:8080 on host lb -> "
+        f'dropped on host server by "{RULE}"'
+    )
+    # One line per hop, in path order, each naming its host.
+    hops = first.locator("ol.hops > li").all_inner_texts()
+    assert [next(h for h in HOSTS if f"host {h}" in text) for text in hops][:3] == list(HOSTS), hops
+    # The same verdict as the API's, word for word.
+    dropped = next(v for v in body["verdicts"] if v["outcome"] == "dropped")
+    expect(first.locator(".cause")).to_have_text(dropped["text"])
+    stack.shot(page, "session-per-hop-verdict")
+    page.get_by_label("Group by flow (one line per hop)").check()
+    flow = page.locator(".trow.group").filter(has_text=dropped["flow"])
+    expect(flow.first).to_be_visible()
+    stack.shot(page, "timeline-grouped-conn", selector=".timeline")
+    opened.assert_no_errors()
+
+
 def narrow_refusal(stack: UiStack) -> dict[str, Any]:
     if "refused" in stack.journal:
         return dict(stack.journal["refused"])

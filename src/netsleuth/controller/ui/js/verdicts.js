@@ -45,7 +45,9 @@ function evidenceList(evidence) {
 
 function hopText(hop) {
   if (typeof hop === "string") return hop;
-  return `${hop.detail || hop.event || ""}${hop.host ? ` (host ${hop.host})` : ""}`;
+  const text = hop.detail || hop.event || "";
+  // The controller's details usually name the host already ("on host lb"); say it only when they do not.
+  return hop.host && !text.includes(`host ${hop.host}`) ? `${text} (host ${hop.host})` : text;
 }
 
 export function verdictItem(v) {
