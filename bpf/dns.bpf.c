@@ -20,6 +20,8 @@
 #include "abi.h"
 #include "emit.bpf.h"
 #include "filter_maps.bpf.h"
+#include "kfree_skb.bpf.h"
+#include "stack.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -577,9 +579,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 		return 0;
 	dev = NS_RD(direct, skb, dev);
 	sk = rx_sk ? rx_sk : NS_RD(direct, skb, sk);
-	event->netns = dev ? ns_net_inum_rd(direct, NS_RD(direct, dev, nd_net.net)) : 0;
-	if (!event->netns && sk)
-		event->netns = ns_net_inum_rd(direct, NS_RD(direct, sk, __sk_common.skc_net.net));
+	event->netns = ns_skb_netns_rd(direct, dev, sk);
 	/* Outside --netns: still sent (its own counters), so a timeout in the traced namespace can be joined
 	 * with the drop of its query or answer elsewhere on this host (e.g. the server's firewall). */
 	stats_base = cfg.netns && event->netns != cfg.netns ? DNS_CONTEXT_STATS : 0;
@@ -602,21 +602,14 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	event->pid = 0;
 	event->tid = 0;
 	__builtin_memset(event->comm, 0, sizeof(event->comm));
-	if (event->in_task) {
-		__u64 pid_tgid = bpf_get_current_pid_tgid();
-
-		event->pid = pid_tgid >> 32;
-		event->tid = (__u32)pid_tgid;
-		bpf_get_current_comm(event->comm, sizeof(event->comm));
-	}
+	if (event->in_task)
+		ns_current_task(&event->pid, &event->tid, event->comm);
 	event->dns_len = 0;
 	event->id = 0;
 	event->rcode = 0;
 	event->flags_hi = 0;
 
-	frames = bpf_get_stack(ctx, buf->tail, DNS_MAX_FRAMES * 8, 0);
-	if (frames < 0)
-		frames = 0;
+	frames = ns_take_stack(ctx, buf->tail, DNS_MAX_FRAMES * 8);
 	asm volatile("%0 &= 255" : "+r"(frames)); /* a bound the verifier sees on the register it sizes with */
 	if (frames > DNS_MAX_FRAMES * 8)
 		frames = DNS_MAX_FRAMES * 8;
@@ -632,15 +625,4 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	return 0;
 }
 
-#define DNS_DROP_ENTRY(name, section, direct)                                                              \
-	SEC(section)                                                                                 \
-	int BPF_PROG(name)                                                                           \
-	{                                                                                            \
-		unsigned long long *args = ctx;                                                      \
-                                                                                                     \
-		return handle_drop(ctx, (struct sk_buff *)args[0], (void *)args[1], (__u32)args[2],  \
-				   cfg.has_rx_sk ? (struct sock *)args[3] : 0, direct);              \
-	}
-
-DNS_DROP_ENTRY(dns_drop_b, "tp_btf/kfree_skb", true)
-DNS_DROP_ENTRY(dns_drop_r, "raw_tp/kfree_skb", false)
+NS_KFREE_SKB_PROGRAMS(dns_drop_b, dns_drop_r, handle_drop)

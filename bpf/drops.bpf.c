@@ -14,6 +14,7 @@
 #include "emit.bpf.h"
 #include "filter_maps.bpf.h"
 #include "stack.bpf.h"
+#include "kfree_skb.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -156,10 +157,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 
 	dev = NS_RD(direct, skb, dev);
 	sk = rx_sk ? rx_sk : NS_RD(direct, skb, sk);
-	/* The device's netns is where the packet was; a packet not yet given a device belongs to its socket's. */
-	group_key.netns = dev ? ns_net_inum_rd(direct, NS_RD(direct, dev, nd_net.net)) : 0;
-	if (!group_key.netns && sk)
-		group_key.netns = ns_net_inum_rd(direct, NS_RD(direct, sk, __sk_common.skc_net.net));
+	group_key.netns = ns_skb_netns_rd(direct, dev, sk);
 	if (cfg.netns && group_key.netns != cfg.netns)
 		return 0;
 
@@ -276,16 +274,5 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	return 0;
 }
 
-/* One body, two entry points: tp_btf (BTF-typed arguments) and raw_tp for kernels that refuse tp_btf. */
-#define DROPS_ENTRY(name, section, direct)                                                                 \
-	SEC(section)                                                                                 \
-	int BPF_PROG(name)                                                                           \
-	{                                                                                            \
-		unsigned long long *args = ctx;                                                      \
-                                                                                                     \
-		return handle_drop(ctx, (struct sk_buff *)args[0], (void *)args[1], (__u32)args[2],  \
-				   cfg.has_rx_sk ? (struct sock *)args[3] : 0, direct);              \
-	}
-
-DROPS_ENTRY(drops_tp_btf, "tp_btf/kfree_skb", true)
-DROPS_ENTRY(drops_raw_tp, "raw_tp/kfree_skb", false)
+/* One body, two entry points: tp_btf and raw_tp for kernels that refuse tp_btf (bpf/kfree_skb.bpf.h). */
+NS_KFREE_SKB_PROGRAMS(drops_tp_btf, drops_raw_tp, handle_drop)

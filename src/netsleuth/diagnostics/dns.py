@@ -50,7 +50,7 @@ from netsleuth.diagnostics.dns_wire import (
     rcode_number,
     type_name,
 )
-from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
+from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps, fill_filter_config
 from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
 from netsleuth.diagnostics.packet_abi import decode_tuple
@@ -255,10 +255,9 @@ class DnsDiagnostic:
     def _kernel_config(self, reasons: DropReasons) -> DnsConfigC:
         packet_filter = self.config.packet_filter
         cfg = DnsConfigC()
+        fill_filter_config(cfg, packet_filter)
         none = 0xFFFFFFFF
-        cfg.netns = packet_filter.netns or 0
         cfg.sample_every = self.config.sample_every
-        cfg.pid = packet_filter.pid or 0
         # Bit 16 matches no response code: `--rcode TIMEOUT` alone shows timeouts and no answer.
         cfg.rcode_mask = sum(1 << rcode for rcode in self.config.rcodes) or (
             1 << 16 if self.config.filter_rcodes else 0
@@ -268,25 +267,10 @@ class DnsDiagnostic:
         cfg.consumed_reason = none if reasons.consumed is None else reasons.consumed
         cfg.not_dropped_reason = none if reasons.not_dropped is None else reasons.not_dropped
         cfg.dns_port = self.config.dns_port
-        cfg.port = packet_filter.port or 0
-        cfg.sport = packet_filter.sport or 0
-        cfg.dport = packet_filter.dport or 0
-        if packet_filter.proto is not None:
-            cfg.filter_l4proto = 1
-            cfg.l4proto = packet_filter.proto
-        cfg.family = packet_filter.family or 0
-        cfg.filter_host = int(bool(packet_filter.hosts))
-        cfg.filter_src = int(bool(packet_filter.sources))
-        cfg.filter_dst = int(bool(packet_filter.destinations))
-        cfg.filter_owner = int(packet_filter.filters_owner)
         cfg.emit_events = int(not self.config.summary_only)
         cfg.per_server = int(self.config.per_server)
         arity = vmlinux_btf().tracepoint_arity("kfree_skb")
         cfg.has_rx_sk = int(arity is not None and arity >= 4)
-        if packet_filter.dev:
-            cfg.filter_dev = 1
-            cfg.dev = packet_filter.dev.encode()
-        cfg.comm = (packet_filter.comm or "").encode()
         return cfg
 
     def start(self) -> None:

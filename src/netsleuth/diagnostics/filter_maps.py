@@ -16,7 +16,7 @@ from netsleuth.bpf.object import BpfObject
 from netsleuth.diagnostics.filters import IpNetwork, PacketFilter
 from netsleuth.kernel.process import SocketOwners
 
-__all__ = ["OwnerInodeSync", "fill_address_maps", "lpm_key"]
+__all__ = ["OwnerInodeSync", "fill_address_maps", "fill_filter_config", "lpm_key"]
 
 _OWNER_REFRESH_S = 0.5
 
@@ -29,6 +29,36 @@ def lpm_key(network: IpNetwork) -> bytes:
     packed = network.network_address.packed
     ctypes.memmove(key.addr, packed, len(packed))
     return bytes(key)
+
+
+def fill_filter_config(cfg: ctypes.Structure, packet_filter: PacketFilter) -> None:
+    """The shared filter fields of a program's .rodata config (netns, pid, comm, ports, family, proto, dev and
+    the flags that say which filter maps to consult), named alike in every config struct.
+
+    Only the fields the struct declares are set: a program that cannot apply a filter has no field for it,
+    and its config reader refuses that filter with a sentence (tcp: --dev, route: -6). Names are cut to the
+    kernel's 15 bytes (--comm and --dev are checked in characters; a multi-byte name could be longer)."""
+    fields = {entry[0] for entry in type(cfg)._fields_}
+    values: dict[str, object] = {
+        "netns": packet_filter.netns or 0,
+        "pid": packet_filter.pid or 0,
+        "comm": (packet_filter.comm or "").encode()[:15],
+        "port": packet_filter.port or 0,
+        "sport": packet_filter.sport or 0,
+        "dport": packet_filter.dport or 0,
+        "family": packet_filter.family or 0,
+        "filter_host": int(bool(packet_filter.hosts)),
+        "filter_src": int(bool(packet_filter.sources)),
+        "filter_dst": int(bool(packet_filter.destinations)),
+        "filter_owner": int(packet_filter.filters_owner),
+    }
+    if packet_filter.proto is not None:
+        values.update(filter_l4proto=1, l4proto=packet_filter.proto)
+    if packet_filter.dev:
+        values.update(filter_dev=1, dev=packet_filter.dev.encode()[:15])
+    for name, value in values.items():
+        if name in fields:
+            setattr(cfg, name, value)
 
 
 def fill_address_maps(bpf_object: BpfObject, packet_filter: PacketFilter) -> None:
