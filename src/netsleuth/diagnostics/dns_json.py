@@ -5,13 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+from netsleuth.diagnostics.record_parts import Clock
+
 __all__ = ["DNS_RECORD_TYPES"]
-
-
-class _Clock(TypedDict):
-    monotonic_ns: int
-    wall_ns: int
-    offset_ns: int
 
 
 class _DnsQuery(TypedDict):
@@ -133,7 +129,7 @@ class DnsSummaryJson(TypedDict):
     timeouts: int
     attach: str
     interrupted: bool
-    clock: _Clock
+    clock: Clock
     rows: list[DnsRowJson]
     notes: NotRequired[list[str]]
 

@@ -19,6 +19,7 @@ from typing import Any, Literal, NotRequired, TypedDict, Union
 
 from netsleuth.diagnostics.dns_json import DNS_RECORD_TYPES
 from netsleuth.diagnostics.profile_json import PROFILE_RECORD_TYPES
+from netsleuth.diagnostics.record_parts import Clock, Owner, Totals
 from netsleuth.diagnostics.route_json import ROUTE_RECORD_TYPES
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.snoop_json import SNOOP_RECORD_TYPES
@@ -30,29 +31,7 @@ __all__ = ["RECORD_TYPES", "json_schema", "markdown", "schema_for"]
 # -- shared parts --------------------------------------------------------------------------------------------
 
 
-class _Owner(TypedDict):
-    pid: int | None
-    comm: str
-    owner: str  # "task" | "socket" | "kernel"
-    container: str | None
-
-
-class _Clock(TypedDict):
-    monotonic_ns: int
-    wall_ns: int
-    offset_ns: int
-
-
-class _Totals(TypedDict):
-    seen: int
-    total: int  # every event that matched the filters: exact
-    emitted: int
-    sampled: int
-    lost: int
-    ungrouped: int
-
-
-class _TcpBase(_Owner):
+class _TcpBase(Owner):
     v: int
     time: str
     family: int
@@ -68,7 +47,7 @@ class _TcpBase(_Owner):
 # -- drops ---------------------------------------------------------------------------------------------------
 
 
-class DropJson(_Owner):
+class DropJson(Owner):
     type: Literal["drop"]
     v: int
     time: str
@@ -106,13 +85,13 @@ class DropGroupJson(TypedDict):
     example: DropJson
 
 
-class DropsSummaryJson(_Totals):
+class DropsSummaryJson(Totals):
     type: Literal["summary"]
     v: int
     diagnostic: Literal["drops"]
     attach: str
     interrupted: bool
-    clock: _Clock
+    clock: Clock
     groups: list[DropGroupJson]
     groups_omitted: NotRequired[int]
 
@@ -128,7 +107,7 @@ class _Trigger(TypedDict):
     inferred: NotRequired[bool]
 
 
-class ResetJson(_Owner):
+class ResetJson(Owner):
     type: Literal["reset"]
     v: int
     time: str
@@ -163,7 +142,7 @@ class ResetJson(_Owner):
     stack: NotRequired[list[str]]
 
 
-class AbortJson(_Owner):
+class AbortJson(Owner):
     type: Literal["abort"]
     v: int
     time: str
@@ -198,12 +177,12 @@ class ResetsSummaryJson(TypedDict):
     diagnostic: Literal["resets"]
     attach: str
     interrupted: bool
-    sent: _Totals
-    received: _Totals
-    firewall: _Totals
+    sent: Totals
+    received: Totals
+    firewall: Totals
     total: int
     aborts: int
-    clock: _Clock
+    clock: Clock
     groups: list[ResetGroupJson]
     groups_omitted: NotRequired[int]
 
@@ -281,14 +260,14 @@ class TcpGroupJson(TypedDict):
     segments: NotRequired[int]
 
 
-class TcpSummaryJson(_Totals):
+class TcpSummaryJson(Totals):
     type: Literal["summary"]
     v: int
     diagnostic: Literal["tcp.life", "tcp.states", "tcp.retrans", "tcp.connlat", "tcp.queues"]
     subcommand: str
     attach: str
     interrupted: bool
-    clock: _Clock
+    clock: Clock
     groups: list[TcpGroupJson]
     netstat: NotRequired[dict[str, int]]
     segments: NotRequired[int]
@@ -337,11 +316,11 @@ class ConnSummaryJson(TypedDict):
     diagnostic: Literal["conn"]
     connections: int
     outcomes: dict[str, int]
-    events: dict[str, _Totals]
-    drops: _Totals
+    events: dict[str, Totals]
+    drops: Totals
     attach: str
     interrupted: bool
-    clock: _Clock
+    clock: Clock
 
 
 # -- diagnose ------------------------------------------------------------------------------------------------
@@ -367,12 +346,12 @@ class DiagnoseSummaryJson(TypedDict):
     seconds: float
     watched: str
     verdicts: int
-    drops: _Totals
+    drops: Totals
     all_good: list[str]
     problems: list[str]
     attach: str
     interrupted: bool
-    clock: _Clock
+    clock: Clock
 
 
 # -- agent sessions ------------------------------------------------------------------------------------------

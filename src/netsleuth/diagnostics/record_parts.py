@@ -1,0 +1,31 @@
+"""The parts several record declarations share (the run's clock, the exact totals, a record's owner), declared
+once here for netsleuth.diagnostics.record_schemas and the per-diagnostic *_json modules it imports (which
+cannot import it back). Schemas and docs/records.md name them without a leading underscore."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+__all__ = ["Clock", "Owner", "Totals"]
+
+
+class Clock(TypedDict):
+    monotonic_ns: int
+    wall_ns: int
+    offset_ns: int
+
+
+class Totals(TypedDict):
+    seen: int
+    total: int  # every event that matched the filters: exact
+    emitted: int
+    sampled: int
+    lost: int
+    ungrouped: int
+
+
+class Owner(TypedDict):
+    pid: int | None
+    comm: str
+    owner: str  # "task" | "socket" | "kernel"
+    container: str | None
