@@ -5,13 +5,9 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
+from netsleuth.diagnostics.record_parts import Clock
+
 __all__ = ["PROFILE_RECORD_TYPES"]
-
-
-class _Clock(TypedDict):
-    monotonic_ns: int
-    wall_ns: int
-    offset_ns: int
 
 
 class StackJson(TypedDict):
@@ -51,7 +47,7 @@ class ProfileSummaryJson(TypedDict):
     outputs: list[str]
     attach: str
     interrupted: bool
-    clock: _Clock
+    clock: Clock
 
 
 PROFILE_RECORD_TYPES: dict[str, type] = {"stack": StackJson, "summary:profile": ProfileSummaryJson}

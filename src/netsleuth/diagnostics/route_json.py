@@ -5,22 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
+from netsleuth.diagnostics.record_parts import Clock, Totals
+
 __all__ = ["ROUTE_RECORD_TYPES"]
-
-
-class _Clock(TypedDict):
-    monotonic_ns: int
-    wall_ns: int
-    offset_ns: int
-
-
-class _Totals(TypedDict):
-    seen: int
-    total: int
-    emitted: int
-    sampled: int
-    lost: int
-    ungrouped: int
 
 
 class RouteJson(TypedDict):
@@ -83,14 +70,14 @@ class _RouteGroup(TypedDict):
     example: dict[str, Any]
 
 
-class RouteSummaryJson(_Totals):
+class RouteSummaryJson(Totals):
     type: Literal["summary"]
     v: int
     diagnostic: Literal["route"]
-    by_kind: dict[str, _Totals]
+    by_kind: dict[str, Totals]
     attach: str
     interrupted: bool
-    clock: _Clock
+    clock: Clock
     problems: list[str]
     groups: list[_RouteGroup]
 

@@ -5,22 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
+from netsleuth.diagnostics.record_parts import Clock, Totals
+
 __all__ = ["SNOOP_RECORD_TYPES"]
-
-
-class _Clock(TypedDict):
-    monotonic_ns: int
-    wall_ns: int
-    offset_ns: int
-
-
-class _Totals(TypedDict):
-    seen: int
-    total: int
-    emitted: int
-    sampled: int
-    lost: int
-    ungrouped: int
 
 
 class _Process(TypedDict):
@@ -68,13 +55,13 @@ class _SnoopGroup(TypedDict):
     example: dict[str, Any]
 
 
-class _SnoopSummary(_Totals):
+class _SnoopSummary(Totals):
     type: Literal["summary"]
     v: int
-    by_kind: dict[str, _Totals]
+    by_kind: dict[str, Totals]
     attach: str
     interrupted: bool
-    clock: _Clock
+    clock: Clock
     groups: list[_SnoopGroup]
 
 

@@ -5,13 +5,9 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
+from netsleuth.diagnostics.record_parts import Clock
+
 __all__ = ["SOFTIRQ_RECORD_TYPES"]
-
-
-class _Clock(TypedDict):
-    monotonic_ns: int
-    wall_ns: int
-    offset_ns: int
 
 
 class _Side(TypedDict):
@@ -74,7 +70,7 @@ class SoftirqSummaryJson(TypedDict):
     napi: list[_Napi]
     attach: str
     interrupted: bool
-    clock: _Clock
+    clock: Clock
 
 
 SOFTIRQ_RECORD_TYPES: dict[str, type] = {"summary:softirq": SoftirqSummaryJson}
