@@ -24,13 +24,12 @@ from netsleuth._generated.drops_abi import (
     DropStat,
 )
 from netsleuth._generated.shared_abi import PacketTupleC
-from netsleuth.bpf.btf import vmlinux_btf
-from netsleuth.bpf.errors import BpfError
+from netsleuth.bpf import features
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.program_session import ProgramBacked, ProgramSession, Variant
 from netsleuth.diagnostics.drop_runs import groups_with_runs
-from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
+from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps, fill_filter_config
 from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
 from netsleuth.diagnostics.packet_abi import decode_tuple
@@ -301,42 +300,22 @@ class DropsSession(ProgramBacked):
         cfg.not_dropped_reason = none if self.reasons.not_dropped is None else self.reasons.not_dropped
         netfilter = self.reasons.value("NETFILTER_DROP")
         cfg.netfilter_reason = none if netfilter is None else netfilter
-        cfg.netns = packet_filter.netns or 0
+        fill_filter_config(cfg, packet_filter)
         cfg.sample_every = self.config.sample_every
         cfg.snaplen = self.config.snaplen
-        cfg.port = packet_filter.port or 0
-        cfg.sport = packet_filter.sport or 0
-        cfg.dport = packet_filter.dport or 0
-        if packet_filter.proto is not None:
-            cfg.filter_l4proto = 1
-            cfg.l4proto = packet_filter.proto
-        cfg.family = packet_filter.family or 0
         cfg.filter_reasons = 1 if self.config.reasons else 2 if self.config.exclude_reasons else 0
-        cfg.filter_host = int(bool(packet_filter.hosts))
-        cfg.filter_src = int(bool(packet_filter.sources))
-        cfg.filter_dst = int(bool(packet_filter.destinations))
-        cfg.filter_owner = int(packet_filter.filters_owner)
         cfg.want_stack = int(self.config.stack)
         cfg.emit_events = int(not self.config.summary_only)
         cfg.has_rx_sk = int(has_rx_sk)
-        if packet_filter.dev:
-            cfg.filter_dev = 1
-            cfg.dev = packet_filter.dev.encode()
-        cfg.pid = packet_filter.pid or 0
-        cfg.comm = (packet_filter.comm or "").encode()
         cfg.thread_size = thread_size()
         return cfg
 
     def start(self) -> None:
         require_tracing()
-        arity = vmlinux_btf().tracepoint_arity("kfree_skb")
-        if arity is None or arity < 3:
-            raise BpfError(
-                "this kernel's skb:kfree_skb tracepoint has no drop reason (needs Linux 5.17 or newer)"
-            )
+        features.drop_reasons.require()
         self._programs.start(
             ["drops"],
-            ("cfg", self._kernel_config(has_rx_sk=arity >= 4)),
+            ("cfg", self._kernel_config(has_rx_sk=features.kfree_skb_rx_sk())),
             fill_maps=self._fill_filter_maps,
             ring=None if self.config.summary_only else "events",
         )

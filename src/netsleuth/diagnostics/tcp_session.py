@@ -42,7 +42,7 @@ from netsleuth.bpf.program_session import (
     ProgramSession,
     Variant,
 )
-from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps
+from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps, fill_filter_config
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.tcp_existing import ExistingSockets, seed_existing_sockets
 from netsleuth.diagnostics.totals import EventTotals
@@ -363,13 +363,13 @@ class TcpSession(ProgramBacked):
     def _kernel_config(self, kernel_btf: Btf) -> TcpConfigC:
         packet_filter = self.config.packet_filter
         cfg = TcpConfigC()
+        fill_filter_config(cfg, packet_filter)
         cfg.thread_size = thread_size()
         tlp = _symbol_range(self.kallsyms, "tcp_send_loss_probe", None)
         if tlp is not None:
             cfg.tlp.start, cfg.tlp.end = tlp
         if self._rcv_state_process is not None:
             cfg.rcv_state_process.start, cfg.rcv_state_process.end = self._rcv_state_process
-        cfg.netns = packet_filter.netns or 0
         cfg.sample_every = self.config.sample_every
         cfg.emit_mask = sum(kind.bit for kind in self.config.emit)
         cfg.group_mask = sum(kind.bit for kind in self.config.group)
@@ -380,16 +380,6 @@ class TcpSession(ProgramBacked):
         not_dropped = reasons.not_dropped if reasons is not None else None
         cfg.consumed_reason = none if consumed is None else consumed
         cfg.not_dropped_reason = none if not_dropped is None else not_dropped
-        cfg.pid = packet_filter.pid or 0
-        cfg.comm = (packet_filter.comm or "").encode()[:15]
-        cfg.port = packet_filter.port or 0
-        cfg.sport = packet_filter.sport or 0
-        cfg.dport = packet_filter.dport or 0
-        cfg.family = packet_filter.family or 0
-        cfg.filter_host = int(bool(packet_filter.hosts))
-        cfg.filter_src = int(bool(packet_filter.sources))
-        cfg.filter_dst = int(bool(packet_filter.destinations))
-        cfg.filter_owner = int(packet_filter.filters_owner)
         self.has_reset_reason = (kernel_btf.tracepoint_arity("tcp_send_reset") or 0) >= 3
         cfg.has_reset_reason = int(self.has_reset_reason)
         cfg.has_rx_sk = int((kernel_btf.tracepoint_arity("kfree_skb") or 0) >= 4)
