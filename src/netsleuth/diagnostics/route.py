@@ -28,10 +28,9 @@ from netsleuth._generated.route_abi import (
     RouteGroupC,
     RouteGroupKeyC,
 )
-from netsleuth.bpf.btf import vmlinux_btf
 from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.program_session import ProgramSession
-from netsleuth.diagnostics.filter_maps import fill_address_maps
+from netsleuth.diagnostics.filter_maps import fill_address_maps, fill_filter_config
 from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
 from netsleuth.diagnostics.route_policy import (
@@ -507,23 +506,8 @@ class RouteDiagnostic:
         packet_filter = self.config.packet_filter
         cfg = RouteConfigC()
         cfg.thread_size = thread_size()
-        cfg.netns = packet_filter.netns or 0
+        fill_filter_config(cfg, packet_filter)
         cfg.sample_every = self.config.sample_every
-        cfg.pid = packet_filter.pid or 0
-        cfg.comm = (packet_filter.comm or "").encode()
-        if packet_filter.dev:
-            cfg.filter_dev = 1
-            cfg.dev = packet_filter.dev.encode()
-        cfg.port = packet_filter.port or 0
-        cfg.sport = packet_filter.sport or 0
-        cfg.dport = packet_filter.dport or 0
-        if packet_filter.proto is not None:
-            cfg.filter_l4proto = 1
-            cfg.l4proto = packet_filter.proto
-        cfg.filter_host = int(bool(packet_filter.hosts))
-        cfg.filter_src = int(bool(packet_filter.sources))
-        cfg.filter_dst = int(bool(packet_filter.destinations))
-        cfg.filter_owner = int(packet_filter.filters_owner)
         cfg.errors_only = int(self.config.failed)
         if not self.config.summary_only:
             emitted = [RouteEventKind.LOOKUP, RouteEventKind.NEIGH, RouteEventKind.DROP]
@@ -533,13 +517,13 @@ class RouteDiagnostic:
         return cfg
 
     def start(self) -> None:
+        from netsleuth.bpf import features
         from netsleuth.bpf.features import require_tracepoints
         from netsleuth.kernel.reasons import load_drop_reasons
 
         require_tracepoints(["fib_table_lookup", "neigh_create", "neigh_update", "neigh_timer_handler"])
         programs = list(_PROGRAMS)
-        arity = vmlinux_btf().tracepoint_arity("kfree_skb")
-        if arity is None or arity < 3:
+        if not features.drop_reasons():
             programs.remove("route_drop")  # no drop reasons before 5.17: drops are not told apart
         else:
             reasons = load_drop_reasons()
