@@ -837,6 +837,22 @@ static __always_inline int on_state(const bool direct, void *ctx, struct sock *s
 
 /* ---- retransmissions and errors ---------------------------------------------------------------------------- */
 
+/* Since 6.11 the tracepoint also fires for attempts that __tcp_retransmit_skb() gave up on before it added
+ * to TcpRetransSegs: -EBUSY (the previous copy is still in a host queue, common on veth), -EHOSTUNREACH
+ * (rebuild_header found no route), -EAGAIN (beyond the peer's window), -ENOMEM (fragmenting/uncloning).
+ * Errors from the transmit itself (-ENOBUFS, -EPERM from netfilter, ...) come after the count, so those
+ * attempts are segments the kernel counted. Such a record keeps its error and carries 0 segments. */
+#define RETRANS_EAGAIN 11
+#define RETRANS_ENOMEM 12
+#define RETRANS_EBUSY 16
+#define RETRANS_EHOSTUNREACH 113
+
+static __always_inline bool retrans_counted(int err)
+{
+	return err != -RETRANS_EBUSY && err != -RETRANS_EHOSTUNREACH && err != -RETRANS_EAGAIN &&
+	       err != -RETRANS_ENOMEM;
+}
+
 static __always_inline int on_retransmit(const bool direct, void *ctx, struct sock *sk, struct sk_buff *skb,
 					 int err)
 {
@@ -857,7 +873,7 @@ static __always_inline int on_retransmit(const bool direct, void *ctx, struct so
 	e->value2 = BPF_CORE_READ(tp, srtt_us) >> 3; /* srtt_us holds 8 x the smoothed RTT (tcp_rtt_estimator) */
 	e->value3 = BPF_CORE_READ(tp, snd_cwnd);
 	/* One skb can go out as several segments (TCP builds GSO skbs); TcpRetransSegs counts segments. */
-	if (skb)
+	if (skb && retrans_counted(err))
 		e->segs = BPF_CORE_READ((struct tcp_skb_cb *)skb->cb, tcp_gso_segs);
 	if (e->state == TCP_SYN_SENT) {
 		e->retrans_kind = TCP_RETRANS_SYN;

@@ -146,7 +146,7 @@ struct tcp_event {
 	__u8 in_task;		/* 1: the hook ran in the context of `pid` (its syscall); 0: softirq, timer */
 	__u8 kthread;
 	__u8 pad;
-	__u16 segs;		/* RETRANS: segments the skb was sent as (tcp_skb_pcount); SYNACK_RETRANS: 1 */
+	__u16 segs;		/* RETRANS: segments the skb was sent as (tcp_skb_pcount), 0 if not counted (retrans_counted); SYNACK_RETRANS: 1 */
 	char comm[16];		/* current task, when in_task */
 	char owner_comm[16];
 	char ifname[16];	/* RESET_FIREWALL, SOCK_DROP: the device */
