@@ -51,13 +51,28 @@ static __always_inline __u32 log2_bucket(__u64 value)
 {
 	__u32 bucket = 0;
 
-	/* 32 halvings bound the loop for the verifier; values past 2^32 land in the last bucket. */
-	for (int i = 0; i < SIRQ_BUCKETS - 1; i++) {
-		if (value < 2)
-			break;
-		value >>= 1;
-		bucket++;
+	/* floor(log2(value)) by halving the search range: five branches instead of up to 31 loop turns on every
+	 * event; values past 2^32 land in the last bucket (0 and 1 in the first). */
+	if (value >> 32)
+		return SIRQ_BUCKETS - 1;
+	if (value >> 16) {
+		value >>= 16;
+		bucket += 16;
 	}
+	if (value >> 8) {
+		value >>= 8;
+		bucket += 8;
+	}
+	if (value >> 4) {
+		value >>= 4;
+		bucket += 4;
+	}
+	if (value >> 2) {
+		value >>= 2;
+		bucket += 2;
+	}
+	if (value >> 1)
+		bucket += 1;
 	return bucket;
 }
 
@@ -177,27 +192,34 @@ static __always_inline int on_napi_poll(const bool direct, struct napi_struct *n
 	if (s)
 		s->run_polls += 1;
 	if (dev) {
-		ns_device_rd(direct, dev, &key.ifindex, ifname);
+		key.ifindex = NS_RD(direct, dev, ifindex);
 		key.netns = ns_net_inum_rd(direct, NS_RD(direct, dev, nd_net.net));
 	}
 	if (cfg.netns && key.netns != cfg.netns)
 		return 0;
-	if (cfg.filter_dev && !ns_name_matches(ifname, cfg.dev))
-		return 0;
+	/* The name is copied (a string read, the costliest part of a poll) only to filter by it or to name a
+	 * new entry, not on every poll of a known instance. */
+	if (cfg.filter_dev) {
+		ns_device_rd(direct, dev, &key.ifindex, ifname);
+		if (!ns_name_matches(ifname, cfg.dev))
+			return 0;
+	}
 	key.napi_id = NS_RD(direct, napi, napi_id);
 	stats = bpf_map_lookup_elem(&napi_polls, &key);
 	if (!stats) {
 		struct napi_stats fresh = {};
 
-		__builtin_memcpy(fresh.ifname, ifname, sizeof(fresh.ifname));
 		bpf_map_update_elem(&napi_polls, &key, &fresh, BPF_NOEXIST);
 		stats = bpf_map_lookup_elem(&napi_polls, &key);
 		if (!stats)
 			return 0;
 	}
-	/* An entry another CPU inserted starts zeroed on this one: name it here too. */
-	if (!stats->ifname[0])
+	/* A new entry, or one another CPU inserted (it starts zeroed on this one): name it here. */
+	if (!stats->ifname[0]) {
+		if (!ifname[0])
+			ns_device_rd(direct, dev, &key.ifindex, ifname);
 		__builtin_memcpy(stats->ifname, ifname, sizeof(stats->ifname));
+	}
 	stats->polls++;
 	stats->work += work > 0 ? work : 0;
 	stats->budget = budget;
