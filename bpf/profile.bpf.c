@@ -56,6 +56,24 @@ struct {
 	__type(value, __u32);
 } running_softirq SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct profile_new_pids);
+} new_pids SEC(".maps");
+
+static __always_inline void note_new_pid(__u32 pid)
+{
+	__u32 zero = 0;
+	struct profile_new_pids *recent = bpf_map_lookup_elem(&new_pids, &zero);
+
+	if (!recent)
+		return;
+	recent->pids[recent->head & (PROFILE_NEW_PIDS - 1)] = pid;
+	recent->head++;
+}
+
 static __always_inline void count(enum profile_stat stat)
 {
 	__u32 index = stat;
@@ -131,7 +149,10 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 		__sync_fetch_and_add(counted, 1);
 		return 0;
 	}
-	if (bpf_map_update_elem(&profile_counts, &key, &one, BPF_NOEXIST)) {
+	if (!bpf_map_update_elem(&profile_counts, &key, &one, BPF_NOEXIST)) {
+		if (key.user_stack >= 0)
+			note_new_pid(key.pid);
+	} else {
 		counted = bpf_map_lookup_elem(&profile_counts, &key);
 		if (counted)
 			__sync_fetch_and_add(counted, 1);

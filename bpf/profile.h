@@ -11,6 +11,7 @@ enum profile_limits {
 	PROFILE_MAX_STACKS = 16384,	/* distinct stacks the stack map holds (userspace may resize it) */
 	PROFILE_MAX_COUNTS = 40960,	/* distinct (pid, kernel stack, user stack) counted */
 	PROFILE_NO_SOFTIRQ = 0xff,
+	PROFILE_NEW_PIDS = 64,		/* per CPU: the last pids that got a new counts entry (a power of two) */
 };
 
 /* Per-CPU counters (`profile_stats`). */
@@ -47,10 +48,19 @@ struct profile_key {
 	char comm[16];
 };
 
+/* Per CPU (`new_pids`): pids that got a new counts entry, so userspace reads the maps of new processes while
+ * they run without walking the whole counts table every second. pids[head % PROFILE_NEW_PIDS] is the next
+ * slot; a reader that fell more than PROFILE_NEW_PIDS behind walks the table instead. */
+struct profile_new_pids {
+	__u64 head;
+	__u32 pids[PROFILE_NEW_PIDS];
+};
+
 struct profile_abi_types {
 	enum profile_limits limits;
 	enum profile_stat stat;
 	struct profile_key key;
+	struct profile_new_pids new_pids;
 };
 
 #endif /* NETSLEUTH_PROFILE_H */

@@ -17,11 +17,13 @@ __all__ = [
     "PROFILE_MAX_COUNTS",
     "PROFILE_MAX_FRAMES",
     "PROFILE_MAX_STACKS",
+    "PROFILE_NEW_PIDS",
     "PROFILE_NO_SOFTIRQ",
     "PROFILE_STATS",
     "PROGRAMS",
     "ProfileConfigC",
     "ProfileKeyC",
+    "ProfileNewPidsC",
     "ProfileStat",
 ]
 
@@ -31,6 +33,7 @@ PROFILE_MAX_FRAMES = 127
 PROFILE_MAX_STACKS = 16384
 PROFILE_MAX_COUNTS = 40960
 PROFILE_NO_SOFTIRQ = 255
+PROFILE_NEW_PIDS = 64
 
 
 class ProfileStat(KernelEnum):
@@ -79,8 +82,19 @@ class ProfileKeyC(ctypes.Structure):
     )
 
 
+class ProfileNewPidsC(ctypes.Structure):
+    """struct profile_new_pids: 264 bytes."""
+
+    c_name = "profile_new_pids"
+    _fields_ = (
+        ("head", ctypes.c_uint64),
+        ("pids", ctypes.c_uint32 * 64),
+    )
+
+
 # max_entries of every map in .maps (ring buffers: bytes).
 MAP_MAX_ENTRIES: dict[str, int] = {
+    "new_pids": 1,
     "profile_counts": 40960,
     "profile_stacks": 16384,
     "profile_stats": 6,

@@ -176,7 +176,11 @@ MODULES: tuple[ModuleSpec, ...] = (
         "profile_abi",
         ("profile",),
         "The profile object (bpf/profile.h, bpf/profile.bpf.c).",
-        {"profile_config": "ProfileConfigC", "profile_key": "ProfileKeyC"},
+        {
+            "profile_config": "ProfileConfigC",
+            "profile_key": "ProfileKeyC",
+            "profile_new_pids": "ProfileNewPidsC",
+        },
         (
             EnumSpec("profile_limits"),
             EnumSpec("profile_stat", "ProfileStat", "PROFILE_", {"PROFILE_STATS": "PROFILE_STATS"}),

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from netsleuth._generated.profile_abi import (
     PROFILE_MAX_FRAMES,
+    PROFILE_NEW_PIDS,
     PROFILE_NO_SOFTIRQ,
     PROFILE_STATS,
     ProfileConfigC,
     ProfileKeyC,
+    ProfileNewPidsC,
     ProfileStat,
 )
 from netsleuth.bpf.errors import BpfError
@@ -51,7 +53,7 @@ _KEY_SIZE = ctypes.sizeof(ProfileKeyC)
 _EFAULT = (
     -14
 )  # bpf_get_stackid: no such stack (a kernel thread's user stack, a user-mode sample's kernel one)
-_PID_SCAN_S = 1.0  # how often new pids are looked for, to read their maps while they run
+_PID_SCAN_S = 0.25  # how often new pids are looked for (one map read), to read their maps while they run
 _SOFTIRQ_VARIANTS = (("_b", "tp_btf"), ("_r", "raw_tp"))
 KERNEL_SUFFIX = "_[k]"  # flamegraph.pl's annotation of kernel frames
 
@@ -238,6 +240,7 @@ class ProfileDiagnostic:
         self._started = 0.0
         self._stopped: float | None = None
         self._scanned = 0.0
+        self._pid_heads: list[int] = []  # per CPU: how far `new_pids` was read
         self._stacks: list[ProfileStack] | None = None
         self.attach_kind = ""
         self.outputs: list[str] = []
@@ -309,11 +312,33 @@ class ProfileDiagnostic:
             if key.pid and not self._symbolizer.known(key.pid):
                 self._symbolizer.remember(key.pid)
 
+    def _remember_recent_pids(self) -> None:
+        """The pids the program noted as new since the last call (one map read), or the whole counts table
+        when a CPU noted more than its ring holds: walking every key each second cost the profiled CPUs more
+        than the sampling did."""
+        assert self._object is not None
+        slots = self._object.map("new_pids").lookup_per_cpu(bytes(4))
+        if len(self._pid_heads) != len(slots):
+            self._pid_heads = [0] * len(slots)
+        overflowed = False
+        for cpu, raw in enumerate(slots):
+            recent = ProfileNewPidsC.from_buffer_copy(raw)
+            seen, self._pid_heads[cpu] = self._pid_heads[cpu], recent.head
+            if recent.head - seen > PROFILE_NEW_PIDS:
+                overflowed = True
+                continue
+            for position in range(seen, recent.head):
+                pid = recent.pids[position % PROFILE_NEW_PIDS]
+                if pid and not self._symbolizer.known(pid):
+                    self._symbolizer.remember(pid)
+        if overflowed:
+            self._remember_new_pids()
+
     def poll(self, timeout_ms: int) -> list[ProfileStack]:
         time.sleep(timeout_ms / 1000)
         if time.monotonic() - self._scanned >= _PID_SCAN_S and not self.config.kernel_only:
             self._scanned = time.monotonic()
-            self._remember_new_pids()
+            self._remember_recent_pids()
         return []
 
     def drain(self) -> list[ProfileStack]:
