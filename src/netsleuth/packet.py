@@ -6,7 +6,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 
-__all__ = ["TCP_FLAG_NAMES", "PacketTuple", "proto_name", "proto_number", "tcp_flags_text"]
+__all__ = ["TCP_FLAG_NAMES", "PacketTuple", "endpoint_text", "proto_name", "proto_number", "tcp_flags_text"]
 
 _PROTO_NAMES = {
     socket.IPPROTO_ICMP: "icmp",
@@ -26,6 +26,16 @@ _PROTO_NUMBERS = {name: number for number, name in _PROTO_NAMES.items()} | {"icm
 
 # Bit order of the TCP header's flags byte (RFC 9293), lowest bit first.
 TCP_FLAG_NAMES = ("FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR")
+
+
+def endpoint_text(address: str | None, port: int | None) -> str:
+    """`198.18.0.1:80`, `[2001:db8::1]:80` (brackets keep an IPv6 address apart from its port), `?:80` when
+    the address is unknown, the bare address when there is no port (ICMP)."""
+    if address is None:
+        return "?" if port is None else f"?:{port}"
+    if port is None:
+        return address
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def proto_name(number: int) -> str:

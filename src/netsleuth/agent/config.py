@@ -18,6 +18,7 @@ from typing import Any
 
 from netsleuth.errors import UsageError
 from netsleuth.fleet.link_config import FleetConfig, parse_fleet
+from netsleuth.packet import endpoint_text
 
 __all__ = [
     "AgentConfig",
@@ -41,7 +42,7 @@ class ListenAddress:
     port: int
 
     def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return endpoint_text(self.host, self.port)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from netsleuth.packet import endpoint_text
+
 __all__ = [
     "ConntrackEntry",
     "FlowTuple",
@@ -31,7 +33,6 @@ __all__ = [
     "NatIndex",
     "NatPath",
     "Placement",
-    "endpoint_text",
 ]
 
 Endpoint = tuple[str, int]
@@ -59,10 +60,6 @@ STATUS_BITS = (
 
 def status_names(status: int) -> tuple[str, ...]:
     return tuple(name for bit, name in enumerate(STATUS_BITS) if status & (1 << bit))
-
-
-def endpoint_text(address: str, port: int) -> str:
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 @dataclass(frozen=True)

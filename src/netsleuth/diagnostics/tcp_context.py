@@ -6,18 +6,17 @@ from __future__ import annotations
 import datetime
 
 from netsleuth.diagnostics.attribution import owner_json, owner_text
+from netsleuth.packet import endpoint_text as packet_endpoint_text
 
 __all__ = ["endpoint_text", "iso_time", "owner_json", "owner_text"]
 
 
 def endpoint_text(address: str | None, port: int | None) -> str:
-    """`198.18.0.1:80`, `[2001:db8::1]:80`, `*:80` for an unbound address."""
-    if address is None:
-        return "?" if port is None else f"?:{port}"
-    if port is None:
-        return address
-    shown = "*" if address in ("0.0.0.0", "::") else address
-    return f"[{shown}]:{port}" if ":" in shown else f"{shown}:{port}"
+    """A socket's endpoint as packet.endpoint_text writes it, with `*:80` for an unbound (wildcard) address:
+    on a socket 0.0.0.0 means "any", which a packet's address never does."""
+    if address is not None and port is not None and address in ("0.0.0.0", "::"):
+        return f"*:{port}"
+    return packet_endpoint_text(address, port)
 
 
 def iso_time(seconds: float) -> str:

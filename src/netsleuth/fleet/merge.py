@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, NatHop, NatIndex, endpoint_text
+from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, NatHop, NatIndex
+from netsleuth.packet import endpoint_text
 
 __all__ = ["MergedTimeline", "iso_from_ns", "parse_time_ns"]
 

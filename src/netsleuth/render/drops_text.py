@@ -10,17 +10,9 @@ from rich.table import Table
 
 from netsleuth.diagnostics.drops import DropTotals
 from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord
-from netsleuth.packet import PacketTuple, tcp_flags_text
+from netsleuth.packet import PacketTuple, endpoint_text, tcp_flags_text
 
 __all__ = ["drop_line", "endpoints", "print_summary", "totals_line"]
-
-
-def _endpoint(address: str | None, port: int | None, family: int) -> str:
-    if address is None:
-        return "?"
-    if port is None:
-        return address
-    return f"[{address}]:{port}" if family == 6 else f"{address}:{port}"
 
 
 def endpoints(packet: PacketTuple) -> str:
@@ -28,8 +20,8 @@ def endpoints(packet: PacketTuple) -> str:
     if packet.family == 0:
         return "non-IP"
     text = (
-        f"{packet.proto_name} {_endpoint(packet.saddr, packet.sport, packet.family)} > "
-        f"{_endpoint(packet.daddr, packet.dport, packet.family)}"
+        f"{packet.proto_name} {endpoint_text(packet.saddr, packet.sport)} > "
+        f"{endpoint_text(packet.daddr, packet.dport)}"
     )
     if packet.tcp_flags is not None:
         text += f" [{tcp_flags_text(packet.tcp_flags)}]"
