@@ -19,11 +19,13 @@ __all__ = [
     "FILTER_KEYS",
     "IpNetwork",
     "PacketFilter",
+    "TaskSelection",
     "add_filter_arguments",
     "packet_filter_from_args",
     "parse_network",
     "parse_port",
     "read_packet_filter",
+    "read_task_selection",
 ]
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -109,6 +111,44 @@ def packet_filter_from_args(args: argparse.Namespace) -> PacketFilter:
     return read_packet_filter(ConfigInput.from_args(args))
 
 
+def _read_pid(values: ConfigInput) -> int | None:
+    text = values.text("pid")
+    if text is not None and (not text.isdigit() or int(text) <= 0):
+        raise UsageError(f"--pid {text!r} is not a process id")
+    return int(text) if text is not None else None
+
+
+def _read_comm(values: ConfigInput) -> str | None:
+    comm = values.text("comm")
+    if comm is not None and not 0 < len(comm) <= 15:
+        raise UsageError(f"--comm {comm!r} must be 1 to 15 characters, as the kernel keeps it")
+    return comm
+
+
+@dataclass(frozen=True)
+class TaskSelection:
+    """Which tasks a process-level diagnostic (profile, snoop) watches: --pid, --comm, --netns (inode),
+    --cgroup (cgroup v2 id), read with the packet filters' checks and sentences."""
+
+    pid: int | None = None
+    comm: str | None = None
+    netns: int | None = None
+    cgroup_id: int | None = None
+
+
+def read_task_selection(values: ConfigInput) -> TaskSelection:
+    from netsleuth.kernel.cgroups import resolve_cgroup_arg
+    from netsleuth.kernel.netns import resolve_netns_arg
+
+    netns, cgroup = values.text("netns"), values.text("cgroup")
+    return TaskSelection(
+        pid=_read_pid(values),
+        comm=_read_comm(values),
+        netns=resolve_netns_arg(netns) if netns is not None else None,
+        cgroup_id=resolve_cgroup_arg(cgroup) if cgroup is not None else None,
+    )
+
+
 def read_packet_filter(
     values: ConfigInput, resolve_netns: Callable[[str], int] | None = None
 ) -> PacketFilter:
@@ -123,15 +163,7 @@ def read_packet_filter(
             raise UsageError(
                 f"unknown protocol {proto_text!r}: use tcp, udp, icmp, icmpv6, sctp or a number 0-255"
             )
-    pid = None
-    pid_text = values.text("pid")
-    if pid_text is not None:
-        if not pid_text.isdigit() or int(pid_text) <= 0:
-            raise UsageError(f"--pid {pid_text!r} is not a process id")
-        pid = int(pid_text)
-    comm = values.text("comm")
-    if comm is not None and not 0 < len(comm) <= 15:
-        raise UsageError(f"--comm {comm!r} must be 1 to 15 characters, as the kernel keeps it")
+    pid, comm = _read_pid(values), _read_comm(values)
     dev = values.text("dev")
     if dev is not None and not 0 < len(dev) <= 15:
         raise UsageError(f"--dev {dev!r} is not an interface name (1 to 15 characters)")

@@ -29,6 +29,7 @@ from netsleuth._generated.profile_abi import (
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
+from netsleuth.diagnostics.filters import read_task_selection
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.totals import EventTotals
@@ -84,8 +85,6 @@ PROFILE_KEYS = ("hz", "pid", "comm", "netns", "cgroup", "kernel_only", "include_
 
 def read_profile_config(values: ConfigInput) -> ProfileConfig:
     from netsleuth.diagnostics.softirq import softirq_names
-    from netsleuth.kernel.cgroups import resolve_cgroup_arg
-    from netsleuth.kernel.netns import resolve_netns_arg
 
     hz = values.integer("hz", default=99)
     if not 1 <= hz <= MAX_HZ:
@@ -93,12 +92,7 @@ def read_profile_config(values: ConfigInput) -> ProfileConfig:
     duration = values.number("duration")
     if duration is not None and duration <= 0:
         raise UsageError("--duration must be a positive number of seconds")
-    pid_text = values.text("pid")
-    if pid_text is not None and (not pid_text.isdigit() or int(pid_text) <= 0):
-        raise UsageError(f"--pid {pid_text!r} is not a process id")
-    comm = values.text("comm")
-    if comm is not None and not 0 < len(comm) <= 15:
-        raise UsageError(f"--comm {comm!r} must be 1 to 15 characters, as the kernel keeps it")
+    tasks = read_task_selection(values)
     softirq = values.text("softirq")
     vector = None
     if softirq is not None:
@@ -107,14 +101,12 @@ def read_profile_config(values: ConfigInput) -> ProfileConfig:
         if softirq not in names:
             raise UsageError(f"--softirq {softirq!r} is not a softirq of this kernel; use NET_RX or NET_TX")
         vector = names.index(softirq)
-    netns = values.text("netns")
-    cgroup = values.text("cgroup")
     return ProfileConfig(
         hz=hz,
-        pid=int(pid_text) if pid_text is not None else None,
-        comm=comm,
-        netns=resolve_netns_arg(netns) if netns is not None else None,
-        cgroup_id=resolve_cgroup_arg(cgroup) if cgroup is not None else None,
+        pid=tasks.pid,
+        comm=tasks.comm,
+        netns=tasks.netns,
+        cgroup_id=tasks.cgroup_id,
         kernel_only=values.flag("kernel_only") or softirq is not None,
         include_idle=values.flag("include_idle"),
         softirq=softirq,

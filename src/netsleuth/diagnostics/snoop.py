@@ -28,12 +28,13 @@ from netsleuth._generated.snoop_abi import (
 )
 from netsleuth.bpf.errors import MissingFeature
 from netsleuth.bpf.program_session import ProgramSession, Variant
+from netsleuth.diagnostics.filters import read_task_selection
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.tcp_context import iso_time
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import NetsleuthError, UsageError
-from netsleuth.kernel.cgroups import CgroupPaths, resolve_cgroup_arg
+from netsleuth.kernel.cgroups import CgroupPaths
 from netsleuth.kernel.process import ContainerCache
 
 if TYPE_CHECKING:
@@ -133,7 +134,6 @@ SNOOP_KEYS = ("pid", "comm", "netns", "cgroup", "failed", *RunOptions.KEYS)
 
 
 def read_snoop_config(values: ConfigInput, mode: str) -> SnoopConfig:
-    from netsleuth.kernel.netns import resolve_netns_arg
 
     if mode not in MODES:
         raise UsageError(f"snoop traces exec or open, not {mode!r}")
@@ -144,20 +144,13 @@ def read_snoop_config(values: ConfigInput, mode: str) -> SnoopConfig:
                 f"{ConfigInput.flag_name(key)} does not apply to snoop: it traces processes, not packets"
             )
     options = RunOptions.read(values)
-    pid_text = values.text("pid")
-    if pid_text is not None and (not pid_text.isdigit() or int(pid_text) <= 0):
-        raise UsageError(f"--pid {pid_text!r} is not a process id")
-    comm = values.text("comm")
-    if comm is not None and not 0 < len(comm) <= 15:
-        raise UsageError(f"--comm {comm!r} must be 1 to 15 characters, as the kernel keeps it")
-    netns = values.text("netns")
-    cgroup = values.text("cgroup")
+    tasks = read_task_selection(values)
     return SnoopConfig(
         mode=mode,
-        pid=int(pid_text) if pid_text is not None else None,
-        comm=comm,
-        netns=resolve_netns_arg(netns) if netns is not None else None,
-        cgroup_id=resolve_cgroup_arg(cgroup) if cgroup is not None else None,
+        pid=tasks.pid,
+        comm=tasks.comm,
+        netns=tasks.netns,
+        cgroup_id=tasks.cgroup_id,
         failed=values.flag("failed"),
         summary_only=options.summary,
         sample_every=options.sample,
