@@ -8,7 +8,6 @@ netsleuth.bpf imports this module.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +27,7 @@ __all__ = [
     "RingBufferCallback",
     "capture_messages",
     "lib",
+    "open_library",
 ]
 
 BTF_KIND_PTR = 2
@@ -133,7 +133,24 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def open_library(soname: str, short: str) -> ctypes.CDLL:
+    """The shared library `soname` (the ABI major we declare against), else whatever `short` the system
+    names. The soname is tried first because ctypes.util.find_library runs `ldconfig -p` (or a compiler) in
+    a subprocess: tens of milliseconds of a trace's start, spent before the probes are attached."""
+    try:
+        return ctypes.CDLL(soname, use_errno=True)
+    except OSError:
+        from ctypes.util import find_library  # only when the soname is not where the dynamic loader looks
+
+        found = find_library(short)
+        if found is None:
+            raise
+        return ctypes.CDLL(found, use_errno=True)
+
+
+_libc = open_library("libc.so.6", "c")
 _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
 _MAX_MESSAGES = 50
 
@@ -191,9 +208,8 @@ def lib() -> ctypes.CDLL:
 
 
 def _load() -> ctypes.CDLL:
-    path = ctypes.util.find_library("bpf") or "libbpf.so.1"
     try:
-        loaded = ctypes.CDLL(path, use_errno=True)
+        loaded = open_library("libbpf.so.1", "bpf")
     except OSError as error:
         raise EnvironmentProblem(
             "libbpf is not installed: install it (Debian/Ubuntu: apt install libbpf1; "

@@ -13,7 +13,6 @@ two-instruction program.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import os
 from collections.abc import Iterable
@@ -315,7 +314,7 @@ _PERF_FLAG_DISABLED = 1
 @functools.cache
 def _probe_perf_event_profiling() -> bool:
     """Can a sampling CPU clock be opened on CPU 0 for every task (what a BPF profiler attaches to)?"""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = _libbpf.open_library("libc.so.6", "c")
     attr = _PerfEventAttr(
         type=_PERF_TYPE_SOFTWARE,
         size=ctypes.sizeof(_PerfEventAttr),

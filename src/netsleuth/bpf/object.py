@@ -7,7 +7,6 @@ owned by this process and never pinned, so a crash or kill leaves nothing attach
 from __future__ import annotations
 
 import ctypes
-from importlib import resources
 from pathlib import Path
 from types import TracebackType
 
@@ -26,7 +25,9 @@ _PERCPU_TYPES = {5, 6, 10}  # BPF_MAP_TYPE_PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU
 
 def generated_object_path(name: str) -> Path:
     """The committed, prebuilt object shipped inside the package (netsleuth/_generated/<name>.bpf.o)."""
-    path = Path(str(resources.files("netsleuth") / "_generated" / f"{name}.bpf.o"))
+    # Beside this package's modules, as importlib.resources.files("netsleuth") would say for an installed
+    # package, without importing importlib.resources (zipfile, tempfile...) on the way to attaching.
+    path = Path(__file__).resolve().parents[1] / "_generated" / f"{name}.bpf.o"
     if not path.exists():
         raise EnvironmentProblem(
             f"the BPF object {path} is missing from the installation; reinstall netsleuth"
