@@ -16,6 +16,7 @@ from typing import NoReturn
 from netsleuth import __version__
 from netsleuth.commands import Command
 from netsleuth.errors import EXIT_USAGE, NetsleuthError
+from netsleuth.startup_gc import pause_collection, resume_collection
 
 __all__ = ["build_parser", "main"]
 
@@ -41,6 +42,13 @@ _COMMAND_MODULES = {
     "profile": "netsleuth.commands.profile",
 }
 
+# The commands whose run is one `run_session` (commands/_runloop.py), which resumes garbage collection once
+# the probes are attached: for them collection is held off from here to there (netsleuth.startup_gc). Every
+# other command runs with it on. tests/unit/test_cli_startup.py checks this list against the modules.
+_ATTACHING_COMMANDS = frozenset(
+    {"diagnose", "drops", "resets", "tcp", "conn", "dns", "route", "snoop", "softirq", "profile"}
+)
+
 
 def _command(name: str) -> Command:
     command: Command = importlib.import_module(_COMMAND_MODULES[name]).COMMAND
@@ -64,7 +72,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"netsleuth {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     subparsers.required = True
-    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    chosen = _chosen_command(argv)
     for name in _COMMAND_MODULES:
         if chosen in _COMMAND_MODULES and name != chosen:
             subparsers.add_parser(name)  # known, not loaded: this run does not use it
@@ -76,8 +84,23 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    """The command word, as argparse will read it: the first argument not starting with '-' (the top-level
+    parser has no option that takes a value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if _chosen_command(arguments) in _ATTACHING_COMMANDS:
+        pause_collection()
+    try:
+        return _run(arguments)
+    finally:
+        resume_collection()
+
+
+def _run(arguments: list[str]) -> int:
     args = build_parser(arguments).parse_args(arguments)
     try:
         result: int = args._run(args)

@@ -21,6 +21,7 @@ from typing import Any, Protocol, TextIO
 from netsleuth.diagnostics.model import DiagnosticSession, Record, RunOptions
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
+from netsleuth.startup_gc import resume_collection
 
 __all__ = [
     "POLL_MS",
@@ -169,6 +170,7 @@ def run_session(
         stack.callback(session.close)
         session.start()
         write_ready_file(ready_file, session.attach_kind)
+        resume_collection()  # held off by the CLI while starting (netsleuth.startup_gc)
         # The JSON encoder loads once attached: attach time is not spent on what comes after.
         from netsleuth.render.jsonl import JsonLinesWriter
 

@@ -1,0 +1,138 @@
+"""The CLI's start: only the chosen command's module is loaded, and garbage collection is held off only for
+commands that resume it once attached (netsleuth.startup_gc, commands/_runloop.run_session)."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netsleuth import cli, startup_gc
+from netsleuth.commands._runloop import run_session
+from netsleuth.diagnostics.model import RunOptions
+from netsleuth.diagnostics.totals import EventTotals
+
+_COMMANDS = Path(cli.__file__).parent / "commands"
+
+
+@pytest.fixture(autouse=True)
+def _collection_on() -> Iterator[None]:
+    assert gc.isenabled()
+    yield
+    startup_gc.resume_collection()
+    gc.enable()
+
+
+@pytest.mark.parametrize("name", sorted(cli._COMMAND_MODULES))
+def test_attaching_commands_are_exactly_those_run_by_run_session(name: str) -> None:
+    # A command listed as attaching but not ending in run_session would run with collection off for good.
+    source = (_COMMANDS / f"{name}.py").read_text()
+    assert ("run_session(" in source) == (name in cli._ATTACHING_COMMANDS)
+
+
+def test_bad_input_of_an_attaching_command_leaves_collection_on(capsys: pytest.CaptureFixture[str]) -> None:
+    # A value the command refuses (returns 2) and an option argparse refuses (exits 2) alike.
+    assert cli.main(["drops", "--port", "70000x"]) == 2
+    assert gc.isenabled()
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["drops", "--no-such-option"])
+    assert stopped.value.code == 2
+    assert gc.isenabled()
+    assert capsys.readouterr().err.count("\n") == 2
+
+
+def test_other_commands_run_with_collection_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+
+    def run(_args: argparse.Namespace) -> int:
+        seen.append(gc.isenabled())
+        return 0
+
+    original = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda argv: _with_run(original(argv), run))
+    assert cli.main(["doctor"]) == 0
+    assert seen == [True]
+
+
+def test_attaching_command_starts_paused_and_run_session_resumes_once_attached(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    states: dict[str, bool] = {}
+
+    class Session:
+        attach_kind = "tp_btf"
+
+        def start(self) -> None:
+            states["start"] = gc.isenabled()
+
+        def poll(self, _timeout_ms: int) -> list[Any]:
+            states["poll"] = gc.isenabled()
+            return []
+
+        def drain(self) -> list[Any]:
+            return []
+
+        def totals(self) -> EventTotals:
+            return EventTotals()
+
+        def summary(self, _interrupted: bool) -> None:
+            return None
+
+        def notes(self) -> list[str]:
+            return []
+
+        def close(self) -> None:
+            pass
+
+    class View:
+        noun = "drops"
+
+        def lines(self, _records: Any) -> str:
+            return ""
+
+        def finish(self, *_args: Any) -> None:
+            pass
+
+        def loss_line(self, _totals: EventTotals) -> str:
+            return ""
+
+    ready = tmp_path / "ready"
+
+    def run(_args: argparse.Namespace) -> int:
+        states["before"] = gc.isenabled()
+        return run_session(
+            Session(),  # type: ignore[arg-type]
+            RunOptions(duration=0.01),
+            View(),
+            json_lines=False,
+            ready_file=str(ready),
+        )
+
+    original = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda argv: _with_run(original(argv), run))
+    assert cli.main(["drops", "--summary"]) == 0
+    assert states == {"before": False, "start": False, "poll": True}
+    assert ready.exists()
+    assert gc.isenabled()
+
+
+def _with_run(parser: argparse.ArgumentParser, run: Any) -> argparse.ArgumentParser:
+    for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
+        for sub in action.choices.values():  # type: ignore[union-attr]
+            sub.set_defaults(_run=run)
+    return parser
+
+
+def test_help_still_lists_every_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "netsleuth", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0
+    for name in cli._COMMAND_MODULES:
+        assert name in result.stdout
