@@ -36,6 +36,7 @@ from netsleuth.fleet.protocol import (
     new_task_id,
     public_key_to_text,
 )
+from netsleuth.fleet.scope_filter import EnforcedScope
 from netsleuth.fleet.session_runner import FleetSession, record_wall_ns
 
 REPO = Path(__file__).resolve().parents[2]
@@ -207,7 +208,8 @@ class FakeDiagnostic:
         return self.poll(0)
 
     def summary(self, interrupted: bool) -> dict[str, Any]:
-        return {"type": "summary", "interrupted": interrupted}
+        # Like drops' summary, it declares top-level totals (from attach): the runner replaces them.
+        return {"type": "summary", "interrupted": interrupted, **EventTotals().to_json()}
 
     def totals(self) -> EventTotals:
         # Like the kernel's counters: an event counts when it happens, whether or not it was read yet.
@@ -246,7 +248,10 @@ def _run_session(
 ) -> tuple[list[HostStatus], list[dict[str, Any]], FleetSession]:
     published: list[tuple[str, bytes]] = []
     ended = threading.Event()
-    accepted = AcceptedTask(_task(deadline_s=deadline_s, **task), {}, budgets, deadline_s)
+    # Host-wide: these sessions test the window and the caps, not the scope (test_fleet_scope.py does).
+    accepted = AcceptedTask(
+        _task(deadline_s=deadline_s, **task), {}, budgets, deadline_s, EnforcedScope(True, None)
+    )
     session = FleetSession(
         accepted,
         "node-a",

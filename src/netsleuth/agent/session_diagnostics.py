@@ -75,13 +75,21 @@ class _SharedSymbolsSession:
             self._symbols = None
 
 
-def open_session(name: str, config: Mapping[str, Any], context: DiagnosticContext) -> DiagnosticSession:
+def open_session(
+    name: str,
+    config: Mapping[str, Any],
+    context: DiagnosticContext,
+    narrow: Callable[[Any], Any] | None = None,
+) -> DiagnosticSession:
     """Validate `config` for the registered diagnostic `name` and open it (nothing attached until start);
-    a UsageError with one sentence when the name or the config is not valid."""
+    a UsageError with one sentence when the name or the config is not valid. `narrow` may tighten the typed
+    config before it is opened (a fleet task's scope, fleet/diagnostic_source.py)."""
     from netsleuth.kernel.context import KernelContext
 
     spec = get_diagnostic(name)
     parsed = spec.config_from_json(dict(config))
+    if narrow is not None:
+        parsed = narrow(parsed)
     # No debug-vmlinux source lines in sessions: they stay cheap, and their records are complete without.
     kernel = KernelContext(kallsyms=context.symbols.acquire(), firewall=True)
     try:

@@ -390,6 +390,10 @@ class ConnTracker:
         self._socket_flow: dict[tuple[int, int], FlowKey] = {}
         self._pending: dict[FlowKey, list[tuple[float, DropRecord | ResetRecord | AbortRecord]]] = {}
         self._done: list[ConnReport] = []
+        # Drops and resets that no connection claimed before they stopped waiting (or by the end), kept when
+        # asked (`take_unclaimed`): a fleet host's own share of a flow whose socket lives on another host.
+        self.keep_unclaimed = False
+        self._unclaimed: list[DropRecord | ResetRecord | AbortRecord] = []
         # NAT join: a rewritten pair -> the client's pair and where on the NAT path it was seen.
         self._aliases: dict[FlowKey, tuple[FlowKey, Placement]] = {}
         self._placements: dict[int, Placement] = {}  # id(waiting item) -> its placement
@@ -781,6 +785,8 @@ class ConnTracker:
             else:
                 del self._pending[key]
                 self._nat_tries.pop(key, None)
+                if self.keep_unclaimed:
+                    self._unclaimed.extend(item for _, item in items)
                 for _, item in items:
                     self._placements.pop(id(item), None)
         reports, self._done = self._done, []
@@ -792,7 +798,15 @@ class ConnTracker:
         reports, self._done = self._done, []
         reports += [self._report(conn, still_running=False) for conn in self._connections.values()]
         self._connections.clear()
+        if self.keep_unclaimed:
+            self._unclaimed.extend(item for items in self._pending.values() for _, item in items)
+            self._pending.clear()
         return reports
+
+    def take_unclaimed(self) -> list[DropRecord | ResetRecord | AbortRecord]:
+        """The unclaimed drops and resets kept since the last call (see `keep_unclaimed`)."""
+        items, self._unclaimed = self._unclaimed, []
+        return items
 
     def _report(self, conn: Connection, still_running: bool) -> ConnReport:
         for socket_key, flow in list(self._socket_flow.items()):

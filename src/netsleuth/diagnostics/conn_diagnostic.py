@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, parse_port
-from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
+from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, Record, RunOptions
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.tcp_diagnostics import RESET_KINDS, read_tcp_filter
 from netsleuth.diagnostics.totals import EventTotals
@@ -49,6 +49,11 @@ class ConnConfig:
     tcp_filter: PacketFilter
     drops_filter: PacketFilter
     run: RunOptions = field(default_factory=RunOptions)
+    # The namespaces whose conntrack the NAT join reads (names or namespace files); None: every one.
+    conntrack_namespaces: tuple[str, ...] | None = None
+    # Also emit, as their own drop/reset records, those no connection here claimed: where the connection's
+    # socket is on another host, a fleet joins them with that host's report (fleet/diagnostic_source.py).
+    report_unclaimed: bool = False
 
     @property
     def run_options(self) -> RunOptions:
@@ -182,8 +187,9 @@ class ConnDiagnostic:
         self._resets = ResetEnricher(self._context)
         self._resets.prepare(self.config.tcp_filter.netns)
         # Joins packets rewritten by a NAT on this host (docs/conn.md).
-        self._conntrack = ConntrackReader()
+        self._conntrack = ConntrackReader(namespaces=self.config.conntrack_namespaces)
         self._tracker = ConnTracker(self.config.selector, self._context, conntrack=self._conntrack)
+        self._tracker.keep_unclaimed = self.config.report_unclaimed
 
     def _feed(self, tcp_raws: list[Any], drops: list[Any]) -> list[ConnRecord]:
         assert self._resets is not None and self._tracker is not None
@@ -198,13 +204,17 @@ class ConnDiagnostic:
             self._outcomes[report.outcome] += 1
         return [ConnRecord(report, self._context.netns_name) for report in reports]
 
-    def poll(self, timeout_ms: int) -> list[ConnRecord]:
-        return self._feed(self._tcp.poll(timeout_ms), self._drops.poll(0))
+    def _unclaimed(self) -> list[Record]:
+        assert self._tracker is not None
+        return list(self._tracker.take_unclaimed())
 
-    def drain(self) -> list[ConnRecord]:
+    def poll(self, timeout_ms: int) -> list[Record]:
+        return [*self._feed(self._tcp.poll(timeout_ms), self._drops.poll(0)), *self._unclaimed()]
+
+    def drain(self) -> list[Record]:
         assert self._tracker is not None
         records = self._feed(self._tcp.drain(), self._drops.drain())
-        return records + self._records(self._tracker.flush())
+        return [*records, *self._records(self._tracker.flush()), *self._unclaimed()]
 
     def _kind_totals(self) -> dict[EventKind, KindTotals]:
         totals = self._tcp.totals()

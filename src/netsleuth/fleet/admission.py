@@ -4,9 +4,16 @@ In order, each refusal one sentence the controller records in its audit: the mes
 signature is the configured controller key's over the task exactly as received; the task is for this host;
 it is not expired, not issued in the future, not longer-lived than `fleet.max_task_lifetime`, and its id
 was not seen before (ids are remembered until their expiry, which is what bounds the memory); the diagnostic
-is in this agent's catalogue; the scope can be enforced in the kernel and stays within this host. The
-accepted task comes back with its effective config: the scope pushed into the diagnostic's own filters
-(netns forced to the host's namespace, addresses narrowed), budgets capped by the agent's [sessions] limits.
+is in this agent's catalogue; the scope can be enforced in the kernel and stays within this host, and the
+diagnostic can be kept inside it. The accepted task comes back with its effective config: the scope pushed
+into the diagnostic's own filters (netns forced to the host's namespace, addresses narrowed), the scope as
+enforced (for the session's last-line filter, scope_filter.py), budgets capped by the agent's [sessions]
+limits.
+
+Scopes: `netns: []` is this host's own namespace (the agent's, or its `fleet.netns`); `netns: [name]` that
+namespace; `netns: ["*"]` every namespace of the host - *host-wide*, the only scope under which a
+diagnostic whose records cannot say their namespace (softirq's per-CPU histograms, profile's stacks) may
+run. A role grants it with `netns = ["*"]` and a user asks for it with `--netns '*'`.
 
 A NATS user who may publish on this host's task subject still cannot make it run anything the controller did
 not sign; the signature, not the transport, is what is trusted.
@@ -26,10 +33,21 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from netsleuth.agent.config import SessionLimits
 from netsleuth.errors import UsageError
 from netsleuth.fleet.protocol import Budgets, ProtocolError, SignedTask, Task, decode
+from netsleuth.fleet.scope_filter import EnforcedScope
 
-__all__ = ["AcceptedTask", "ReplayGuard", "TaskAdmission", "TaskRefused"]
+__all__ = ["HOST_WIDE", "HOST_WIDE_ONLY", "AcceptedTask", "ReplayGuard", "TaskAdmission", "TaskRefused"]
 
 HOST_NETNS = "/proc/self/ns/net"  # the agent runs in the host's own namespace
+HOST_WIDE = "*"  # scope.netns ["*"]: every namespace of this host
+# Diagnostics whose records carry no namespace or address, so that neither the kernel nor the last-line
+# filter can keep them inside a narrower scope: why, in the refusal's words.
+HOST_WIDE_ONLY = {
+    "softirq": "its per-CPU softirq histograms count every namespace's packets and carry no namespace",
+    "profile": (
+        "its stacks carry no namespace, and a sample's kernel frames include softirq work done for any "
+        "namespace's packets"
+    ),
+}
 _CLOCK_SKEW_S = 30.0  # a task issued this far in our future is refused: our clock or theirs is wrong
 _MAX_REMEMBERED = 100_000
 
@@ -48,6 +66,7 @@ class AcceptedTask:
     config: dict[str, Any]  # the diagnostic's config with the scope pushed in
     budgets: Budgets  # the task's budgets capped by the agent's own limits
     deadline_s: float
+    scope: EnforcedScope  # what the session's last-line filter lets leave the host
 
 
 class ReplayGuard:
@@ -159,7 +178,7 @@ class TaskAdmission:
                 f"{self._limits.max_duration:g} s",
                 task,
             )
-        config = self._scoped_config(task)
+        config, scope = self._scoped_config(task)
         if self._validate is not None:
             # The diagnostic's own validation of its config (the CLI's flags, as JSON): a bad filter is a
             # refusal now, not an accepted task that fails in prepare.
@@ -172,12 +191,22 @@ class TaskAdmission:
             max_bytes=min(task.budgets.max_bytes, self._limits.max_bytes),
             cpu_percent=min(task.budgets.cpu_percent, self._limits.cpu_budget_percent),
         )
-        return AcceptedTask(task, config, budgets, task.deadline_s)
+        return AcceptedTask(task, config, budgets, task.deadline_s, scope)
 
-    def _scoped_config(self, task: Task) -> dict[str, Any]:
-        """The diagnostic's config with the scope enforced by its kernel-side filters."""
+    def _scoped_config(self, task: Task) -> tuple[dict[str, Any], EnforcedScope]:
+        """The diagnostic's config with the scope enforced by its kernel-side filters, and the scope as the
+        last-line filter holds it."""
         scope = task.scope
         config = dict(task.config)
+        if HOST_WIDE in scope.netns:
+            return self._host_wide_config(task, config)
+        if task.diagnostic in HOST_WIDE_ONLY:
+            why = HOST_WIDE_ONLY[task.diagnostic]
+            raise TaskRefused(
+                f"{task.diagnostic} cannot be kept inside a namespace scope ({why}): it needs a host-wide "
+                f"scope (netns '{HOST_WIDE}')",
+                task,
+            )
         if scope.cgroups:
             # The programs filter by netns, addresses, ports and pid; a cgroup filter is not in the kernel
             # side, and a scope the kernel does not enforce would be a promise this agent cannot keep.
@@ -214,6 +243,13 @@ class TaskAdmission:
             if isinstance(target, str) and target != HOST_NETNS and not self._known_netns(target):
                 raise TaskRefused(f"network namespace {target!r} does not exist on this host", task)
         if scope.addresses:
+            from netsleuth.diagnostics.registry import get_diagnostic
+
+            if "host" not in get_diagnostic(task.diagnostic).keys:
+                # snoop's processes carry no address: nothing in the kernel or after it could narrow them.
+                raise TaskRefused(
+                    f"{task.diagnostic} has no address filter, so an address scope cannot be enforced", task
+                )
             allowed_networks = [_network(text, "scope address") for text in scope.addresses]
             hosts = config.get("host") or []
             if not isinstance(hosts, list) or not all(isinstance(item, str) for item in hosts):
@@ -224,4 +260,23 @@ class TaskAdmission:
                     raise TaskRefused(f"config.host {text!r} is outside the task's address scope", task)
             # No address filter asked: the scope itself becomes the filter ("either address" in the kernel).
             config["host"] = hosts or [str(network) for network in allowed_networks]
-        return config
+        netns = config.get("netns")
+        networks = tuple(_network(text, "scope address") for text in scope.addresses)
+        return config, EnforcedScope(False, netns if isinstance(netns, str) else HOST_NETNS, networks)
+
+    def _host_wide_config(self, task: Task, config: dict[str, Any]) -> tuple[dict[str, Any], EnforcedScope]:
+        """Every namespace of this host: what an operator's role grants with netns '*'. The diagnostic's own
+        netns/address filters are the user's (still checked by the diagnostic); nothing is withheld."""
+        scope = task.scope
+        if self._host_netns:
+            raise TaskRefused(
+                f"a host-wide scope is outside this host (its namespace is {self._host_netns!r})", task
+            )
+        if len(scope.netns) > 1 or scope.addresses or scope.cgroups:
+            raise TaskRefused(f"a host-wide scope (netns '{HOST_WIDE}') cannot be combined with others", task)
+        asked = config.get("netns")
+        if asked == HOST_WIDE:
+            del config["netns"]  # "*" as the user's netns filter: no filter
+        elif asked is not None and (not isinstance(asked, str) or not self._known_netns(asked)):
+            raise TaskRefused(f"network namespace {asked!r} does not exist on this host", task)
+        return config, EnforcedScope(True, None)

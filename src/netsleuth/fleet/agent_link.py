@@ -347,7 +347,9 @@ class FleetLink:
                 session = FleetSession(
                     accepted,
                     self.config.host_id,
-                    lambda: open_diagnostic(accepted.task.diagnostic, accepted.config, self._context),
+                    lambda: open_diagnostic(
+                        accepted.task.diagnostic, accepted.config, self._context, accepted.scope
+                    ),
                     self.publish_threadsafe,
                     self._ledger,
                     lambda: self._clock.offset_ns,

@@ -531,6 +531,9 @@ class HostStatus:
     sent_bytes: int = 0  # bytes of records sent (JSON key "bytes")
     time: str = field(default_factory=_now_iso)
     notes: tuple[str, ...] = ()  # what the host could not do in full (a firewall unreadable, entries cut)
+    # Records and entries of records the agent held back as outside the task's scope (fleet/scope_filter.py);
+    # also in `totals` as "withheld", which consumers copy whole.
+    withheld: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -547,6 +550,7 @@ class HostStatus:
             "bytes": self.sent_bytes,
             "time": self.time,
             "notes": list(self.notes),
+            "withheld": self.withheld,
         }
 
     def encode(self) -> bytes:
@@ -576,6 +580,7 @@ class HostStatus:
             sent_bytes=fields.integer("bytes", 0),
             time=fields.string("time", _now_iso(), max_len=64),
             notes=fields.strings("notes"),
+            withheld=fields.integer("withheld", 0),
         )
 
 

@@ -13,6 +13,9 @@ Every limit is local: the deadline (T0 + deadline_s on this host's monotonic clo
 no start comes), the event and byte caps (agent/record_caps.py, the same as local sessions), the CPU budget
 of the session's programs (agent/cpu_budget.py, bpf_stats). Publishing never blocks the session: when NATS
 is gone the messages are dropped by the link, the session still ends at its deadline and detaches.
+
+Every record on its way out - events, conntrack entries, the summary - passes the task's scope filter
+(scope_filter.py) first: what it withholds is counted, not sent, and the `ended` status says how much.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from netsleuth.fleet.admission import AcceptedTask
 from netsleuth.fleet.conntrack_records import CONNTRACK_DIAGNOSTICS, conntrack_records
 from netsleuth.fleet.diagnostic_source import FleetDiagnostic
 from netsleuth.fleet.protocol import HostState, HostStatus, RecordBatch, records_subject, status_subject
+from netsleuth.fleet.scope_filter import ScopeFilter
 
 __all__ = ["FleetSession", "record_wall_ns"]
 
@@ -118,6 +122,7 @@ class FleetSession:
         self._mark_lock = threading.Lock()
         self._t0_mono = 0
         self._baseline = EventTotals()
+        self._scope: ScopeFilter | None = None  # built on the session's thread (it reads namespace names)
         self.thread = threading.Thread(target=self._run, name=f"fleet-{self.id}", daemon=True)
 
     # -- control, from the link's thread ----------------------------------------------------------------
@@ -167,6 +172,7 @@ class FleetSession:
         notes: list[str] | None = None,
     ) -> None:
         self.state, self.reason = state, reason
+        withheld = self._scope.withheld if self._scope is not None else 0
         status = HostStatus(
             host=self.host,
             session=self.id,
@@ -174,17 +180,20 @@ class FleetSession:
             reason=reason,
             offset_ns=self._offset_ns(),
             start_skew_ns=self._skew_ns,
-            totals=totals.to_json() if totals is not None else {},
+            totals={**totals.to_json(), "withheld": withheld} if totals is not None else {},
             lost=totals.lost if totals is not None else 0,
             sampled=totals.sampled if totals is not None else 0,
             events=self.events,
             sent_bytes=self.bytes,
             notes=tuple(notes or ()),
+            withheld=withheld,
         )
         self._publish(status_subject(self.id, self.host), status.encode())
 
     def _send(self, records: list[dict[str, Any]]) -> tuple[str, str] | None:
         """Publish within the caps, in bounded batches; returns why the session must end, if it must."""
+        if self._scope is not None:
+            records = self._scope.keep(records)
         if not records:
             return None
         budgets = self.accepted.budgets
@@ -206,6 +215,7 @@ class FleetSession:
         handles: list[int] = []
         try:
             self._status("preparing")
+            self._scope = ScopeFilter(self.accepted.scope)
             diagnostic = self._open()
             diagnostic.start()
             # The first read pays for lazy set-up (symbol tables, enrichers): in prepare, not after T0, where
@@ -309,9 +319,12 @@ class FleetSession:
             if self.task.diagnostic in CONNTRACK_DIAGNOSTICS:
                 notes += self._send_conntrack()
             summary = diagnostic.summary(interrupted=reason != "duration")
-            # The summary's own totals count from attach; the window's (from T0) are what this host saw.
-            summary.update(self._window.to_json())
+            # The summary's own totals count from attach; the window's (from T0) are what this host saw. Only
+            # the totals it declares are replaced (conn's summary has per-kind totals, no top-level ones).
+            summary.update({key: value for key, value in self._window.to_json().items() if key in summary})
             self._send_summary(summary)
+        if self._scope is not None and (withheld := self._scope.note()):
+            notes.append(withheld)
         self._status("ended", f"{reason}: {detail}" if detail else reason, self._window, notes)
 
     def _send_conntrack(self) -> list[str]:
@@ -325,6 +338,8 @@ class FleetSession:
             records, note = conntrack_records(config, where, label)
         except Exception as error:  # no ctnetlink, a namespace gone: the session's own records still stand
             return [f"conntrack entries not read: {error}"]
+        if self._scope is not None:
+            records = self._scope.keep(records)
         for start in range(0, len(records), _BATCH_RECORDS):
             batch = RecordBatch(self.host, self.id, self._batches, records[start : start + _BATCH_RECORDS])
             self._publish(records_subject(self.id, self.host), batch.encode())
@@ -333,6 +348,8 @@ class FleetSession:
 
     def _send_summary(self, summary: dict[str, Any]) -> None:
         # Always sent, like a local session's summary: outside the event cap, its groups cut to fit a message.
+        if self._scope is not None:
+            (summary,) = self._scope.keep([summary])  # a summary is never withheld, only its groups
         groups = summary.get("groups")
         body = json.dumps(summary, separators=(",", ":")).encode()
         if isinstance(groups, list) and len(body) > _BATCH_BYTES:

@@ -1,0 +1,331 @@
+"""A fleet task's scope on the agent, without a kernel: admission decides what may run and how narrow, the
+typed config is narrowed before it opens, and the last-line filter withholds (and counts) every record or
+part of one from outside the scope - through the session runner, up to the `ended` status."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netsleuth.agent.config import SessionLimits
+from netsleuth.agent.programs import ProgramLedger
+from netsleuth.bpf.stats import ProgramStats
+from netsleuth.diagnostics.model import ConfigInput
+from netsleuth.diagnostics.registry import get_diagnostic
+from netsleuth.diagnostics.totals import EventTotals
+from netsleuth.fleet.admission import HOST_NETNS, AcceptedTask, TaskAdmission, TaskRefused
+from netsleuth.fleet.diagnostic_source import for_the_fleet, narrow_to_scope
+from netsleuth.fleet.protocol import (
+    Budgets,
+    HostStatus,
+    RecordBatch,
+    Scope,
+    SignedTask,
+    Task,
+    generate_private_key,
+)
+from netsleuth.fleet.scope_filter import EnforcedScope, ScopeFilter
+from netsleuth.fleet.session_runner import FleetSession
+from netsleuth.kernel.netns import NetnsNames
+
+KEY = generate_private_key()
+NOW = 1_800_000_000.0
+OWN = os.stat(HOST_NETNS).st_ino  # the scope's namespace in these tests: the one the test runs in
+OTHER = OWN + 7
+
+
+class _Names(NetnsNames):
+    """`ip netns` names as a host would have them: ours is "web", another is "db"."""
+
+    def name_of(self, inode: int) -> str | None:
+        return {OWN: "web", OTHER: "db"}.get(inode)
+
+
+def _filter(networks: tuple[str, ...] = ()) -> ScopeFilter:
+    import ipaddress
+
+    scope = EnforcedScope(False, HOST_NETNS, tuple(ipaddress.ip_network(n) for n in networks))
+    return ScopeFilter(scope, _Names())
+
+
+def _drop(
+    netns: int, name: str | None, saddr: str = "198.18.0.5", daddr: str = "198.18.2.7"
+) -> dict[str, Any]:
+    return {"type": "drop", "v": 1, "netns": netns, "netns_name": name, "saddr": saddr, "daddr": daddr}
+
+
+def _conn() -> dict[str, Any]:
+    """A `conn` report as the tracker writes one when it joined another namespace's NAT and drop."""
+    return {
+        "type": "conn",
+        "v": 1,
+        "saddr": "198.18.0.5",
+        "daddr": "198.18.1.10",
+        "client_netns": "web",
+        "server_netns": None,
+        "drops": 2,
+        "resets": 0,
+        "outcome": "dropped",
+        "verdict": 'dropped in netns db by "-A INPUT -p tcp -m tcp --dport 8080 -j DROP"',
+        "nat": [
+            {"kind": "DNAT", "where": "netns web", "before": {}, "after": {}},
+            {"kind": "DNAT", "where": "netns db", "before": {}, "after": {}},
+        ],
+        "timeline": [
+            {"event": "state", "netns": "web", "text": "SYN_SENT"},
+            {"event": "nat", "netns": "web", "text": "DNAT in netns web"},
+            {"event": "nat", "netns": "db", "text": "DNAT in netns db"},
+            {"event": "drop", "netns": "web", "text": "dropped by client's OUTPUT"},
+            {"event": "drop", "netns": str(OTHER), "text": "dropped by db's INPUT"},
+        ],
+    }
+
+
+# -- the last-line filter ------------------------------------------------------------------------------------
+def test_records_of_other_namespaces_are_withheld_and_counted() -> None:
+    scope = _filter()
+    kept = scope.keep(
+        [
+            _drop(OWN, None),  # by inode
+            _drop(0, "web"),  # by name
+            _drop(OTHER, "db"),
+            _drop(OTHER, None),
+            {"type": "conntrack", "netns": "host", "orig": {"src": "198.18.0.5"}},  # the agent's own label
+            {"type": "conntrack", "netns": "db", "orig": {"src": "198.18.0.5"}},
+            {"type": "stack", "pid": 1, "frames": ["x"]},  # says neither namespace nor address
+        ]
+    )
+    assert [(r["type"], r.get("netns")) for r in kept] == [("drop", OWN), ("drop", 0), ("conntrack", "host")]
+    assert scope.withheld_records == 4 and scope.withheld == 4
+    assert scope.note() == "withheld 4 out-of-scope (4 record(s); scope: this host's own namespace)"
+
+
+def test_a_conn_report_keeps_only_its_entries_inside_the_scope() -> None:
+    scope = _filter()
+    (kept,) = scope.keep([_conn()])
+    assert [e["netns"] for e in kept["timeline"]] == ["web", "web", "web"]
+    assert [hop["where"] for hop in kept["nat"]] == ["netns web"]
+    assert kept["drops"] == 1  # the other namespace's drop is not counted either
+    assert "db" not in json.dumps(kept)  # the verdict named it: replaced
+    assert kept["verdict"].startswith("dropped (as seen inside this task's scope; 3 out-of-scope")
+    assert scope.withheld_entries == 3 and scope.withheld_records == 0
+    # A connection none of whose sockets is in the scope goes entirely.
+    assert scope.keep([{**_conn(), "client_netns": "db"}]) == []
+    assert scope.withheld_records == 1
+
+
+def test_summary_groups_and_verdicts_outside_the_scope_are_withheld() -> None:
+    scope = _filter()
+    groups: list[dict[str, Any]] = [
+        {"netns": OWN, "netns_name": "web", "count": 2},
+        {"netns": OTHER, "netns_name": "db", "count": 1},
+        {"count": 1, "example": {"netns": OTHER, "netns_name": None}},  # resets: through its example
+    ]
+    (kept,) = scope.keep([{"type": "summary", "total": 3, "groups": groups}])
+    assert kept["groups"] == [groups[0]] and kept["total"] == 3
+    verdicts = [
+        {"type": "verdict", "category": "drop", "evidence": {"netns": OWN, "count": 2}},
+        {"type": "verdict", "category": "drop", "evidence": {"example": {"netns": OTHER}}},
+        {"type": "verdict", "category": "net-rx-budget", "evidence": {"cpus": [0, 1]}},  # the whole machine
+        {"type": "verdict", "category": "path", "evidence": {"mtu": 1500}},  # read inside the scope's netns
+    ]
+    assert [v["category"] for v in scope.keep(verdicts)] == ["drop", "path"]
+    assert scope.withheld == 2 + 2
+
+
+def test_an_address_scope_keeps_either_address_inside() -> None:
+    scope = _filter(("198.18.0.0/24",))
+    kept = scope.keep(
+        [
+            _drop(OWN, None, saddr="198.18.0.5", daddr="198.18.2.7"),
+            _drop(OWN, None, saddr="198.18.2.7", daddr="198.18.0.5"),
+            _drop(OWN, None, saddr="198.18.2.7", daddr="198.18.1.10"),
+            {
+                "type": "conntrack",
+                "netns": "host",
+                "orig": {"src": "198.18.3.1"},
+                "reply": {"dst": "198.18.0.9"},
+            },
+        ]
+    )
+    assert len(kept) == 3 and scope.withheld_records == 1
+
+
+def test_a_host_wide_scope_withholds_nothing() -> None:
+    scope = ScopeFilter(EnforcedScope(True, None))
+    records = [_drop(OTHER, "db"), {"type": "stack"}, _conn()]
+    assert scope.keep(records) == records and scope.withheld == 0 and scope.note() is None
+
+
+# -- admission -----------------------------------------------------------------------------------------------
+def _task(**changes: Any) -> Task:
+    body: dict[str, Any] = {
+        "id": os.urandom(8).hex(),
+        "session": "s1",
+        "host": "node-a",
+        "diagnostic": "drops",
+        "config": {},
+        "scope": Scope(netns=("web",)),
+        "issued_at": NOW,
+        "expires_at": NOW + 30,
+        "deadline_s": 5.0,
+        "budgets": Budgets(),
+        "user": "alice",
+    }
+    body.update(changes)
+    return Task(**body)
+
+
+def _admit(task: Task, host_netns: str = "") -> AcceptedTask:
+    admission = TaskAdmission(
+        host_id="node-a",
+        controller_key=KEY.public_key(),
+        catalogue=lambda: ("drops", "conn", "softirq", "profile", "snoop.exec"),
+        limits=SessionLimits(),
+        host_netns=host_netns,
+        known_netns=lambda name: name in ("web", "db"),
+        clock=lambda: NOW,
+    )
+    return admission.admit(SignedTask.sign(task, KEY, "k").encode())
+
+
+def test_the_accepted_task_carries_the_scope_it_is_held_to() -> None:
+    accepted = _admit(_task(scope=Scope(netns=("web",), addresses=("198.18.0.0/24",))))
+    assert accepted.scope.netns == "web" and not accepted.scope.host_wide
+    assert [str(n) for n in accepted.scope.networks] == ["198.18.0.0/24"]
+    assert _admit(_task(scope=Scope())).scope == EnforcedScope(False, HOST_NETNS)
+
+
+@pytest.mark.parametrize("diagnostic", ["softirq", "profile"])
+def test_diagnostics_that_cannot_say_their_namespace_need_a_host_wide_scope(diagnostic: str) -> None:
+    for scope in (Scope(netns=("web",)), Scope()):
+        with pytest.raises(TaskRefused, match="needs a host-wide scope"):
+            _admit(_task(diagnostic=diagnostic, scope=scope))
+    accepted = _admit(_task(diagnostic=diagnostic, scope=Scope(netns=("*",)), config={"netns": "*"}))
+    assert accepted.scope.host_wide and "netns" not in accepted.config
+
+
+def test_host_wide_scope_rules() -> None:
+    assert _admit(_task(scope=Scope(netns=("*",)), config={"netns": "db"})).config["netns"] == "db"
+    with pytest.raises(TaskRefused, match="outside this host"):
+        _admit(_task(scope=Scope(netns=("*",))), host_netns="lab-client")  # an agent confined to one netns
+    with pytest.raises(TaskRefused, match="cannot be combined"):
+        _admit(_task(scope=Scope(netns=("*",), addresses=("198.18.0.0/24",))))
+    with pytest.raises(TaskRefused, match="does not exist"):
+        _admit(_task(scope=Scope(netns=("*",)), config={"netns": "nope"}))
+
+
+def test_an_address_scope_needs_a_diagnostic_with_an_address_filter() -> None:
+    with pytest.raises(TaskRefused, match=r"snoop\.exec has no address filter"):
+        _admit(_task(diagnostic="snoop.exec", scope=Scope(netns=("web",), addresses=("198.18.0.0/24",))))
+
+
+# -- the typed config narrowed before it opens ---------------------------------------------------------------
+def test_conn_is_confined_to_the_scope_in_its_drop_filter_and_nat_join() -> None:
+    spec = get_diagnostic("conn")
+    config = spec.read(ConfigInput({"netns": HOST_NETNS, "proto": "tcp"}))
+    assert config.drops_filter.netns is None and config.conntrack_namespaces is None  # every namespace
+    narrowed = narrow_to_scope(config, EnforcedScope(False, HOST_NETNS))
+    assert narrowed.tcp_filter.netns == OWN and narrowed.drops_filter.netns == OWN
+    assert narrowed.conntrack_namespaces == (HOST_NETNS,)
+    assert narrow_to_scope(config, EnforcedScope(True, None)) is config
+
+
+# -- through the session runner, up to the ended status ------------------------------------------------
+class _MixedDiagnostic:
+    """Emits, once started, records inside and outside the scope."""
+
+    attach_kind = "fake"
+
+    def __init__(self) -> None:
+        self._pending = [_drop(OWN, "web"), _drop(OTHER, "db"), _conn(), {"type": "stack"}]
+
+    def start(self) -> None:
+        pass
+
+    def poll(self, timeout_ms: int) -> list[dict[str, Any]]:
+        time.sleep(timeout_ms / 1000 / 10)
+        return []
+
+    def drain(self) -> list[dict[str, Any]]:
+        records, self._pending = self._pending, []
+        return records
+
+    def summary(self, interrupted: bool) -> dict[str, Any]:
+        return {"type": "summary", "groups": [{"netns": OWN}, {"netns": OTHER}]}
+
+    def totals(self) -> EventTotals:
+        return EventTotals(matched=4, emitted=4)
+
+    def program_fds(self) -> dict[str, int]:
+        return {}
+
+    def notes(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_ended_status_reports_what_was_withheld(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        "netsleuth.fleet.session_runner.ScopeFilter", lambda scope: ScopeFilter(scope, _Names())
+    )
+    published: list[tuple[str, bytes]] = []
+    ended = threading.Event()
+    accepted = AcceptedTask(_task(deadline_s=0.2), {}, Budgets(), 0.2, EnforcedScope(False, HOST_NETNS))
+    session = FleetSession(
+        accepted,
+        "node-a",
+        _MixedDiagnostic,
+        lambda subject, data: published.append((subject, data)),
+        ProgramLedger(stats_of=lambda fd: ProgramStats(run_count=0, run_time_ns=0)),
+        lambda: 0,
+        lambda _: ended.set(),
+    )
+    session.begin()
+    deadline = time.monotonic() + 10
+    while session.state != "ready" and time.monotonic() < deadline:
+        time.sleep(0.005)
+    session.start_at(time.time_ns())
+    assert ended.wait(10)
+    statuses = [HostStatus.from_json(json.loads(d)) for s, d in published if s.endswith(".status")]
+    records = [
+        r
+        for s, d in published
+        if s.endswith(".records")
+        for r in RecordBatch.from_json(json.loads(d)).records
+    ]
+    assert [r["type"] for r in records] == ["drop", "conn", "summary"]
+    assert records[-1]["groups"] == [{"netns": OWN}]
+    end = statuses[-1]
+    # Withheld: db's drop and the stack (records); 3 parts of the conn report and 1 summary group (entries).
+    assert end.state == "ended" and end.withheld == 6 and end.totals["withheld"] == 6
+    assert end.events == 2  # what was sent, not what was withheld
+    assert "withheld 6 out-of-scope (2 record(s) and 4 entr(ies) of kept records" in end.notes[-1]
+
+
+# -- a host's own share of a flow whose socket is elsewhere ---------------------------------------------
+def test_a_fleet_conn_reports_the_drops_no_connection_here_claimed(tmp_path: Path) -> None:
+    """The server's namespace has the drop but not the client's socket: confined to its scope, its tracker
+    joins the drop to nothing, so a fleet session sends the drop itself for the controller to join."""
+    from netsleuth.diagnostics.conn import ConnSelector, ConnTracker
+    from tests.unit.tcp_fakes import FakeClock, drop_record, fake_context
+
+    config = get_diagnostic("conn").read(ConfigInput({"proto": "tcp"}))
+    assert not config.report_unclaimed and for_the_fleet(config).report_unclaimed
+    for keep in (False, True):
+        clock = FakeClock()
+        tracker = ConnTracker(ConnSelector(), fake_context(tmp_path), clock=clock)
+        tracker.keep_unclaimed = keep
+        drop = drop_record(("198.18.0.5", 40000), ("198.18.2.7", 8080), 0x02, netns=OTHER, time=1.0)
+        tracker.add_drop(drop)
+        assert tracker.ready() == [] and tracker.take_unclaimed() == []  # still waiting for its connection
+        assert tracker.flush() == []
+        assert tracker.take_unclaimed() == ([drop] if keep else [])
