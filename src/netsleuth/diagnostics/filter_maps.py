@@ -10,11 +10,14 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from netsleuth._generated.shared_abi import LpmAddrKey
 from netsleuth.bpf.object import BpfObject
 from netsleuth.diagnostics.filters import IpNetwork, PacketFilter
-from netsleuth.kernel.process import SocketOwners
+
+if TYPE_CHECKING:
+    from netsleuth.kernel.process import SocketOwners
 
 __all__ = ["OwnerInodeSync", "fill_address_maps", "fill_filter_config", "lpm_key"]
 
@@ -85,7 +88,7 @@ class OwnerInodeSync:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._filter = packet_filter
-        self._processes = processes or SocketOwners()
+        self._processes = processes  # made on the first refresh that needs it: most runs filter no owner
         self._interval = interval
         self._clock = clock
         self._refreshed: float | None = None
@@ -98,6 +101,10 @@ class OwnerInodeSync:
         if not force and self._refreshed is not None and now - self._refreshed < self._interval:
             return
         self._refreshed = now
+        if self._processes is None:
+            from netsleuth.kernel.process import SocketOwners
+
+            self._processes = SocketOwners()
         inodes = self._processes.socket_inodes_of(
             self._processes.pids_matching(self._filter.pid, self._filter.comm)
         )
