@@ -7,6 +7,7 @@ owned by this process and never pinned, so a crash or kill leaves nothing attach
 from __future__ import annotations
 
 import ctypes
+import mmap
 from pathlib import Path
 from types import TracebackType
 
@@ -33,6 +34,13 @@ def generated_object_path(name: str) -> Path:
             f"the BPF object {path} is missing from the installation; reinstall netsleuth"
         )
     return path
+
+
+def _log_buffer(size: int) -> ctypes.Array[ctypes.c_char]:
+    """A verifier log buffer in anonymous mmap pages: libbpf hands it to the kernel only when a load fails
+    (it retries with log_level 1), and untouched pages cost nothing. A ctypes buffer is zero-filled up front:
+    4 MiB of page faults, several milliseconds of every start. The array keeps the mapping alive."""
+    return (ctypes.c_char * size).from_buffer(mmap.mmap(-1, size))
 
 
 class BpfObject:
@@ -118,7 +126,7 @@ class BpfObject:
     def load(self, programs: list[str]) -> None:
         """Load (verify) the object; `programs` are the ones whose verifier log we keep for errors."""
         for name in programs:
-            buffer = ctypes.create_string_buffer(_LOG_SIZE)
+            buffer = _log_buffer(_LOG_SIZE)
             self._log_buffers[name] = buffer
             self._lib.bpf_program__set_log_buf(self._program(name), buffer, _LOG_SIZE)
         with _libbpf.capture_messages() as messages:  # this load's warnings only, even with other threads
