@@ -6,7 +6,13 @@
  * the per-CPU `drop_stats`. Only then is an event offered to the ring buffer, and it may be sampled away on
  * purpose (1-in-N, or while the buffer is more than half full so the consumer can catch up) or lost when the
  * buffer is full; both are counted, so no drop is ever unaccounted for.
+ *
+ * Older kernels are served by two read-only switches set before load: `cfg.has_reason` 0 (skb:kfree_skb has
+ * no `reason` before 5.17: it is not read, and userspace infers it from the location) and `ns_use_perfbuf`
+ * (no ring buffers before 5.8: events go to per-CPU perf buffers, counted the same way; bpf/emit.bpf.h).
  */
+#define NS_EMIT_PERF_FALLBACK
+#define NS_KFREE_SKB_HAS_REASON cfg.has_reason
 #include "netsleuth.bpf.h"
 #include <bpf/bpf_tracing.h>
 #include "drops.h"
@@ -23,6 +29,7 @@ const volatile struct drops_config cfg = {
 	.not_dropped_reason = ~0U,
 	.netfilter_reason = ~0U,
 	.sample_every = 1,
+	.has_reason = 1,
 };
 
 NS_ABI_KEEP(drops_abi_types);
@@ -139,7 +146,8 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	__u32 zero = 0, skb_len;
 	__u64 size;
 
-	if (reason == cfg.consumed_reason || reason == cfg.not_dropped_reason)
+	/* Without reasons the tracepoint fires only for drops (consume_skb has its own before 5.17). */
+	if (cfg.has_reason && (reason == cfg.consumed_reason || reason == cfg.not_dropped_reason))
 		return 0;
 	count(NS_STAT_SEEN);
 
@@ -249,7 +257,8 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 		return 0;
 
 	size = 0;
-	if (cfg.want_stack || reason == cfg.netfilter_reason) {
+	/* A netfilter drop keeps its stack for the hook; with no reason to tell one, every event does. */
+	if (cfg.want_stack || !cfg.has_reason || reason == cfg.netfilter_reason) {
 		size = ns_take_stack(ctx, buf->tail, DROPS_MAX_FRAMES * 8);
 		event->nr_frames = (__u64)size / 8;
 	}
@@ -270,7 +279,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	size += sizeof(*event) + event->caplen;
 	if (size > sizeof(*buf))
 		size = sizeof(*buf);
-	ns_output(&drop_stats, 0, buf, size);
+	ns_output_ctx(ctx, &drop_stats, 0, buf, size);
 	return 0;
 }
 

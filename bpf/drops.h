@@ -44,6 +44,8 @@ struct drops_config {
 	__u8 emit_events;	   /* 0 in --summary mode: only count */
 	__u8 has_rx_sk;		   /* the tracepoint passes the receiving socket (6.11+) */
 	__u8 filter_dev;
+	__u8 has_reason;	   /* the tracepoint passes `reason` (5.17+); 0: not read, events and groups carry 0
+				    * and userspace infers the reason from the location (kernel/inferred_reasons.py) */
 	char dev[16];
 	__u32 pid;		   /* --pid (tgid); 0 = any */
 	char comm[16];		   /* --comm; empty = any */
@@ -56,7 +58,7 @@ struct drop_event {
 	__u64 time_ns;		/* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 	__u64 location;		/* the address that freed the skb */
 	__u64 sock_ino;		/* inode of the socket the packet belongs to; 0 when none */
-	__u32 reason;
+	__u32 reason;		/* the kernel's drop reason; 0 when cfg.has_reason is 0 */
 	__u32 netns;
 	__u32 pid;		/* tgid of the task the drop happened in, 0 in softirq/hardirq */
 	__u32 tid;

@@ -25,6 +25,28 @@ struct {
 	__type(value, __u64);
 } sample_counter SEC(".maps");
 
+/*
+ * Kernels without ring buffers (BPF_MAP_TYPE_RINGBUF is 5.8+): a program that defines NS_EMIT_PERF_FALLBACK
+ * before including this header also gets a perf event array `events_perf` and the switch `ns_use_perfbuf`,
+ * set by userspace before load (netsleuth.bpf.program_session.PerfFallback). With the switch on, every ring
+ * buffer helper below sits in a branch the verifier knows is never taken (the switch is read-only data it
+ * can see), so it is removed as dead code and the retired `events` map (turned into an array by
+ * netsleuth.bpf.perfbuf.retire_ring_buffer_map) is never used. Programs that do not opt in keep exactly the
+ * ring buffer code they had.
+ */
+#ifdef NS_EMIT_PERF_FALLBACK
+const volatile __u8 ns_use_perfbuf = 0;
+
+struct {
+	__uint(type, 4); /* BPF_MAP_TYPE_PERF_EVENT_ARRAY; libbpf sizes it to the possible CPUs */
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} events_perf SEC(".maps");
+#define NS_USE_PERFBUF ns_use_perfbuf
+#else
+#define NS_USE_PERFBUF 0
+#endif
+
 #define NS_STATS_MAP(name, entries)                             \
 	struct {                                                \
 		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);        \
@@ -72,8 +94,9 @@ static __always_inline bool ns_should_emit(__u32 sample_every)
 	__u32 zero = 0;
 	__u64 *counter;
 
-	/* Back-pressure: past half full, drop to sampling so the consumer catches up instead of losing. */
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > NS_RINGBUF_BYTES / 2)
+	/* Back-pressure: past half full, drop to sampling so the consumer catches up instead of losing. A perf
+	 * buffer has no fill level to ask: there only 1-in-N sampling applies, and a full buffer is LOST. */
+	if (!NS_USE_PERFBUF && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > NS_RINGBUF_BYTES / 2)
 		return false;
 	if (sample_every <= 1)
 		return true;
@@ -102,6 +125,23 @@ static __always_inline void ns_output(void *stats, __u32 stats_base, void *recor
 	else
 		ns_count(stats, stats_base + NS_STAT_EMITTED);
 }
+
+#ifdef NS_EMIT_PERF_FALLBACK
+/* ns_output to whichever buffer this kernel has (the program's context is what bpf_perf_event_output
+ * needs); a record the perf buffer had no room for is counted LOST exactly as a full ring buffer's, and the
+ * kernel reports the same loss to the consumer (PERF_RECORD_LOST). */
+static __always_inline void ns_output_ctx(void *ctx, void *stats, __u32 stats_base, void *record, __u64 size)
+{
+	if (!ns_use_perfbuf) {
+		ns_output(stats, stats_base, record, size);
+		return;
+	}
+	if (bpf_perf_event_output(ctx, &events_perf, 0xffffffffULL /* BPF_F_CURRENT_CPU */, record, size))
+		ns_count(stats, stats_base + NS_STAT_LOST);
+	else
+		ns_count(stats, stats_base + NS_STAT_EMITTED);
+}
+#endif
 
 /*
  * Insert `fresh` (a group that already holds this event) under `key`. Returns 0 when it went in; otherwise the

@@ -18,14 +18,23 @@
  * kernels that refuse tp_btf; userspace keeps whichever loads (bpf/program_session.py). `handler` is
  * int handler(void *ctx, struct sk_buff *skb, void *location, __u32 reason, struct sock *rx_sk, bool direct),
  * `direct` a compile-time constant so each program keeps only its own kind of read (NS_RD).
+ *
+ * `reason` is the third argument since 5.17; a program that must also run without it defines
+ * NS_KFREE_SKB_HAS_REASON (e.g. to a `cfg` field) before including this header, and gets 0 when it is false:
+ * a read-only switch, so the verifier never sees the read of an argument the tracepoint does not pass.
  */
+#ifndef NS_KFREE_SKB_HAS_REASON
+#define NS_KFREE_SKB_HAS_REASON 1
+#endif
+
 #define NS_KFREE_SKB_ENTRY(name, section, direct, handler)                                              \
 	SEC(section)                                                                                    \
 	int BPF_PROG(name)                                                                              \
 	{                                                                                               \
 		unsigned long long *args = ctx;                                                         \
                                                                                                         \
-		return handler(ctx, (struct sk_buff *)args[0], (void *)args[1], (__u32)args[2],         \
+		return handler(ctx, (struct sk_buff *)args[0], (void *)args[1],                          \
+			       NS_KFREE_SKB_HAS_REASON ? (__u32)args[2] : 0,                            \
 			       cfg.has_rx_sk ? (struct sock *)args[3] : 0, direct);                     \
 	}
 

@@ -74,14 +74,18 @@ class DropsView:
 def run(args: argparse.Namespace) -> int:
     # Only what attaching needs is imported before the ready file; names and renderers load after it (the
     # debug vmlinux is looked for when the first drop is named, the pcapng writer only with --pcap).
-    from netsleuth.diagnostics.drops import DropsDiagnostic, read_drops_config
-    from netsleuth.kernel.reasons import load_drop_reasons
+    from netsleuth.diagnostics.drops import (
+        DropsDiagnostic,
+        drop_reasons_for_run,
+        forced_fallbacks,
+        read_drops_config,
+    )
 
     if args.snaplen is not None and args.pcap is None:
         raise UsageError("--snaplen only applies with --pcap FILE")
     if args.pcap:
         args.snaplen = _DEFAULT_PCAP_SNAPLEN if args.snaplen is None else args.snaplen
-    reasons = load_drop_reasons()
+    reasons = drop_reasons_for_run(forced_fallbacks().get("kernel_reasons"))
     config = read_drops_config(ConfigInput.from_args(args), reasons)
     vmlinux = args.vmlinux
     if vmlinux is not None and not Path(vmlinux).is_file():
@@ -118,7 +122,7 @@ def _write_pcap(pcap: PcapngWriter | None, records: Sequence[DropRecord]) -> Non
         if not record.packet_bytes:
             continue
         comments = [
-            f"reason={record.reason}",
+            f"reason={record.reason}" + (" (inferred)" if record.reason_inferred else ""),
             f"location={record.location}",
             f"netns={record.netns_name or record.netns}",
         ]

@@ -9,6 +9,7 @@ whatever was sampled or lost on the way to userspace.
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from netsleuth._generated.shared_abi import PacketTupleC
 from netsleuth.bpf import features
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
-from netsleuth.bpf.program_session import ProgramBacked, ProgramSession, Variant
+from netsleuth.bpf.program_session import PerfFallback, ProgramBacked, ProgramSession, Variant
 from netsleuth.diagnostics.drop_runs import groups_with_runs
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps, fill_filter_config
 from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
@@ -36,7 +37,7 @@ from netsleuth.diagnostics.packet_abi import decode_tuple
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.struct_layout import flat_struct, frozen_record
 from netsleuth.diagnostics.totals import EventTotals
-from netsleuth.errors import UsageError
+from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.kconfig import thread_size
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.packet import PacketTuple
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DIAGNOSTIC",
+    "FALLBACK_ENV",
     "DropTotals",
     "DropsConfig",
     "DropsDiagnostic",
@@ -56,6 +58,8 @@ __all__ = [
     "RawDropGroup",
     "RecordDecoder",
     "decode_records",
+    "drop_reasons_for_run",
+    "forced_fallbacks",
     "read_drops_config",
 ]
 
@@ -75,6 +79,15 @@ class DropsConfig:
     summary_only: bool = False
     sample_every: int = 1
     duration: float | None = None
+    # The fallbacks for older kernels, each chosen from what the running kernel has when None (see
+    # docs/kernel-support.md) and forced on this one by the tests (or NETSLEUTH_DROPS_FALLBACK):
+    # perf_buffer - events through per-CPU perf buffers, as before ring buffers (5.8);
+    # kernel_reasons False - skb:kfree_skb's `reason` is not read, as before 5.17, and each drop's reason is
+    #   inferred from where the packet was freed (netsleuth.kernel.inferred_reasons), marked inferred;
+    # raw_tp_only - attach as a raw tracepoint, as on kernels that refuse tp_btf.
+    perf_buffer: bool | None = None
+    kernel_reasons: bool | None = None
+    raw_tp_only: bool = False
 
     @property
     def run_options(self) -> RunOptions:
@@ -87,6 +100,22 @@ class DropsConfig:
             raise UsageError("--sample must be 1 (every event) or more")
         if self.reasons and self.exclude_reasons:
             raise UsageError("use either --reason or --exclude-reason, not both")
+        if self.kernel_reasons is False and (self.reasons or self.exclude_reasons):
+            raise UsageError(_NO_REASON_FILTER)
+
+    @property
+    def infers_reasons(self) -> bool:
+        """Are reasons inferred from the drop location? As configured, else when the kernel gives none."""
+        if self.kernel_reasons is not None:
+            return not self.kernel_reasons
+        return not features.drop_reasons()
+
+
+_NO_REASON_FILTER = (
+    "--reason and --exclude-reason select the kernel's drop reasons, and this run has none (skb:kfree_skb "
+    "passes them from Linux 5.17): its reasons are inferred from where each packet was freed, so select "
+    "them in the output instead"
+)
 
 
 @dataclass(frozen=True)
@@ -270,18 +299,28 @@ def decode_records(records: list[bytes]) -> list[RawDrop]:
 # tp_btf reads arguments with no copy; raw_tp is the fallback for kernels that refuse tp_btf.
 _VARIANTS = (Variant("_tp_btf", "tp_btf"), Variant("_raw_tp", "raw_tp"))
 PROGRAMS = tuple("drops" + variant.suffix for variant in _VARIANTS)
+# bpf/emit.bpf.h (NS_EMIT_PERF_FALLBACK): the perf event array and the switch that sends events there.
+_PERF_FALLBACK = PerfFallback("events_perf", "ns_use_perfbuf")
 
 
 class DropsSession(ProgramBacked):
     """A live drops trace. Use as a context manager; `start()` attaches, `close()` detaches everything.
 
-    `programs` narrows the variants tried (e.g. `("drops_raw_tp",)` to test the fallback)."""
+    `programs` narrows the variants tried (e.g. `("drops_raw_tp",)` to test the fallback; by default both,
+    or raw_tp alone when the config says so)."""
 
     def __init__(
-        self, config: DropsConfig, reasons: DropReasons, programs: tuple[str, ...] = PROGRAMS
+        self, config: DropsConfig, reasons: DropReasons, programs: tuple[str, ...] | None = None
     ) -> None:
         self.config = config
         self.reasons = reasons
+        if programs is None:
+            programs = ("drops_raw_tp",) if config.raw_tp_only else PROGRAMS
+        # Decided now, before attaching, so the run's enricher knows how to name reasons.
+        self.reasons_inferred = config.infers_reasons
+        if self.reasons_inferred and (config.reasons or config.exclude_reasons):
+            raise UsageError(_NO_REASON_FILTER)
+        self.buffer = "none"  # where events travel: "ring" or "perf" once started, "none" when only counting
         self._programs = ProgramSession(
             "drops",
             ("drops",),
@@ -307,18 +346,31 @@ class DropsSession(ProgramBacked):
         cfg.want_stack = int(self.config.stack)
         cfg.emit_events = int(not self.config.summary_only)
         cfg.has_rx_sk = int(has_rx_sk)
+        cfg.has_reason = int(not self.reasons_inferred)
         cfg.thread_size = thread_size()
         return cfg
 
     def start(self) -> None:
-        require_tracing()
-        features.drop_reasons.require()
+        found = require_tracing(ring_buffer=False)
+        use_perf = self.config.perf_buffer if self.config.perf_buffer is not None else not found.ring_buffer
+        # Even a counting-only run takes the perf path on a kernel without ring buffers: it is what retires
+        # the ring buffer map, whose creation would fail there.
+        perf = _PERF_FALLBACK if use_perf else None
+        emit = not self.config.summary_only
         self._programs.start(
             ["drops"],
             ("cfg", self._kernel_config(has_rx_sk=features.kfree_skb_rx_sk())),
             fill_maps=self._fill_filter_maps,
-            ring=None if self.config.summary_only else "events",
+            ring="events" if emit else None,
+            perf=perf,
         )
+        self.buffer = ("perf" if perf is not None else "ring") if emit else "none"
+
+    @property
+    def perf_lost(self) -> int | None:
+        """With the perf buffer: the records the kernel reported lost to it (PERF_RECORD_LOST), the same
+        losses the program counts in LOST; None with a ring buffer."""
+        return self._programs.perf_lost
 
     def _fill_filter_maps(self, bpf_object: BpfObject) -> None:
         reason_set = self.config.reasons or self.config.exclude_reasons
@@ -373,26 +425,64 @@ class DropsSession(ProgramBacked):
 
 DROPS_KEYS = (*FILTER_KEYS, *RunOptions.KEYS, "reason", "exclude_reason", "stack", "snaplen")
 
+# NETSLEUTH_DROPS_FALLBACK=perf-buffer,no-reason,raw-tp forces the older kernels' paths on a newer one, for
+# a whole command (the privileged tests run `netsleuth drops` that way); the words are DropsConfig fields.
+FALLBACK_ENV = "NETSLEUTH_DROPS_FALLBACK"
+_FALLBACKS = {
+    "perf-buffer": {"perf_buffer": True},
+    "no-reason": {"kernel_reasons": False},
+    "raw-tp": {"raw_tp_only": True},
+}
+
+
+def forced_fallbacks(text: str | None = None) -> dict[str, bool]:
+    """The DropsConfig fields NETSLEUTH_DROPS_FALLBACK (or `text`) sets; an unknown word is a usage error."""
+    text = os.environ.get(FALLBACK_ENV, "") if text is None else text
+    fields: dict[str, bool] = {}
+    for word in filter(None, (part.strip() for part in text.split(","))):
+        if word not in _FALLBACKS:
+            known = ", ".join(_FALLBACKS)
+            raise UsageError(f"{FALLBACK_ENV}: unknown fallback {word!r}; known: {known}")
+        fields.update(_FALLBACKS[word])
+    return fields
+
+
+def drop_reasons_for_run(kernel_reasons: bool | None = None) -> DropReasons:
+    """This kernel's drop reason names, or, on a kernel that has none (before 5.17), an empty table: its runs
+    infer reasons from the drop location instead. `kernel_reasons` as in DropsConfig (True: they are
+    required, so their absence is the error it always was)."""
+    from netsleuth.kernel.reasons import load_drop_reasons
+
+    try:
+        return load_drop_reasons()
+    except EnvironmentProblem:
+        if kernel_reasons or (kernel_reasons is None and features.drop_reasons()):
+            raise
+        return DropReasons({}, "none: this kernel does not name drop reasons (they are inferred)")
+
 
 def read_drops_config(values: ConfigInput, reasons: DropReasons | None = None) -> DropsConfig:
     """--reason names are the running kernel's (read from its BTF), so they are checked on the host that
     traces; `reasons` is that kernel's table (loaded here when not given)."""
-    from netsleuth.kernel.reasons import load_drop_reasons
-
     options = RunOptions.read(values)
-    reasons = reasons or load_drop_reasons()
+    forced = forced_fallbacks()
+    reasons = reasons or drop_reasons_for_run(forced.get("kernel_reasons"))
     snaplen = values.integer("snaplen", default=0)
     if snaplen and options.summary:
         raise UsageError("--pcap needs individual drops: it cannot be combined with --summary")
+    wanted, unwanted = values.texts("reason"), values.texts("exclude_reason")
+    if (wanted or unwanted) and (forced.get("kernel_reasons") is False or not features.drop_reasons()):
+        raise UsageError(_NO_REASON_FILTER)
     return DropsConfig(
         packet_filter=read_packet_filter(values),
-        reasons=frozenset(reasons.parse(values.texts("reason"))),
-        exclude_reasons=frozenset(reasons.parse(values.texts("exclude_reason"))),
+        reasons=frozenset(reasons.parse(wanted)),
+        exclude_reasons=frozenset(reasons.parse(unwanted)),
         stack=values.flag("stack"),
         snaplen=snaplen,
         summary_only=options.summary,
         sample_every=options.sample,
         duration=options.duration,
+        **forced,
     )
 
 
@@ -406,9 +496,10 @@ class DropsSummary:
     interrupted: bool
     groups: tuple[DropGroup, ...]
     clock: KernelClock
+    reasons_inferred: bool = False  # every group's reason was inferred from its location (no kernel reasons)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "type": "summary",
             "v": SCHEMA_VERSIONS["summary"],
             "diagnostic": "drops",
@@ -418,6 +509,9 @@ class DropsSummary:
             "clock": self.clock.to_json(),
             "groups": [group.to_json() for group in self.groups],
         }
+        if self.reasons_inferred:
+            data["reasons_inferred"] = True
+        return data
 
 
 class DropsDiagnostic:
@@ -436,10 +530,8 @@ class DropsDiagnostic:
     ) -> None:
         """`vmlinux`: a debug vmlinux for source lines; `find_vmlinux`: look for one when names are first
         needed (after attaching: the search imports the symbolizer, which attaching does not need)."""
-        from netsleuth.kernel.reasons import load_drop_reasons
-
         self.config = config
-        self.reasons = reasons or load_drop_reasons()
+        self.reasons = reasons or drop_reasons_for_run(config.kernel_reasons)
         self._raw = DropsSession(config, self.reasons)
         self._context = context
         self._vmlinux = vmlinux
@@ -473,6 +565,7 @@ class DropsDiagnostic:
                 vmlinux=self._vmlinux,
                 explain_firewall=self._explain_firewall,
                 context=self._context,
+                infer_reasons=self._raw.reasons_inferred,
             )
             self._enricher.prepare(self.config.packet_filter.netns)
         return self._enricher
@@ -498,6 +591,7 @@ class DropsDiagnostic:
             interrupted,
             tuple(self.groups()),
             self.enricher.context.clock,
+            self._raw.reasons_inferred,
         )
 
     def program_fds(self) -> dict[str, int]:
@@ -508,13 +602,28 @@ class DropsDiagnostic:
         # (entering another namespace needs CAP_SYS_ADMIN, which the agent's unit does not grant): the drops
         # are still reported, with their hook, and the run says why rules are missing.
         problems = self._enricher.firewall_problems.values() if self._enricher is not None else ()
-        return [f"firewall rules are not named in this session: {text}" for text in problems]
+        notes = [f"firewall rules are not named in this session: {text}" for text in problems]
+        if self._raw.reasons_inferred:
+            notes.append(_INFERRED_NOTE)
+        if self._raw.buffer == "perf":
+            notes.append(_PERF_NOTE)
+        return notes
 
     def close(self) -> None:
         self._raw.close()
         if self._enricher is not None:
             self._enricher.close()
             self._enricher = None
+
+
+_INFERRED_NOTE = (
+    "drop reasons are inferred from where each packet was freed, not given by the kernel (its skb:kfree_skb "
+    "passes none before Linux 5.17): they are marked inferred"
+)
+_PERF_NOTE = (
+    "events travel through per-CPU perf buffers (no ring buffer before Linux 5.8): events of different CPUs "
+    "may arrive out of order; totals stay exact and losses are counted"
+)
 
 
 DIAGNOSTIC: DiagnosticSpec[DropsConfig] = DiagnosticSpec(

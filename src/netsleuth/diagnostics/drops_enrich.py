@@ -52,6 +52,8 @@ class DropRecord:
     source: tuple[SourceFrame, ...] | None
     netfilter: dict[str, Any] | None
     packet_bytes: bytes
+    # `reason` was inferred from `location` (the kernel gave none: before 5.17), never the kernel's word.
+    reason_inferred: bool = False
 
     def to_json(self) -> dict[str, Any]:
         packet = self.packet
@@ -80,6 +82,8 @@ class DropRecord:
             "cpu": self.cpu,
             "sk_state": self.sk_state,
         }
+        if self.reason_inferred:
+            data["reason_inferred"] = True
         if packet.tcp_flags is not None:
             data["tcp_flags"] = tcp_flags_text(packet.tcp_flags)
         if packet.icmp_type is not None:
@@ -103,9 +107,10 @@ class DropGroup:
     count: int
     bytes: int
     example: DropRecord
+    reason_inferred: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "reason": self.reason,
             "location": self.location,
             "netns": self.netns,
@@ -114,6 +119,9 @@ class DropGroup:
             "bytes": self.bytes,
             "example": self.example.to_json(),
         }
+        if self.reason_inferred:
+            data["reason_inferred"] = True
+        return data
 
 
 _CACHE_LIMIT = 65536
@@ -141,8 +149,13 @@ class DropEnricher:
         explain_firewall: bool = True,
         kallsyms: Kallsyms | None = None,
         context: KernelContext | None = None,
+        infer_reasons: bool = False,
     ) -> None:
+        """`infer_reasons`: the drops carry no kernel reason; name each from its location instead
+        (netsleuth.kernel.inferred_reasons) and mark it inferred."""
         self.reasons = reasons
+        self.infer_reasons = infer_reasons
+        self._inferred: dict[int, tuple[str, int]] = {}
         self.want_stack = want_stack
         self.context = context or KernelContext(kallsyms=kallsyms, firewall=explain_firewall)
         self._own_context = context is None
@@ -208,8 +221,18 @@ class DropEnricher:
             self._verdicts[id(verdict)] = cached
         return cached[1]
 
+    def _inferred_reason(self, location: int) -> tuple[str, int]:
+        """The reason inferred at `location`, and this kernel's number for it (0 where it has none)."""
+        known = self._inferred.get(location)
+        if known is None:
+            from netsleuth.kernel.inferred_reasons import infer_reason
+
+            name = infer_reason(self.context.function_name(location))
+            known = self._inferred[location] = (name, self.reasons.value(name) or 0)
+        return known
+
     def _netfilter(self, raw: RawDrop, frames: tuple[int, ...]) -> dict[str, Any] | None:
-        if raw.reason != self._netfilter_reason or not self.explain_firewall:
+        if not self.explain_firewall or (not self.infer_reasons and raw.reason != self._netfilter_reason):
             return None
         context = self.context
         hook = self._hook(frames, raw.packet.family)
@@ -251,15 +274,20 @@ class DropEnricher:
         explain = self.explain_firewall
         wall_offset = context.wall_offset_ns
         source = self._source if self.symbolizer is not None else None
+        infer = self.infer_reasons
         records: list[DropRecord] = []
         append = records.append
         for raw in raws:
             location = raw.location
             frames = _from_drop_site(raw.frames, location) if raw.frames else ()
-            reason_code = raw.reason
-            reason = reasons.get(reason_code)
-            if reason is None:
-                reason = reasons[reason_code] = self.reasons.name(reason_code)
+            if infer:
+                reason, reason_code = self._inferred_reason(location)
+            else:
+                reason_code = raw.reason
+                named = reasons.get(reason_code)
+                if named is None:
+                    named = reasons[reason_code] = self.reasons.name(reason_code)
+                reason = named
             netns = raw.netns
             if netns in netns_names:
                 netns_name = netns_names[netns]
@@ -271,7 +299,7 @@ class DropEnricher:
             if owner is None:
                 owner = owners[owner_key] = self.owner(raw)
             packet = raw.packet
-            if reason_code == netfilter_reason and explain:
+            if explain and (reason == "NETFILTER_DROP" if infer else reason_code == netfilter_reason):
                 netfilter_key = (netns, frames, packet, raw.ifname)
                 if netfilter_key in netfilters:
                     shared = netfilters[netfilter_key]
@@ -302,6 +330,7 @@ class DropEnricher:
                         "source": source(location) if source is not None else None,
                         "netfilter": netfilter,
                         "packet_bytes": raw.packet_bytes,
+                        "reason_inferred": infer,
                     },
                 )
             )
@@ -322,4 +351,5 @@ class DropEnricher:
             count=group.count,
             bytes=group.bytes,
             example=example,
+            reason_inferred=example.reason_inferred,
         )

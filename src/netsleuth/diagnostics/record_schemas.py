@@ -73,6 +73,9 @@ class DropJson(Owner):
     stack: NotRequired[list[str]]
     source: NotRequired[list[str]]
     netfilter: NotRequired[dict[str, Any]]
+    # true when `reason` was inferred from `location` (the kernel gave none, before 5.17); `reason_code` is
+    # then this kernel's number for that name, 0 where it has none
+    reason_inferred: NotRequired[bool]
 
 
 class DropGroupJson(TypedDict):
@@ -83,6 +86,7 @@ class DropGroupJson(TypedDict):
     count: int
     bytes: int
     example: DropJson
+    reason_inferred: NotRequired[bool]
 
 
 class DropsSummaryJson(Totals):
@@ -94,6 +98,7 @@ class DropsSummaryJson(Totals):
     clock: Clock
     groups: list[DropGroupJson]
     groups_omitted: NotRequired[int]
+    reasons_inferred: NotRequired[bool]
 
 
 # -- resets --------------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def drop_line(record: DropRecord) -> str:
     clock = datetime.datetime.fromtimestamp(record.time).strftime("%H:%M:%S.%f")
     parts = [
         clock,
-        record.reason,
+        record.reason + " (inferred)" if record.reason_inferred else record.reason,
         endpoints(record.packet),
         f"len {record.packet.length}",
         f"at {record.location}",
@@ -98,7 +98,11 @@ def print_summary(console: Console, groups: Sequence[DropGroup], totals: DropTot
         if example.netfilter and example.netfilter.get("rule"):
             detail += f"  rule: {example.netfilter['rule']}"
         table.add_row(
-            str(group.count), group.reason, group.location, group.netns_name or str(group.netns), detail
+            str(group.count),
+            group.reason + " (inferred)" if group.reason_inferred else group.reason,
+            group.location,
+            group.netns_name or str(group.netns),
+            detail,
         )
     if groups:
         console.print(table)
