@@ -5,12 +5,17 @@ namespace, whose count the firewall rule's own nftables counter gives independen
 
 from __future__ import annotations
 
+import ctypes
+import json
+import os
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from netsleuth.bpf import _libbpf
 from netsleuth.diagnostics.drops import FALLBACK_ENV, DropsConfig, DropsDiagnostic, DropsSession, RawDrop
 from netsleuth.diagnostics.drops_enrich import DropRecord
 from netsleuth.diagnostics.filters import PacketFilter
@@ -223,3 +228,49 @@ def test_bad_combinations_are_one_sentence(
     )
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def _attaches_as_two_argument_tracepoint(session: DropsSession) -> bool:
+    """Does the loaded raw_tp program attach to skb:consume_skb, whose (skb, location) is exactly
+    skb:kfree_skb's prototype before 5.17? The kernel refuses a raw_tp program that reads a context argument
+    the tracepoint does not pass (bpf_probe_register: max_ctx_offset > num_args * 8, EINVAL)."""
+    fd = session.program_fds()["drops_raw_tp"]
+    link = _libbpf.lib().bpf_raw_tracepoint_open(b"consume_skb", fd)
+    if link < 0:
+        assert ctypes.get_errno() == 22, os.strerror(ctypes.get_errno())  # EINVAL: it reads too far
+        return False
+    os.close(link)
+    return True
+
+
+def test_without_reasons_the_program_reads_only_what_old_kernels_pass(pair: Pair) -> None:
+    netns = PacketFilter(netns=pair.b.inode)
+    reasons = load_drop_reasons()
+    with DropsSession(DropsConfig(packet_filter=netns, raw_tp_only=True), reasons) as reading:
+        reading.start()
+        assert not _attaches_as_two_argument_tracepoint(reading)  # it reads reason (and rx_sk)
+    config = DropsConfig(packet_filter=netns, raw_tp_only=True, kernel_reasons=False, perf_buffer=True)
+    with DropsSession(config, reasons) as old_kernel:
+        old_kernel.start()
+        assert old_kernel.attach_kind == "raw_tp"
+        assert _attaches_as_two_argument_tracepoint(old_kernel)
+
+
+def _bpftool(*argv: str) -> dict[str, object]:
+    result = subprocess.run(["bpftool", "-j", *argv], capture_output=True, text=True, check=True)
+    loaded: dict[str, object] = json.loads(result.stdout)
+    return loaded
+
+
+def test_with_perf_buffers_the_loaded_program_uses_no_ring_buffer(pair: Pair) -> None:
+    """What a kernel before 5.8 could not create is gone from the loaded program: no ring buffer map."""
+    config = DropsConfig(packet_filter=PacketFilter(netns=pair.b.inode), perf_buffer=True)
+    with DropsSession(config, load_drop_reasons()) as session:
+        session.start()
+        fd = session.program_fds()[f"drops_{session.attach_kind}"]
+        fdinfo = (Path("/proc/self/fdinfo") / str(fd)).read_text()
+        prog_id = next(line.split()[1] for line in fdinfo.splitlines() if line.startswith("prog_id:"))
+        map_ids = _bpftool("prog", "show", "id", prog_id)["map_ids"]
+        assert isinstance(map_ids, list)
+        types = {str(_bpftool("map", "show", "id", str(map_id))["type"]) for map_id in map_ids}
+    assert "perf_event_array" in types and "ringbuf" not in types, types

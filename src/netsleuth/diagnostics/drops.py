@@ -359,7 +359,8 @@ class DropsSession(ProgramBacked):
         emit = not self.config.summary_only
         self._programs.start(
             ["drops"],
-            ("cfg", self._kernel_config(has_rx_sk=features.kfree_skb_rx_sk())),
+            # rx_sk (6.11) comes after `reason` (5.17): a run without reasons is one on a kernel without both.
+            ("cfg", self._kernel_config(has_rx_sk=features.kfree_skb_rx_sk() and not self.reasons_inferred)),
             fill_maps=self._fill_filter_maps,
             ring="events" if emit else None,
             perf=perf,
