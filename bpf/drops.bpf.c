@@ -7,9 +7,10 @@
  * purpose (1-in-N, or while the buffer is more than half full so the consumer can catch up) or lost when the
  * buffer is full; both are counted, so no drop is ever unaccounted for.
  *
- * Older kernels are served by two read-only switches set before load: `cfg.has_reason` 0 (skb:kfree_skb has
- * no `reason` before 5.17: it is not read, and userspace infers it from the location) and `ns_use_perfbuf`
- * (no ring buffers before 5.8: events go to per-CPU perf buffers, counted the same way; bpf/emit.bpf.h).
+ * Older kernels are served by three read-only switches set before load: `cfg.has_reason` 0 (skb:kfree_skb has
+ * no `reason` before 5.17: it is not read, and userspace infers it from the location), `ns_use_perfbuf`
+ * (no ring buffers before 5.8: events go to per-CPU perf buffers, counted the same way; bpf/emit.bpf.h),
+ * and `cfg.task_btf` 0 (no bpf_get_current_task_btf before 5.11: the current task's fields are copied instead).
  */
 #define NS_EMIT_PERF_FALLBACK
 #define NS_KFREE_SKB_HAS_REASON cfg.has_reason
@@ -30,6 +31,7 @@ const volatile struct drops_config cfg = {
 	.netfilter_reason = ~0U,
 	.sample_every = 1,
 	.has_reason = 1,
+	.task_btf = 1,
 };
 
 NS_ABI_KEEP(drops_abi_types);
@@ -81,12 +83,26 @@ static __always_inline bool needs_packet(void)
 	       cfg.filter_src || cfg.filter_dst;
 }
 
+/* ns_in_task for kernels before 5.11, which lack bpf_get_current_task_btf: bpf_get_current_task (4.8) gives the
+ * task as a plain number, so its fields are copied. Behind cfg.task_btf, so only one of the two helpers is
+ * left in the loaded program (the other is dead code the verifier removes before checking helper ids). */
+static __always_inline bool in_task_copied(void *ctx, __u64 thread_size, bool *kthread)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 stack = (__u64)BPF_CORE_READ(task, stack);
+	__u64 frame = (__u64)ctx;
+
+	*kthread = BPF_CORE_READ(task, flags) & PF_KTHREAD;
+	return frame >= stack && frame < stack + thread_size;
+}
+
 /* Who was running and whose socket the packet is: what attribution and --pid/--comm need. */
 static __always_inline void fill_owner(const bool direct, void *ctx, struct drop_event *event, struct sock *sk)
 {
 	bool kthread = false;
 
-	event->in_task = ns_in_task(ctx, cfg.thread_size, &kthread);
+	event->in_task = cfg.task_btf ? ns_in_task(ctx, cfg.thread_size, &kthread)
+				      : in_task_copied(ctx, cfg.thread_size, &kthread);
 	event->kthread = kthread;
 	if (event->in_task)
 		ns_current_task(&event->pid, &event->tid, event->comm);

@@ -46,6 +46,7 @@ struct drops_config {
 	__u8 filter_dev;
 	__u8 has_reason;	   /* the tracepoint passes `reason` (5.17+); 0: not read, events and groups carry 0
 				    * and userspace infers the reason from the location (kernel/inferred_reasons.py) */
+	__u8 task_btf;		   /* bpf_get_current_task_btf exists (5.11); 0: bpf_get_current_task and copies */
 	char dev[16];
 	__u32 pid;		   /* --pid (tgid); 0 = any */
 	char comm[16];		   /* --comm; empty = any */

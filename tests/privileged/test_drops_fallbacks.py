@@ -1,7 +1,8 @@
 """`drops` on the paths of older kernels, forced on this one (issue 13 item 6): events through per-CPU perf
 buffers (no ring buffer before 5.8), reasons inferred from the drop location because skb:kfree_skb's
-`reason` is not read (it has none before 5.17), and raw_tp instead of tp_btf - each against real drops in a
-namespace, whose count the firewall rule's own nftables counter gives independently."""
+`reason` is not read (it has none before 5.17), raw_tp instead of tp_btf, and the current task found
+without bpf_get_current_task_btf (5.11) - each against real drops in a namespace, whose count the firewall
+rule's own nftables counter gives independently."""
 
 from __future__ import annotations
 
@@ -172,8 +173,9 @@ def _env(monkeypatch: pytest.MonkeyPatch, fallbacks: str) -> None:
 
 
 def test_command_with_every_fallback_forced(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`netsleuth drops` as a 5.4 kernel would run it: raw_tp, perf buffers, no reasons."""
-    _env(monkeypatch, "perf-buffer,no-reason,raw-tp")
+    """`netsleuth drops` as a 5.5 - 5.7 kernel would run it: raw_tp, perf buffers, no reasons, no
+    bpf_get_current_task_btf."""
+    _env(monkeypatch, "perf-buffer,no-reason,raw-tp,no-task-btf")
     dropped = _drop_udp_ports(pair.b, 6401)
     with TraceRun("drops", "--netns", pair.b.name, "--dport", "6401") as trace:
         trace.wait_ready()
@@ -274,3 +276,55 @@ def test_with_perf_buffers_the_loaded_program_uses_no_ring_buffer(pair: Pair) ->
         assert isinstance(map_ids, list)
         types = {str(_bpftool("map", "show", "id", str(map_id))["type"]) for map_id in map_ids}
     assert "perf_event_array" in types and "ringbuf" not in types, types
+
+
+def _xlated(session: DropsSession) -> str:
+    fd = session.program_fds()[f"drops_{session.attach_kind}"]
+    fdinfo = (Path("/proc/self/fdinfo") / str(fd)).read_text()
+    prog_id = next(line.split()[1] for line in fdinfo.splitlines() if line.startswith("prog_id:"))
+    return subprocess.run(
+        ["bpftool", "prog", "dump", "xlated", "id", prog_id], capture_output=True, text=True, check=True
+    ).stdout
+
+
+@pytest.mark.parametrize("raw_tp", [False, True], ids=["tp_btf", "raw_tp"])
+def test_without_task_btf_owners_are_still_told_apart(pair: Pair, raw_tp: bool) -> None:
+    """Before 5.11 there is no bpf_get_current_task_btf: the program finds the task with
+    bpf_get_current_task and copies its fields, and must still tell a drop in the sender's own syscall
+    (OUTPUT: the task owns it) from one in softirq (INPUT: the kernel)."""
+    pair.a.run("iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "6701", "-j", "DROP")
+    pair.b.run("iptables", "-A", "INPUT", "-p", "udp", "--dport", "6702", "-j", "DROP")
+    reasons = load_drop_reasons()
+    sessions: dict[int, DropsDiagnostic] = {}
+    records: dict[int, list[DropRecord]] = {6701: [], 6702: []}
+    try:
+        for host, port in ((pair.a, 6701), (pair.b, 6702)):
+            packets = PacketFilter(netns=host.inode, dport=port)
+            config = DropsConfig(packet_filter=packets, current_task_btf=False, raw_tp_only=raw_tp)
+            sessions[port] = diagnostic = DropsDiagnostic(config, reasons=reasons)
+            diagnostic.start()
+            assert diagnostic.attach_kind == ("raw_tp" if raw_tp else "tp_btf")
+            helpers = _xlated(diagnostic.raw)
+            assert "bpf_get_current_task#" in helpers and "bpf_get_current_task_btf" not in helpers
+        udp(pair.a, pair.b4, 6701, count=2)
+        udp(pair.a, pair.b4, 6702, count=2)
+        for port, diagnostic in sessions.items():
+            _records_of(diagnostic, records[port], 2)
+            assert diagnostic.totals().matched == 2
+    finally:
+        for diagnostic in sessions.values():
+            diagnostic.close()
+    assert all(r.owner.source == "task" and r.owner.comm.startswith("python") for r in records[6701])
+    assert all(r.owner.source == "kernel" and r.owner.pid is None for r in records[6702])
+
+
+def _records_of(diagnostic: DropsDiagnostic, records: list[DropRecord], count: int) -> None:
+    _records(diagnostic, records, lambda: len(records) >= count)
+
+
+def test_by_default_the_program_uses_task_btf_here(pair: Pair) -> None:
+    with DropsSession(
+        DropsConfig(packet_filter=PacketFilter(netns=pair.b.inode)), load_drop_reasons()
+    ) as session:
+        session.start()
+        assert "bpf_get_current_task_btf" in _xlated(session)

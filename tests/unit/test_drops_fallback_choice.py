@@ -54,12 +54,15 @@ def test_reasons_are_inferred_only_where_the_kernel_has_none(monkeypatch: pytest
 
 def test_fallback_words(monkeypatch: pytest.MonkeyPatch) -> None:
     assert forced_fallbacks("") == {}
-    assert forced_fallbacks(" perf-buffer , no-reason,raw-tp") == {
+    assert forced_fallbacks(" perf-buffer , no-reason,raw-tp,no-task-btf") == {
         "perf_buffer": True,
         "kernel_reasons": False,
         "raw_tp_only": True,
+        "current_task_btf": False,
     }
-    with pytest.raises(UsageError, match="unknown fallback 'ring'; known: perf-buffer, no-reason, raw-tp"):
+    with pytest.raises(
+        UsageError, match="unknown fallback 'ring'; known: perf-buffer, no-reason, raw-tp, no-task-btf"
+    ):
         forced_fallbacks("ring")
     monkeypatch.setenv(drops.FALLBACK_ENV, "no-reason")
     assert forced_fallbacks() == {"kernel_reasons": False}

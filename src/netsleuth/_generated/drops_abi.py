@@ -65,6 +65,7 @@ class DropsConfigC(ctypes.Structure):
         ("has_rx_sk", ctypes.c_uint8),
         ("filter_dev", ctypes.c_uint8),
         ("has_reason", ctypes.c_uint8),
+        ("task_btf", ctypes.c_uint8),
         ("dev", ctypes.c_char * 16),
         ("pid", ctypes.c_uint32),
         ("comm", ctypes.c_char * 16),

@@ -84,10 +84,12 @@ class DropsConfig:
     # perf_buffer - events through per-CPU perf buffers, as before ring buffers (5.8);
     # kernel_reasons False - skb:kfree_skb's `reason` is not read, as before 5.17, and each drop's reason is
     #   inferred from where the packet was freed (netsleuth.kernel.inferred_reasons), marked inferred;
-    # raw_tp_only - attach as a raw tracepoint, as on kernels that refuse tp_btf.
+    # raw_tp_only - attach as a raw tracepoint, as on kernels that refuse tp_btf;
+    # current_task_btf False - find the current task with bpf_get_current_task, as before 5.11.
     perf_buffer: bool | None = None
     kernel_reasons: bool | None = None
     raw_tp_only: bool = False
+    current_task_btf: bool | None = None
 
     @property
     def run_options(self) -> RunOptions:
@@ -347,6 +349,8 @@ class DropsSession(ProgramBacked):
         cfg.emit_events = int(not self.config.summary_only)
         cfg.has_rx_sk = int(has_rx_sk)
         cfg.has_reason = int(not self.reasons_inferred)
+        task_btf = self.config.current_task_btf
+        cfg.task_btf = int(features.bpf_helper("get_current_task_btf") if task_btf is None else task_btf)
         cfg.thread_size = thread_size()
         return cfg
 
@@ -426,13 +430,15 @@ class DropsSession(ProgramBacked):
 
 DROPS_KEYS = (*FILTER_KEYS, *RunOptions.KEYS, "reason", "exclude_reason", "stack", "snaplen")
 
-# NETSLEUTH_DROPS_FALLBACK=perf-buffer,no-reason,raw-tp forces the older kernels' paths on a newer one, for
-# a whole command (the privileged tests run `netsleuth drops` that way); the words are DropsConfig fields.
+# NETSLEUTH_DROPS_FALLBACK=perf-buffer,no-reason,raw-tp,no-task-btf forces the older kernels' paths on a newer
+# one, for a whole command (the privileged tests run `netsleuth drops` that way); the words are DropsConfig
+# fields.
 FALLBACK_ENV = "NETSLEUTH_DROPS_FALLBACK"
 _FALLBACKS = {
     "perf-buffer": {"perf_buffer": True},
     "no-reason": {"kernel_reasons": False},
     "raw-tp": {"raw_tp_only": True},
+    "no-task-btf": {"current_task_btf": False},
 }
 
 
