@@ -4,6 +4,7 @@ part of one from outside the scope - through the session runner, up to the `ende
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import threading
@@ -48,8 +49,6 @@ class _Names(NetnsNames):
 
 
 def _filter(networks: tuple[str, ...] = ()) -> ScopeFilter:
-    import ipaddress
-
     scope = EnforcedScope(False, HOST_NETNS, tuple(ipaddress.ip_network(n) for n in networks))
     return ScopeFilter(scope, _Names())
 
@@ -235,6 +234,11 @@ def test_conn_is_confined_to_the_scope_in_its_drop_filter_and_nat_join() -> None
     assert narrowed.tcp_filter.netns == OWN and narrowed.drops_filter.netns == OWN
     assert narrowed.conntrack_namespaces == (HOST_NETNS,)
     assert narrow_to_scope(config, EnforcedScope(True, None)) is config
+    # An address scope: admission made it the `host` filter; the drop program gets it too.
+    scoped = spec.read(ConfigInput({"netns": HOST_NETNS, "host": ["198.18.0.0/24"]}))
+    networks = (ipaddress.ip_network("198.18.0.0/24"),)
+    narrowed = narrow_to_scope(scoped, EnforcedScope(False, HOST_NETNS, networks))
+    assert narrowed.drops_filter.hosts == networks and narrowed.tcp_filter.hosts == networks
 
 
 # -- through the session runner, up to the ended status ------------------------------------------------

@@ -93,9 +93,10 @@ class _JsonRecords:
 
 
 def narrow_to_scope(config: Any, scope: EnforcedScope) -> Any:
-    """The typed config with every packet filter confined to the scope's namespace (a filter on another
-    namespace is left alone: it can match nothing in scope, and admission already refused such a task), and
-    the NAT join's conntrack reads confined to it. A host-wide scope changes nothing."""
+    """The typed config with every packet filter confined to the scope's namespace and, when the scope has
+    addresses, to them (a filter already narrower is left alone: admission made the diagnostic's own filter
+    the scope's or a part of it), and the NAT join's conntrack reads confined to the namespace. A host-wide
+    scope changes nothing."""
     if (
         scope.host_wide
         or scope.netns is None
@@ -107,8 +108,16 @@ def narrow_to_scope(config: Any, scope: EnforcedScope) -> Any:
     changes: dict[str, Any] = {}
     for item in dataclasses.fields(config):
         value = getattr(config, item.name)
-        if isinstance(value, PacketFilter) and value.netns is None:
-            changes[item.name] = dataclasses.replace(value, netns=inode)
+        if isinstance(value, PacketFilter):
+            narrowed = value
+            if narrowed.netns is None:
+                narrowed = dataclasses.replace(narrowed, netns=inode)
+            if scope.networks and not narrowed.hosts:
+                # conn's drop filter leaves the server end out (after a DNAT packets no longer carry it);
+                # under an address scope what does not carry a scope address may not be seen anyway.
+                narrowed = dataclasses.replace(narrowed, hosts=scope.networks)
+            if narrowed is not value:
+                changes[item.name] = narrowed
         elif item.name == "conntrack_namespaces" and value is None:
             changes[item.name] = (scope.netns,)
     return dataclasses.replace(config, **changes) if changes else config
