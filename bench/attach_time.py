@@ -3,7 +3,8 @@
 netsleuth says it is attached by creating its --ready-file; bpftrace by printing "ready" in BEGIN, which it
 runs once every probe is attached. The two are started alternately (pairs), each pinned to the same CPU,
 and their readiness polled every millisecond, so a noisy, shared machine slows both alike; medians and the
-median of the per-pair ratios are reported.
+median of the per-pair ratios are reported, for the wall time and for the time each process was on the CPU
+by then (which leaves out waiting behind other work on a busy machine).
 
     python bench/attach_time.py [--rounds N] [--baseline SRC]      (also part of bench/drops_storm.py)
 
@@ -40,37 +41,101 @@ BPFTRACE_COUNT = (
 
 @dataclass
 class AttachTimes:
+    """Per round, exec -> attached: wall seconds, and the CPU seconds the process and its children had used
+    by then (a cgroup's cpu.stat, read when its readiness is seen). On a shared machine the wall time also
+    holds the time spent waiting for the CPU behind other work; the CPU time does not."""
+
     netsleuth: list[float]
     bpftrace: list[float]
     baseline: list[float] = field(default_factory=list)  # --baseline's netsleuth, same rounds
+    netsleuth_cpu: list[float] = field(default_factory=list)
+    bpftrace_cpu: list[float] = field(default_factory=list)
+    baseline_cpu: list[float] = field(default_factory=list)
 
     @property
     def ratios(self) -> list[float]:
         return _ratios(self.netsleuth, self.bpftrace)
 
     def lines(self) -> list[str]:
-        ours, theirs = statistics.median(self.netsleuth), statistics.median(self.bpftrace)
-        lines = [
-            f"attach time (exec -> attached), median of {len(self.netsleuth)} rounds on one CPU:",
-            f"  netsleuth drops --summary  {ours:.3f} s   (min {min(self.netsleuth):.3f})",
-            f"  bpftrace count()           {theirs:.3f} s   (min {min(self.bpftrace):.3f})",
-            f"  netsleuth / bpftrace       {ours / theirs:.3f}  (median of pair ratios "
-            f"{statistics.median(self.ratios):.3f}; target < 1)",
-        ]
-        if self.baseline:
-            before = statistics.median(self.baseline)
+        lines = [f"attach time (exec -> attached), median of {len(self.netsleuth)} rounds on one CPU:"]
+        for title, ours, theirs, before in (
+            ("wall", self.netsleuth, self.bpftrace, self.baseline),
+            ("on-CPU", self.netsleuth_cpu, self.bpftrace_cpu, self.baseline_cpu),
+        ):
+            if not ours:
+                continue
             lines += [
-                f"  baseline netsleuth         {before:.3f} s   (min {min(self.baseline):.3f})",
-                f"  baseline / bpftrace        {before / theirs:.3f}  (median of pair ratios "
-                f"{statistics.median(_ratios(self.baseline, self.bpftrace)):.3f})",
-                f"  netsleuth / baseline       {ours / before:.3f}  (median of pair ratios "
-                f"{statistics.median(_ratios(self.netsleuth, self.baseline)):.3f})",
+                f" {title}:",
+                f"  netsleuth drops --summary  {_median_min(ours)}",
+                f"  bpftrace count()           {_median_min(theirs)}",
+                f"  netsleuth / bpftrace       {_ratio_line(ours, theirs)}; target < 1",
             ]
+            if before:
+                lines += [
+                    f"  baseline netsleuth         {_median_min(before)}",
+                    f"  baseline / bpftrace        {_ratio_line(before, theirs)}",
+                    f"  netsleuth / baseline       {_ratio_line(ours, before)}",
+                ]
         return lines
+
+
+def _median_min(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} s   (min {min(values):.3f})"
+
+
+def _ratio_line(ours: list[float], theirs: list[float]) -> str:
+    return (
+        f"{statistics.median(ours) / statistics.median(theirs):.3f}  "
+        f"(median of pair ratios {statistics.median(_ratios(ours, theirs)):.3f})"
+    )
 
 
 def _ratios(ours: list[float], theirs: list[float]) -> list[float]:
     return [a / b for a, b in zip(ours, theirs, strict=True)]
+
+
+class _CgroupCpu:
+    """The CPU time of a process and of everything it starts, ended or not (bpftrace runs `clang -Wp,-v`
+    and worker threads on its way to attaching): a cgroup v2 group of its own, read from its cpu.stat.
+    None from `create` when there is no writable cgroup v2 hierarchy; then only wall times are shown."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, name: str) -> _CgroupCpu | None:
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 2 and fields[2] == "cgroup2":
+                path = Path(fields[1]) / name
+                try:
+                    path.mkdir()
+                except OSError:
+                    return None
+                return cls(path)
+        return None
+
+    def enter(self) -> None:
+        """Called in the child between fork and exec: "0" is the writing process."""
+        (self.path / "cgroup.procs").write_text("0")
+
+    def seconds(self) -> float:
+        for line in (self.path / "cpu.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) / 1e6
+        raise RuntimeError(f"no usage_usec in {self.path}/cpu.stat")
+
+    def remove(self) -> None:
+        # Empty once the last timed process has been waited for; a moment later on a slow machine.
+        for _ in range(100):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)
 
 
 def use_compiled_bytecode(directory: Path, *other_sources: Path) -> None:
@@ -89,11 +154,23 @@ def use_compiled_bytecode(directory: Path, *other_sources: Path) -> None:
 
 
 def _time_until(
-    argv: list[str], ready: Callable[[], bool], stdout: Path, env: dict[str, str] | None = None
-) -> float:
+    argv: list[str],
+    ready: Callable[[], bool],
+    stdout: Path,
+    cpu: _CgroupCpu | None,
+    env: dict[str, str] | None = None,
+) -> tuple[float, float | None]:
+    """(wall, on-CPU) seconds from exec to `ready`; on-CPU is None without a cgroup to measure it."""
     with stdout.open("wb") as out:
+        used_before = cpu.seconds() if cpu is not None else 0.0
         started = time.monotonic()
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env)
+        process = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            env=env,
+            preexec_fn=cpu.enter if cpu is not None else None,  # the bench runs no threads
+        )
         deadline = started + 60
         while not ready():
             if process.poll() is not None or time.monotonic() > deadline:
@@ -102,9 +179,23 @@ def _time_until(
                 raise RuntimeError(f"{argv} did not attach: {err.decode()[-300:]}")
             time.sleep(0.001)
         elapsed = time.monotonic() - started
+        on_cpu = cpu.seconds() - used_before if cpu is not None else None
+        _stop(process)
+    return elapsed, on_cpu
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C, as a user stops either tool. bpftrace can miss a SIGINT that arrives right after its BEGIN
+    probe ran (it then waits forever), so one that has not ended after a few seconds gets another."""
+    for _ in range(3):
         process.send_signal(signal.SIGINT)
-        process.communicate(timeout=60)
-    return elapsed
+        try:
+            process.communicate(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    process.kill()
+    process.communicate()
 
 
 def measure_attach(
@@ -127,32 +218,40 @@ def measure_attach(
     def bt_ready() -> bool:
         return bt_out.exists() and b"ready" in bt_out.read_bytes()
 
-    def run_netsleuth(env: dict[str, str] | None = None) -> float:
+    meter = _CgroupCpu.create(f"netsleuth-attach-{os.getpid()}")
+
+    def run_netsleuth(env: dict[str, str] | None = None) -> tuple[float, float | None]:
         ready_file.unlink(missing_ok=True)
         argv = ["taskset", "-c", cpu, *netsleuth]
-        return _time_until(argv, ready_file.exists, directory / "attach-ns.out", env)
+        return _time_until(argv, ready_file.exists, directory / "attach-ns.out", meter, env)
 
-    def run_bpftrace() -> float:
+    def run_bpftrace() -> tuple[float, float | None]:
         bt_out.unlink(missing_ok=True)
-        return _time_until(["taskset", "-c", cpu, *bpftrace], bt_ready, bt_out)
+        return _time_until(["taskset", "-c", cpu, *bpftrace], bt_ready, bt_out, meter)
 
-    contenders: list[tuple[Callable[[], float], list[float]]] = []
     times = AttachTimes([], [])
-    contenders.append((run_netsleuth, times.netsleuth))
-    contenders.append((run_bpftrace, times.bpftrace))
+    contenders: list[tuple[Callable[[], tuple[float, float | None]], list[float], list[float]]] = [
+        (run_netsleuth, times.netsleuth, times.netsleuth_cpu),
+        (run_bpftrace, times.bpftrace, times.bpftrace_cpu),
+    ]
     if baseline is not None:
         env = dict(os.environ, PYTHONPATH=str(baseline))
-        contenders.append((lambda: run_netsleuth(env), times.baseline))
+        contenders.append((lambda: run_netsleuth(env), times.baseline, times.baseline_cpu))
     try:
         # One round first, not counted: files in the page cache and bytecode written for all alike.
-        for run, _ in contenders:
+        for run, _, _ in contenders:
             run()
         for index in range(rounds):
             # Rotate who goes first, so none always runs right after another's exit.
             shift = index % len(contenders)
-            for run, samples in contenders[shift:] + contenders[:shift]:
-                samples.append(run())
+            for run, walls, cpus in contenders[shift:] + contenders[:shift]:
+                wall, on_cpu = run()
+                walls.append(wall)
+                if on_cpu is not None:
+                    cpus.append(on_cpu)
     finally:
+        if meter is not None:
+            meter.remove()
         if work is None:
             shutil.rmtree(directory, ignore_errors=True)
     return times
