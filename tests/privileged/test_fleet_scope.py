@@ -133,6 +133,7 @@ def test_a_conn_report_names_only_the_scopes_namespace(lab: FleetLab, direct: Di
     check_records(r for r in records if r["type"] != "conntrack")
     # Confined in the kernel and in the NAT join: nothing was left for the last line to hold back.
     assert _ended_with_withheld_reported(direct, "scope-conn") == 0
+    assert "netsleuth_fleet_records_withheld_total 0.0" in lab.agent("client").metrics()
 
     # The merged timeline the controller builds from it, each namespace placed on the host that owns it.
     owners = {lab.hosts[h].netns: h for h in ("client", "lb", "server")}

@@ -439,6 +439,7 @@ def test_fleet_metrics() -> None:
         refused = 3
         active_sessions = 1
         clock_offset_ns: int | None = -20_661
+        withheld = 4
 
     registry = CollectorRegistry()
     registry.register(FleetCollector(Link()))
@@ -448,6 +449,7 @@ def test_fleet_metrics() -> None:
     assert 'netsleuth_fleet_tasks_total{decision="refused"} 3.0' in text
     assert "netsleuth_fleet_sessions_active 1.0" in text
     assert "netsleuth_fleet_clock_offset_seconds -2.0661e-05" in text
+    assert "netsleuth_fleet_records_withheld_total 4.0" in text
 
 
 def test_credentials_generator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -100,6 +100,7 @@ class FleetLink:
         self._stop_requested = threading.Event()  # stop() may come before the loop made its own event
         self.accepted = 0
         self.refused = 0
+        self.withheld = 0  # out-of-scope records and entries held back by ended sessions
 
     # -- lifecycle (agent thread) ----------------------------------------------------------------------
     def start(self) -> None:
@@ -423,6 +424,7 @@ class FleetLink:
     def _session_ended(self, session: FleetSession) -> None:
         with self._lock:
             self._sessions.pop(session.id, None)
+            self.withheld += session.withheld
         if session.state == "failed":
             self.last_error = f"session {session.id} failed: {session.reason}"
         _LOG.info("fleet: session %s %s: %s", session.id, session.state, session.reason)

@@ -31,6 +31,9 @@ class _LinkState(Protocol):
     @property
     def clock_offset_ns(self) -> int | None: ...
 
+    @property
+    def withheld(self) -> int: ...
+
 
 class FleetCollector:
     def __init__(self, link: _LinkState) -> None:
@@ -46,6 +49,8 @@ class FleetCollector:
         tasks.add_metric(["accepted"], link.accepted)
         tasks.add_metric(["refused"], link.refused)
         yield tasks
+        withheld = "Records and entries of records held back as outside their task's scope (scope_filter.py)"
+        yield CounterMetricFamily("netsleuth_fleet_records_withheld", withheld, value=link.withheld)
         active = "Fleet sessions preparing or running"
         yield GaugeMetricFamily("netsleuth_fleet_sessions_active", active, value=link.active_sessions)
         offset = link.clock_offset_ns

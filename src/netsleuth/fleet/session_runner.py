@@ -125,6 +125,11 @@ class FleetSession:
         self._scope: ScopeFilter | None = None  # built on the session's thread (it reads namespace names)
         self.thread = threading.Thread(target=self._run, name=f"fleet-{self.id}", daemon=True)
 
+    @property
+    def withheld(self) -> int:
+        """Records and entries of records withheld as outside the task's scope, so far."""
+        return self._scope.withheld if self._scope is not None else 0
+
     # -- control, from the link's thread ----------------------------------------------------------------
     def start_at(self, t0_ns: int) -> None:
         if not self._start.is_set():
@@ -172,7 +177,7 @@ class FleetSession:
         notes: list[str] | None = None,
     ) -> None:
         self.state, self.reason = state, reason
-        withheld = self._scope.withheld if self._scope is not None else 0
+        withheld = self.withheld
         status = HostStatus(
             host=self.host,
             session=self.id,
