@@ -136,3 +136,19 @@ def test_help_still_lists_every_command() -> None:
     assert result.returncode == 0
     for name in cli._COMMAND_MODULES:
         assert name in result.stdout
+
+
+def test_a_known_command_loads_and_builds_only_itself() -> None:
+    code = (
+        "import sys\n"
+        "from netsleuth import cli\n"
+        "parser = cli.build_parser(['tcp', '--summary'])\n"
+        "subparsers = parser._subparsers._group_actions[0]\n"
+        "print(sorted(subparsers.choices))\n"
+        "loaded = [m for m in sys.modules if m.startswith('netsleuth.commands.')]\n"
+        "print(sorted(m for m in loaded if m.rpartition('.')[2] in cli._COMMAND_MODULES))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.splitlines() == ["['tcp']", "['netsleuth.commands.tcp']"]
