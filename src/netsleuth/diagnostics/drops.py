@@ -350,7 +350,10 @@ class DropsSession(ProgramBacked):
         cfg.has_rx_sk = int(has_rx_sk)
         cfg.has_reason = int(not self.reasons_inferred)
         task_btf = self.config.current_task_btf
-        cfg.task_btf = int(features.bpf_helper("get_current_task_btf") if task_btf is None else task_btf)
+        if task_btf is None:
+            # A kernel with drop reasons (5.17) has the helper (5.11): no BTF search on the way to attaching.
+            task_btf = features.drop_reasons() or features.bpf_helper("get_current_task_btf")
+        cfg.task_btf = int(task_btf)
         cfg.thread_size = thread_size()
         return cfg
 
