@@ -16,6 +16,7 @@ from netsleuth.commands import Command
 from netsleuth.doctor.apply import DEFAULT_ROLLBACK_DIR, apply_fix
 from netsleuth.doctor.findings import Finding, Report
 from netsleuth.doctor.model import Snapshot
+from netsleuth.doctor.napi_measure import NapiMeasurement
 from netsleuth.doctor.render import render_json, render_text
 from netsleuth.doctor.rules import diagnose
 from netsleuth.doctor.run import DEFAULT_INTERVAL, measure
@@ -37,6 +38,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, default=Path("/"), help="read /proc and /sys under this root")
     parser.add_argument("--record", type=Path, metavar="DIR", help="also save both samples to DIR (JSON)")
     parser.add_argument("--replay", type=Path, metavar="DIR", help="judge samples saved with --record")
+    parser.add_argument(
+        "--no-bpf", action="store_true",
+        help="load no BPF programs: judge the NET_RX budget from softnet_stat only (inferred, not measured)",
+    )  # fmt: skip
     parser.add_argument("--fix", metavar="ID", help="apply the fix of finding ID (needs --yes)")
     parser.add_argument("--yes", action="store_true", help="really apply the --fix")
     parser.add_argument(
@@ -52,17 +57,30 @@ def _window(args: argparse.Namespace) -> Window:
         try:
             before = Snapshot.from_json(json.loads((args.replay / "before.json").read_text()))
             after = Snapshot.from_json(json.loads((args.replay / "after.json").read_text()))
-        except (OSError, ValueError, KeyError) as error:
+            napi = _replayed_napi(args.replay / _NAPI_FILE)
+        except (OSError, ValueError, KeyError, TypeError) as error:
             raise UsageError(f"cannot replay {args.replay}: {error}") from error
-        return Window(before, after)
+        problem = None if napi is not None else f"{args.replay} holds no {_NAPI_FILE} (recorded without BPF)"
+        return Window(before, after, napi=napi, napi_problem=problem)
     if args.root != Path("/") and not args.root.is_dir():
         raise UsageError(f"--root {args.root} is not a directory")
-    window = measure(root=args.root, netns=args.netns, interval=args.interval)
+    window = measure(root=args.root, netns=args.netns, interval=args.interval, bpf=not args.no_bpf)
     if args.record is not None:
         args.record.mkdir(parents=True, exist_ok=True)
         (args.record / "before.json").write_text(json.dumps(window.before.to_json()))
         (args.record / "after.json").write_text(json.dumps(window.after.to_json()))
+        if window.napi is not None:
+            (args.record / _NAPI_FILE).write_text(json.dumps(window.napi.to_json()))
     return window
+
+
+_NAPI_FILE = "napi.json"  # the BPF-measured NET_RX runs and NAPI polls, when the run measured them
+
+
+def _replayed_napi(path: Path) -> NapiMeasurement | None:
+    if not path.exists():
+        return None
+    return NapiMeasurement.from_json(json.loads(path.read_text()))
 
 
 def _unknown_finding(finding_id: str, report: Report) -> UsageError:
@@ -93,7 +111,9 @@ def _fix(args: argparse.Namespace, report: Report, console: Console) -> int:
         console.print(f"applied: {escape(action.describe())}")
     console.print(f"rollback file: {rollback_file}  (undo: netsleuth rollback {rollback_file})")
     console.print(f"re-measuring for {args.interval:g} s ...")
-    after_report = diagnose(measure(root=args.root, netns=args.netns, interval=args.interval))
+    after_report = diagnose(
+        measure(root=args.root, netns=args.netns, interval=args.interval, bpf=not args.no_bpf)
+    )
     still = after_report.finding(finding.id)
     before = json.dumps(finding.evidence)
     if still is None:

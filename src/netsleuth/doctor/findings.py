@@ -95,6 +95,10 @@ class Report:
     findings: tuple[Finding, ...]
     all_good: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
+    # The NET_RX runs and NAPI polls measured with BPF over the window (napi_measure.NapiMeasurement's
+    # JSON), or why they were not: the figures the time-squeeze finding was judged on.
+    napi_measurement: dict[str, Any] | None = None
+    napi_not_measured: str | None = None
 
     def finding(self, finding_id: str) -> Finding | None:
         return next((finding for finding in self.findings if finding.id == finding_id), None)
@@ -105,4 +109,6 @@ class Report:
             "findings": [finding.to_json() for finding in self.findings],
             "all_good": list(self.all_good),
             "notes": list(self.notes),
+            "napi_measurement": self.napi_measurement,
+            "napi_not_measured": self.napi_not_measured,
         }

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from netsleuth.doctor.findings import Report
+from netsleuth.doctor.napi_measure import NapiProbe, between, bpf_unusable
 from netsleuth.doctor.rules import diagnose
 from netsleuth.doctor.snapshot import Clock, collect_snapshot
 from netsleuth.doctor.window import Window
@@ -24,14 +25,32 @@ def measure(
     interval: float = DEFAULT_INTERVAL,
     clock: Clock = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    bpf: bool = True,
 ) -> Window:
-    before = collect_snapshot(root, netns, clock)
-    # Sleep what is left of the interval after the first read, so the window is `interval` long.
-    remaining = interval - (clock() - before.taken_at)
-    if remaining > 0:
-        sleep(remaining)
-    after = collect_snapshot(root, netns, clock, settings_from=before)
-    return Window(before, after)
+    """With `bpf`, NET_RX runs and NAPI polls are also measured in the kernel over the window (when this
+    process may load BPF and `root` is the running machine): the programs are attached first, and their
+    counters read right before each snapshot, so both judge the same seconds."""
+    problem = bpf_unusable(root, no_bpf=not bpf)
+    probe = NapiProbe(netns) if problem is None else None
+    napi = None
+    try:
+        if probe is not None:
+            probe.start()
+        first = probe.read() if probe is not None else None
+        before = collect_snapshot(root, netns, clock)
+        # Sleep what is left of the interval after the first read, so the window is `interval` long.
+        remaining = interval - (clock() - before.taken_at)
+        if remaining > 0:
+            sleep(remaining)
+        second = probe.read() if probe is not None else None
+        after = collect_snapshot(root, netns, clock, settings_from=before)
+        if first is not None and second is not None:
+            napi = between(first, second)
+    finally:
+        if probe is not None:
+            probe.close()
+            problem = probe.problem
+    return Window(before, after, napi=napi, napi_problem=problem)
 
 
 def run_doctor(
@@ -40,6 +59,7 @@ def run_doctor(
     interval: float = DEFAULT_INTERVAL,
     clock: Clock = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    bpf: bool = True,
 ) -> tuple[Window, Report]:
-    window = measure(root, netns, interval, clock, sleep)
+    window = measure(root, netns, interval, clock, sleep, bpf)
     return window, diagnose(window)

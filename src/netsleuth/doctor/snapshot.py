@@ -13,6 +13,7 @@ from netsleuth.doctor import ethtool, links, procfs, sysfs
 from netsleuth.doctor.model import Snapshot
 from netsleuth.doctor.topology import device_irqs
 from netsleuth.kernel.netns_exec import call_in_netns
+from netsleuth.netns_command import is_host_wide_sysctl
 
 __all__ = ["Clock", "collect_snapshot", "take_snapshot"]
 
@@ -57,5 +58,14 @@ def collect_snapshot(
 ) -> Snapshot:
     """`take_snapshot`, inside `netns` when given (a forked child enters it; see kernel/netns_exec.py)."""
     snapshot = call_in_netns(netns, lambda: take_snapshot(root, clock, settings_from))
+    if not netns:
+        return snapshot
+    # Host-wide sysctls (netdev_budget, netdev_max_backlog, ...) do not exist inside a namespace; the
+    # namespace's traffic is judged against the host's values, read here, outside it.
+    host = {
+        key: value
+        for key, value in procfs.read_sysctls(root, []).items()
+        if is_host_wide_sysctl(key) and key not in snapshot.sysctls
+    }
     # Recorded with the snapshot, so fixes printed from it (also on replay) name the namespace.
-    return dataclasses.replace(snapshot, netns=netns) if netns else snapshot
+    return dataclasses.replace(snapshot, netns=netns, sysctls={**snapshot.sysctls, **host})

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from netsleuth.doctor.model import Snapshot, SoftnetRow
+from netsleuth.doctor.napi_measure import NapiMeasurement
 
 __all__ = ["Window", "counter_delta"]
 
@@ -22,6 +23,10 @@ def counter_delta(before: int | None, after: int | None) -> int:
 class Window:
     before: Snapshot
     after: Snapshot
+    # NET_RX runs and NAPI polls measured with BPF over the window (napi_measure.py); None when not
+    # measured, with the reason in `napi_problem` (rules then infer from softnet_stat).
+    napi: NapiMeasurement | None = None
+    napi_problem: str | None = None
 
     @property
     def seconds(self) -> float:

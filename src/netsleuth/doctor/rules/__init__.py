@@ -69,4 +69,17 @@ def diagnose(window: Window, rules: list[Rule] | None = None) -> Report:
         if not rule_findings and good:
             all_good.append(good)
     findings.sort(key=lambda finding: (finding.severity, finding.id))
-    return Report(interval=window.seconds, findings=tuple(findings), all_good=tuple(all_good))
+    napi = window.napi
+    notes: tuple[str, ...] = ()
+    if napi is not None:
+        notes = (f"NET_RX runs and NAPI polls measured with BPF ({napi.attach}) over {napi.seconds:.1f} s",)
+    elif window.napi_problem:
+        notes = (f"NET_RX budget inferred from softnet_stat, not measured: {window.napi_problem}",)
+    return Report(
+        interval=window.seconds,
+        findings=tuple(findings),
+        all_good=tuple(all_good),
+        notes=notes,
+        napi_measurement=napi.to_json() if napi is not None else None,
+        napi_not_measured=window.napi_problem if napi is None else None,
+    )

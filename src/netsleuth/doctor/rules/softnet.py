@@ -5,6 +5,11 @@ Column 2 (dropped) counts packets refused because the CPU's input_pkt_queue held
 work left because either netdev_budget packets or netdev_budget_usecs microseconds were used up
 (Documentation/admin-guide/sysctl/net.rst). Raising netdev_budget does nothing when the time limit is the
 one that binds (netdata#1076, #4624), so the rule says which one does.
+
+When doctor could measure the window with BPF (napi_measure.py), the time-squeeze rule judges what
+net_rx_action really did (net_rx_measured.py): which budget each stopped run ran out of, per CPU, and
+which devices' polls were full. Otherwise (no root or BTF, --no-bpf, a recorded root) it infers from
+softnet_stat as below and says so.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from netsleuth.diagnostics.causes import cause
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import sysctl_fix
 from netsleuth.doctor.rules import Rule, Verdict
+from netsleuth.doctor.rules.net_rx_measured import check_measured
 from netsleuth.doctor.window import Window
 
 __all__ = ["RULES"]
@@ -60,7 +66,19 @@ def _packets_per_run(window: Window, cpus: list[int], processed: int) -> float |
     return processed / runs if runs else None
 
 
+def _not_measured(window: Window) -> str:
+    if window.napi_problem:
+        return f"BPF not used: {window.napi_problem}"
+    return "not measured in this window"
+
+
 def check_time_squeeze(window: Window) -> Verdict:
+    if window.napi is not None:
+        return check_measured(window, window.napi, MIN_SQUEEZES_PER_S)
+    return check_inferred(window)
+
+
+def check_inferred(window: Window) -> Verdict:
     deltas = [row for row in window.softnet_deltas() if row.time_squeeze > 0]
     total = sum(row.time_squeeze for row in deltas)
     rate = window.per_second(total)
@@ -74,6 +92,7 @@ def check_time_squeeze(window: Window) -> Verdict:
     # handled fewer. Averaged over all runs of the squeezing CPUs this is a lower bound, hence the half.
     packet_budget_binds = per_run is None or per_run >= budget / 2
     evidence: dict[str, object] = {
+        "method": "inferred",
         "time_squeeze_per_s_by_cpu": {
             str(row.cpu): round(window.per_second(row.time_squeeze), 1) for row in deltas
         },
@@ -108,13 +127,14 @@ def check_time_squeeze(window: Window) -> Verdict:
         id="time-squeeze",
         severity=Severity.WARNING,
         subject="CPU " + ",".join(str(row.cpu) for row in deltas),
-        title=f"NET_RX softirq out of budget {rate:.1f} times/s",
+        title=f"NET_RX softirq out of budget {rate:.1f} times/s (inferred from time_squeeze)",
         evidence=evidence,
         explanation=(
             "net_rx_action stopped with packets still waiting (time_squeeze); they wait for the next "
             "softirq run "
             f"or ksoftirqd, which adds latency and leads to ring and backlog drops under load. {limit} "
-            f"{advice}"
+            f"{advice} Inferred from /proc/net/softnet_stat, whose time_squeeze does not say which budget "
+            f"ran out ({_not_measured(window)}; as root on a kernel with BTF doctor measures it)."
         ),
         fix_commands=fix.commands,
         persistent=fix.persistent,
