@@ -117,3 +117,23 @@ def test_an_unlisted_location_is_not_specified_and_still_marked(tmp_path: Path) 
     raw = dataclasses.replace(raw, location=0xFFFFFFFF81100410)  # net_rx_action: not in the table
     record = _inferring(tmp_path).enrich(raw)
     assert (record.reason, record.reason_inferred) == ("NOT_SPECIFIED", True)
+
+
+def test_diagnose_says_a_reason_was_inferred_and_fixes_without_reason_filters() -> None:
+    from netsleuth.diagnose.drop_rules import drop_verdicts
+    from tests.unit.test_diagnose_rules import CONTEXT, group
+
+    given = group("IP_INHDR", 40)
+    inferred = dataclasses.replace(given, reason_inferred=True)
+    [plain] = drop_verdicts([given], CONTEXT)
+    [marked] = drop_verdicts([inferred], CONTEXT)
+    assert "with reason IP_INHDR at" in plain.cause and "inferred" not in plain.cause
+    assert "with reason IP_INHDR (inferred from the drop location) at" in marked.cause
+    assert marked.evidence["reason_inferred"] is True and "reason_inferred" not in plain.evidence
+    assert any("--reason IP_INHDR" in line for line in plain.fix)
+    assert not any("--reason" in line for line in marked.fix) and marked.fix
+    # A rule with its own sentence says it too.
+    [backlog] = drop_verdicts(
+        [dataclasses.replace(group("CPU_BACKLOG", 1200), reason_inferred=True)], CONTEXT
+    )
+    assert backlog.cause.endswith("(drop reason CPU_BACKLOG inferred from the drop location)")

@@ -6,6 +6,7 @@ can act on. Anything else still becomes a verdict, named by its reason, so no dr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -309,4 +310,22 @@ _RULES = {
 def drop_verdicts(groups: Iterable[DropGroup], context: DropContext) -> list[Verdict]:
     """One verdict per group: groups already separate reason, location and netns, which is what a person
     fixes one at a time (a rule, a listener, a buffer)."""
-    return [_RULES.get(group.reason, _generic)(group, context) for group in groups]
+    return [_inferred(group, _RULES.get(group.reason, _generic)(group, context)) for group in groups]
+
+
+def _inferred(group: DropGroup, verdict: Verdict) -> Verdict:
+    """A reason inferred from the drop location (a kernel before 5.17 gives none) is said to be one in the
+    cause and the evidence, and a fix never selects it with --reason (refused when reasons are inferred)."""
+    if not group.reason_inferred:
+        return verdict
+    named = f" with reason {group.reason}"
+    if named in verdict.cause:
+        cause = verdict.cause.replace(named, f"{named} (inferred from the drop location)", 1)
+    else:
+        cause = f"{verdict.cause} (drop reason {group.reason} inferred from the drop location)"
+    return dataclasses.replace(
+        verdict,
+        cause=cause,
+        evidence={**verdict.evidence, "reason_inferred": True},
+        fix=tuple(line.replace(f"--reason {group.reason} ", "") for line in verdict.fix),
+    )
