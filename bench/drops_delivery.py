@@ -215,3 +215,97 @@ def agent_delivery(storm: Callable[[], float], netns: str, cpu: str) -> Delivery
             seconds = counter.last_at - started
             lines = counter.lines
     return Delivery("agent session (rule names)", lines, max(seconds, 1e-9))
+
+
+def main() -> int:
+    """Delivery alone, without the rest of drops_storm.py: the storm lab, then each chosen consumer under
+    a storm of --count drops; --profile also writes a cProfile of `drops --json > file`."""
+    import argparse
+    import os
+    import shutil
+    import sys
+    import tempfile
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo))
+    from tests.netlab import Lab
+
+    from bench.attach_time import use_compiled_bytecode
+    from bench.drops_storm import BPFTRACE_PRINTF, BPFTRACE_READY, SENDER_CPU, TRACER_CPU, build_sender, storm
+
+    choices = ("file", "pipe", "bpftrace-file", "bpftrace-pipe", "agent")
+    parser = argparse.ArgumentParser(description="delivered drop events/s, unsampled")
+    parser.add_argument("--count", type=int, default=1_000_000, help="drops per storm")
+    parser.add_argument("--only", default=",".join(choices), help=f"comma-separated, of {', '.join(choices)}")
+    parser.add_argument("--profile", metavar="PATH", help="also profile `drops --json > file` into PATH")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root: the benchmark loads BPF programs and builds network namespaces")
+    wanted = args.only.split(",")
+    lab = Lab()
+    work = Path(tempfile.mkdtemp(prefix="netsleuth-delivery-"))
+    use_compiled_bytecode(work)
+    found: list[Delivery] = []
+    try:
+        a, b = lab.host("a"), lab.host("b")
+        lab.link(a, b, ["198.18.0.1/24"], ["198.18.0.2/24"])
+        a.run("iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9", "-j", "DROP")
+        sender = build_sender(work)
+
+        def full_storm() -> float:
+            return storm(a.argv, sender, "198.18.0.2", args.count)
+
+        ready_file = work / "ready"
+
+        def ns_ready(_output: Path) -> bool:
+            return ready_file.exists()
+
+        def bt_ready(output: Path) -> bool:
+            return b"ready" in output.read_bytes()[:64]
+
+        json_argv = [sys.executable, "-m", "netsleuth", "drops", "--netns", a.name, "--json"]
+        bt_argv = ["bpftrace", "-B", "line", "-e", BPFTRACE_READY + BPFTRACE_PRINTF]
+        runs: list[tuple[str, str, list[str], bool, Callable[[Path], bool], int]] = [
+            ("file", "netsleuth drops --json > file", json_argv, False, ns_ready, 0),
+            ("pipe", "netsleuth drops --json | pipe", json_argv, True, ns_ready, 0),
+            ("bpftrace-file", "bpftrace printf > file", bt_argv, False, bt_ready, 1),
+            ("bpftrace-pipe", "bpftrace printf | pipe", bt_argv, True, bt_ready, 1),
+        ]
+        if args.profile:
+            profiled = [sys.executable, "-m", "cProfile", "-o", args.profile, "-m", *json_argv[2:]]
+            runs.insert(0, ("file", "profiled drops --json > file", profiled, False, ns_ready, 0))
+        for key, name, argv, pipe, ready, header in runs:
+            if key not in wanted:
+                continue
+            ready_file.unlink(missing_ok=True)
+            extra = ["--ready-file", str(ready_file)] if argv[0] == sys.executable else []
+            found.append(
+                deliver(
+                    name,
+                    [*argv, *extra],
+                    full_storm,
+                    pipe=pipe,
+                    ready=ready,
+                    work=work,
+                    cpu=TRACER_CPU,
+                    header_lines=header,
+                )
+            )
+        if "agent" in wanted:
+            found.append(agent_delivery(full_storm, a.name, TRACER_CPU))
+    finally:
+        lab.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"delivered events/s, unsampled (storms of {args.count:,} drops, sender on CPU {SENDER_CPU}):")
+    for item in found:
+        accounting = (
+            f"total {item.total:,} = {item.lines:,} + sampled {item.sampled:,} + lost {item.lost:,}"
+            if item.total is not None and item.sampled is not None and item.lost is not None
+            else ""
+        )
+        print(f"{item.name:34} {item.lines:10,} {item.seconds:8.2f}s {item.rate:11,.0f}/s  {accounting}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

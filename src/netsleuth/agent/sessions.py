@@ -40,7 +40,7 @@ from netsleuth.agent.session_request import SessionRequest, parse_session_reques
 from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.errors import NetsleuthError, UsageError
-from netsleuth.render.jsonl import encode_line
+from netsleuth.render.jsonl import encode_line, record_lines
 
 __all__ = [
     "ClientGone",
@@ -141,7 +141,7 @@ class LiveSession:
     def _take(self, records: Sequence[Record]) -> tuple[list[bytes], tuple[str, str] | None]:
         """Encode records while the caps allow; returns the lines and why it stopped, if it did."""
         lines, ended = take_within_caps(
-            (_encode(record.to_json()) for record in records),
+            record_lines(records),
             self.events,
             self.bytes,
             self.request.max_events,

@@ -1,23 +1,147 @@
-"""Consumer of a BPF ring buffer: raw records are copied out in libbpf's callback and handed over in batches.
+"""Consumer of a BPF ring buffer: records are read straight out of the kernel's mapped ring, in bulk.
 
-The callback only copies bytes (decoding happens in the caller, in bulk) so the consumer keeps up with the
-highest rate Python can manage; what it cannot take is sampled in the kernel, never silently lost.
+libbpf's ring_buffer__poll calls back into Python once per record (a ctypes callback and a string_at each:
+most of a drop storm's consumer time went there). The ring is plain shared memory, so on x86-64 this module
+reads it the way libbpf's ringbuf.c does, without the callbacks:
+- the map's fd mapped at offset 0 is the consumer page (read-write: consumer_pos, a u64 we advance), at
+  offset one page the producer page (producer_pos) followed by the data pages, mapped twice in a row so a
+  record that wraps around the end is contiguous;
+- each record has an 8-byte header: u32 length with bit 31 BUSY (reserved, not yet committed) and bit 30
+  DISCARD (to be skipped), u32 page offset; a record takes its length plus the header, rounded up to 8.
+We walk the headers from consumer_pos up to producer_pos, stop at the first BUSY one, copy every committed
+record in one slice, then store the new consumer_pos. Ordering: x86-64 is TSO (loads are not reordered with
+loads, stores not with stores), so reading producer_pos, then a header, then the copy sees what the kernel
+committed with its release stores, and our store of consumer_pos is seen after our reads - the acquire and
+release libbpf spells out hold by themselves. The positions are read and written through memoryviews cast to
+u64, whose item access is one aligned 8-byte memcpy: one load or store, never torn. (Not struct.pack_into: it
+zeroes its target before writing, and a consumer_pos of 0 for an instant reads as a full ring to the BPF
+side, which then samples and loses events - seen in the storm benchmark.) Other architectures keep libbpf's
+callback path (`_CallbackRing`).
+
+What the consumer cannot take stays in the ring; past half full the BPF side samples (emit.bpf.h), counted,
+never silently lost.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
+import platform
+import select
 
 from netsleuth.bpf import _libbpf
-from netsleuth.bpf.errors import last_errno_error
+from netsleuth.bpf.errors import BpfError, last_errno_error
 
 __all__ = ["RingBuffer"]
 
-_BATCH = 4096
+_BATCH = 4096  # records per poll on the callback path
+_MAX_BYTES = 4 << 20  # bytes taken per poll on the mapped path: the loop keeps its clock (progress, Ctrl-C)
+_BUSY = 1 << 31
+_DISCARD = 1 << 30
+_LENGTH = ~(_BUSY | _DISCARD) & 0xFFFFFFFF
+_HEADER = 8
 
 
-class RingBuffer:
+def _max_entries(map_fd: int) -> int:
+    # struct bpf_map_info: __u32 type, id, key_size, value_size, max_entries, ... (include/uapi/linux/bpf.h).
+    buffer = ctypes.create_string_buffer(96)
+    length = ctypes.c_uint32(len(buffer))
+    if _libbpf.lib().bpf_obj_get_info_by_fd(map_fd, buffer, ctypes.byref(length)) != 0:
+        raise last_errno_error("cannot read the BPF ring buffer's size")
+    return int.from_bytes(buffer.raw[16:20], "little")
+
+
+class _MappedRing:
+    """The ring read through its own mappings (see the module's docstring)."""
+
+    def __init__(self, map_fd: int) -> None:
+        size = _max_entries(map_fd)
+        if size <= 0 or size & (size - 1):
+            raise BpfError(f"the BPF ring buffer's size {size} is not a power of two")
+        page = mmap.PAGESIZE
+        self._mask = size - 1
+        try:
+            self._consumer = mmap.mmap(
+                map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0
+            )
+            self._producer = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
+        except OSError as error:
+            raise BpfError(f"cannot map the BPF ring buffer: {error.strerror}") from None
+        self._data = memoryview(self._producer)[page:]
+        self._words = self._data.cast("I")
+        self._consumer_pos = memoryview(self._consumer).cast("B").cast("Q")
+        self._producer_pos = memoryview(self._producer)[:8].cast("Q")
+        self._epoll = select.epoll()
+        self._epoll.register(map_fd, select.EPOLLIN)
+        self._closed = False
+
+    def _take(self, limit: int) -> list[bytes]:
+        """The committed records from consumer_pos on (at most about `limit` bytes), consumed."""
+        start = self._consumer_pos[0]
+        end = self._producer_pos[0]
+        if start >= end:
+            return []
+        words = self._words  # the data as u32s: headers are 8-byte aligned
+        base = start & self._mask
+        # Offsets from `base`; never past base + one ring's size: the second mapping keeps records contiguous.
+        offset = 0
+        stop = min(end, start + limit) - start
+        bounds: list[tuple[int, int]] = []
+        append = bounds.append
+        while offset < stop:
+            header = words[(base + offset) >> 2]
+            if header & _BUSY:
+                break
+            length = header & _LENGTH
+            if not header & _DISCARD:
+                append((offset + _HEADER, offset + _HEADER + length))
+            offset += (length + _HEADER + 7) & ~7
+        if offset == 0:
+            return []
+        # One copy of every committed record, then slices of it; only then is the space given back.
+        blob = self._data[base : base + offset].tobytes()
+        self._consumer_pos[0] = start + offset
+        return [blob[first:last] for first, last in bounds]
+
+    def poll(self, timeout_ms: int) -> list[bytes]:
+        if self._closed:
+            return []
+        records = self._take(_MAX_BYTES)
+        if records:
+            return records
+        try:
+            self._epoll.poll(timeout_ms / 1000 if timeout_ms >= 0 else -1)
+        except InterruptedError:  # a signal (e.g. Ctrl-C): the caller's loop decides
+            return []
+        return self._take(_MAX_BYTES)
+
+    def drain(self) -> list[bytes]:
+        records: list[bytes] = []
+        while not self._closed:
+            batch = self._take(_MAX_BYTES)
+            if not batch:
+                break
+            records.extend(batch)
+        return records
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._epoll.close()
+        self._words.release()
+        self._data.release()
+        self._consumer_pos.release()
+        self._producer_pos.release()
+        self._producer.close()
+        self._consumer.close()
+
+
+class _CallbackRing:
+    """libbpf's ring_buffer__poll with a callback that only copies bytes (decoding happens in the caller, in
+    bulk)."""
+
     def __init__(self, map_fd: int) -> None:
         self._lib = _libbpf.lib()
         self._pending: list[bytes] = []
@@ -39,7 +163,6 @@ class RingBuffer:
         return 0
 
     def poll(self, timeout_ms: int) -> list[bytes]:
-        """Wait up to timeout_ms for records; returns those that arrived (possibly none)."""
         if self._handle is None:
             return []
         result = self._lib.ring_buffer__poll(self._handle, timeout_ms)
@@ -51,7 +174,6 @@ class RingBuffer:
         return records
 
     def drain(self) -> list[bytes]:
-        """Everything still queued, without waiting (used at exit so nothing produced is left unread)."""
         if self._handle is None:
             return []
         records: list[bytes] = []
@@ -67,3 +189,32 @@ class RingBuffer:
         if self._handle:
             self._lib.ring_buffer__free(self._handle)
         self._handle = None
+
+
+_TSO = platform.machine() in ("x86_64", "AMD64")
+
+
+class RingBuffer:
+    """A BPF ring buffer map's records, in batches: the mapped reader on x86-64, libbpf's callback elsewhere
+    (or with `mapped=False`)."""
+
+    def __init__(self, map_fd: int, *, mapped: bool | None = None) -> None:
+        use_mapping = _TSO if mapped is None else mapped
+        self._ring: _MappedRing | _CallbackRing = (
+            _MappedRing(map_fd) if use_mapping else _CallbackRing(map_fd)
+        )
+
+    @property
+    def mapped(self) -> bool:
+        return isinstance(self._ring, _MappedRing)
+
+    def poll(self, timeout_ms: int) -> list[bytes]:
+        """Wait up to timeout_ms for records; returns those that arrived (possibly none)."""
+        return self._ring.poll(timeout_ms)
+
+    def drain(self) -> list[bytes]:
+        """Everything still queued, without waiting (used at exit so nothing produced is left unread)."""
+        return self._ring.drain()
+
+    def close(self) -> None:
+        self._ring.close()

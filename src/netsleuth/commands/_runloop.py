@@ -181,7 +181,7 @@ def run_session(
                 return
             progress.clear()
             if writer is not None:
-                writer.write_many(record.to_json() for record in records)
+                writer.write_records(records)
             else:
                 out.write(view.lines(records))
             out.flush()

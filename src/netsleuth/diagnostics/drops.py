@@ -43,7 +43,8 @@ from netsleuth.kernel.reasons import DropReasons
 from netsleuth.packet import PacketTuple
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.drops_enrich import DropEnricher, DropGroup, DropRecord
+    from netsleuth.diagnostics.drop_batch import DropBatch, DropBatcher
+    from netsleuth.diagnostics.drops_enrich import DropEnricher, DropGroup
     from netsleuth.kernel.context import KernelClock, KernelContext
 
 __all__ = [
@@ -390,12 +391,22 @@ class DropsSession(ProgramBacked):
 
     # -- run -------------------------------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list[RawDrop]:
-        if self._programs.started:
-            self._owners.refresh(self._programs.bpf_object)
-        return self._decoder.decode(self._programs.poll(timeout_ms))
+        return self._decoder.decode(self.poll_records(timeout_ms))
 
     def drain(self) -> list[RawDrop]:
-        return self._decoder.decode(self._programs.drain())
+        return self._decoder.decode(self.drain_records())
+
+    def poll_records(self, timeout_ms: int) -> list[bytes]:
+        """The raw records of `poll`, undecoded (DropBatcher decodes one of each kind)."""
+        if self._programs.started:
+            self._owners.refresh(self._programs.bpf_object)
+        return self._programs.poll(timeout_ms)
+
+    def drain_records(self) -> list[bytes]:
+        return self._programs.drain()
+
+    def decode(self, records: list[bytes]) -> list[RawDrop]:
+        return self._decoder.decode(records)
 
     def totals(self) -> DropTotals:
         return DropTotals(*self._programs.counter_sums("drop_stats", DropStat.COUNT))
@@ -548,6 +559,7 @@ class DropsDiagnostic:
         self._find_vmlinux = find_vmlinux
         self._explain_firewall = explain_firewall
         self._enricher: DropEnricher | None = None
+        self._batcher: DropBatcher | None = None
 
     @property
     def attach_kind(self) -> str:
@@ -580,12 +592,22 @@ class DropsDiagnostic:
             self._enricher.prepare(self.config.packet_filter.netns)
         return self._enricher
 
-    def poll(self, timeout_ms: int) -> list[DropRecord]:
-        raws = self._raw.poll(timeout_ms)
-        return self.enricher.enrich_many(raws)
+    def _batch(self, records: list[bytes]) -> DropBatch:
+        if self._batcher is None:
+            from netsleuth.diagnostics.drop_batch import DropBatcher
 
-    def drain(self) -> list[DropRecord]:
-        return self.enricher.enrich_many(self._raw.drain())
+            enricher = self.enricher
+            self._batcher = DropBatcher(
+                self._raw.decode, enricher.enrich_many, lambda: enricher.context.wall_offset_ns
+            )
+        return self._batcher.batch(records)
+
+    def poll(self, timeout_ms: int) -> DropBatch:
+        """The drops that arrived, enriched once per kind (netsleuth.diagnostics.drop_batch)."""
+        return self._batch(self._raw.poll_records(timeout_ms))
+
+    def drain(self) -> DropBatch:
+        return self._batch(self._raw.drain_records())
 
     def totals(self) -> DropTotals:
         return self._raw.totals()
@@ -624,6 +646,7 @@ class DropsDiagnostic:
         if self._enricher is not None:
             self._enricher.close()
             self._enricher = None
+            self._batcher = None
 
 
 _INFERRED_NOTE = (

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any, NoReturn, TextIO
 
 import orjson
 
-__all__ = ["JsonLinesWriter", "encode_line"]
+__all__ = ["JsonLinesWriter", "encode_line", "record_blob", "record_lines"]
 
 _stdlib_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _dumps = orjson.dumps
@@ -47,6 +47,25 @@ def encode_line(obj: Mapping[str, Any]) -> bytes:
     return line
 
 
+def record_lines(records: Sequence[Any]) -> Iterable[bytes]:
+    """The line of each record (`encode_line(record.to_json())`); a batch that builds its own lines (one
+    encoding per kind of record, e.g. netsleuth.diagnostics.drop_batch) gives them directly."""
+    build = getattr(records, "json_lines", None)
+    if build is not None:
+        lines: list[bytes] = build()
+        return lines
+    return (encode_line(record.to_json()) for record in records)
+
+
+def record_blob(records: Sequence[Any]) -> bytes:
+    """Every line of `record_lines`, joined."""
+    build = getattr(records, "json_blob", None)
+    if build is not None:
+        blob: bytes = build()
+        return blob
+    return b"".join(encode_line(record.to_json()) for record in records)
+
+
 class JsonLinesWriter:
     """Writes lines to a text stream; to its binary buffer when it has one (stdout, files), so a batch is
     one `bytes` join and one write, without decoding and re-encoding through the text layer."""
@@ -67,6 +86,10 @@ class JsonLinesWriter:
 
     def write_many(self, objects: Iterable[Mapping[str, Any]]) -> None:
         self._write(b"".join(map(encode_line, objects)))
+
+    def write_records(self, records: Sequence[Any]) -> None:
+        """Records (each with `to_json`) as lines, in one write."""
+        self._write(record_blob(records))
 
     def flush(self) -> None:
         if self._binary is not None:
