@@ -186,3 +186,18 @@ def test_tasks_reaching_past_the_scope_are_refused_with_the_reason_audited(
     # Per-CPU histograms say nothing of their namespace: only a host-wide scope may have them.
     _refused(lab, direct, "scope-softirq", "needs a host-wide scope", diagnostic="softirq", scope=scope)
     _refused(lab, direct, "scope-profile", "needs a host-wide scope", diagnostic="profile", scope=scope)
+
+
+def test_a_host_wide_scope_runs_what_a_namespace_scope_may_not(
+    lab: FleetLab, direct: DirectController
+) -> None:
+    """netns '*' (a role granting every namespace): softirq's per-CPU histograms run, nothing is withheld."""
+    wide = Scope(netns=("*",))
+    direct.run_session(
+        "scope-wide", ("client",), diagnostic="softirq", config={"netns": "*"}, deadline_s=1, scope=wide
+    )
+    direct.wait_states("scope-wide", {"client": ("ended", "failed")}, timeout=60)
+    (summary,) = direct.records("scope-wide", "client")
+    assert summary["type"] == "summary" and summary["diagnostic"] == "softirq", summary
+    check_records([summary])
+    assert _ended_with_withheld_reported(direct, "scope-wide") == 0
