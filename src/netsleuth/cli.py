@@ -75,8 +75,15 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     chosen = _chosen_command(argv)
     # A run of one known command needs no parser for the others (argparse builds each with its gettext
     # lookups: about half a millisecond apiece); a command name it does not know gets them all, so the
-    # error lists the valid ones, and `netsleuth --help` describes them all.
-    names = [chosen] if chosen in _COMMAND_MODULES else list(_COMMAND_MODULES)
+    # error lists the valid ones, and the top-level help (`netsleuth --help`, `netsleuth -h drops`)
+    # describes them all.
+    arguments = list(argv)
+    before_command = arguments[: arguments.index(chosen)] if chosen is not None else arguments
+    top_level_help = "-h" in before_command or "--help" in before_command
+    if chosen is not None and chosen in _COMMAND_MODULES and not top_level_help:
+        names = [chosen]
+    else:
+        names = list(_COMMAND_MODULES)
     for name in names:
         command = _command(name)
         sub = subparsers.add_parser(name, help=command.help, description=command.help)
