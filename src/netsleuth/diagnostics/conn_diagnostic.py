@@ -5,7 +5,7 @@ namespace) and with conntrack's NAT translations, into one timeline and verdict 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -191,7 +191,7 @@ class ConnDiagnostic:
         self._tracker = ConnTracker(self.config.selector, self._context, conntrack=self._conntrack)
         self._tracker.keep_unclaimed = self.config.report_unclaimed
 
-    def _feed(self, tcp_raws: list[Any], drops: list[Any]) -> list[ConnRecord]:
+    def _feed(self, tcp_raws: list[Any], drops: Sequence[Any]) -> list[ConnRecord]:
         assert self._resets is not None and self._tracker is not None
         for raw, record in self._resets.enrich_pairs(tcp_raws):
             self._tracker.add_tcp(raw, record)
