@@ -8,6 +8,8 @@ netsleuth.bpf imports this module.
 from __future__ import annotations
 
 import ctypes
+import mmap
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +29,7 @@ __all__ = [
     "RingBufferCallback",
     "capture_messages",
     "lib",
+    "mapped_readonly",
     "open_library",
 ]
 
@@ -120,6 +123,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_raw_tracepoint_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
     "btf__load_vmlinux_btf": (_P, []),
     "btf__parse": (_P, [ctypes.c_char_p, _P]),
+    "btf__new": (_P, [_P, ctypes.c_uint32]),
     "btf__free": (None, [_P]),
     "btf__find_by_name_kind": (ctypes.c_int32, [_P, ctypes.c_char_p, ctypes.c_uint32]),
     "btf__find_by_name": (ctypes.c_int32, [_P, ctypes.c_char_p]),
@@ -152,6 +156,10 @@ def open_library(soname: str, short: str) -> ctypes.CDLL:
 
 _libc = open_library("libc.so.6", "c")
 _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [_P, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [_P, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
 _MAX_MESSAGES = 50
 
 
@@ -182,6 +190,33 @@ def _collect_message(level: int, fmt: bytes, args: int) -> int:
 
 
 _collect_message_c = _PrintCallback(_collect_message)
+
+
+@contextmanager
+def mapped_readonly(path: str) -> Iterator[tuple[int, int] | None]:
+    """(address, size) of `path` mapped read-only and private for the block; None when it cannot be mapped.
+
+    For /sys/kernel/btf/vmlinux (mappable since Linux 6.16): libbpf's btf__parse reads that file 4 KiB per
+    read() (sysfs binary files give no more) into one fresh buffer and copies it into another, ~10 ms of a
+    cold start; btf__new over the mapping copies the kernel's pages once. Python's mmap cannot be used: it
+    exposes no address for a read-only mapping, and the kernel refuses a writable one."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        yield None
+        return
+    try:
+        size = os.fstat(fd).st_size
+        address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, 0) if size else _MAP_FAILED
+    finally:
+        os.close(fd)
+    if address in (None, _MAP_FAILED):
+        yield None
+        return
+    try:
+        yield address, size
+    finally:
+        _libc.munmap(address, size)
 
 
 @contextmanager
