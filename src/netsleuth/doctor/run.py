@@ -28,23 +28,19 @@ def measure(
     bpf: bool = True,
 ) -> Window:
     """With `bpf`, NET_RX runs and NAPI polls are also measured in the kernel (when this process may load
-    BPF and `root` is the running machine). The programs are attached after the first snapshot, while the
-    interval runs anyway, so they add no wall time; their window is from that attach to right before the
-    second snapshot (at least half the interval), and the measurement carries its own length and the
-    kernel's time_squeeze read at the same moments."""
+    BPF and `root` is the running machine). The programs are attached first (about 0.25 s) and their
+    counters read right before each snapshot, so the measurement covers the snapshots' window; it carries
+    its own length and the kernel's time_squeeze read at the same moments."""
     problem = bpf_unusable(root, no_bpf=not bpf)
     probe = NapiProbe(netns) if problem is None else None
     napi = None
     try:
-        before = collect_snapshot(root, netns, clock)
-        first = None
         if probe is not None:
             probe.start()
-            first = probe.read()
+        first = probe.read() if probe is not None else None
+        before = collect_snapshot(root, netns, clock)
         # Sleep what is left of the interval after the first read, so the window is `interval` long.
         remaining = interval - (clock() - before.taken_at)
-        if first is not None:
-            remaining = max(remaining, interval / 2)
         if remaining > 0:
             sleep(remaining)
         second = probe.read() if probe is not None else None
