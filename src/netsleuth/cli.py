@@ -102,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if _chosen_command(arguments) in _ATTACHING_COMMANDS:
         pause_collection()
+    else:
+        resume_collection()  # the launcher (netsleuth/__main__.py) paused it before knowing the command
     try:
         return _run(arguments)
     finally:

@@ -155,3 +155,23 @@ def test_a_known_command_loads_and_builds_only_itself() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.splitlines() == ["['tcp']", "['netsleuth.commands.tcp']"]
+
+
+@pytest.mark.parametrize(("name", "collecting"), [("doctor", True), ("drops", False)])
+def test_launcher_pauses_before_the_cli_and_the_cli_decides(
+    monkeypatch: pytest.MonkeyPatch, name: str, collecting: bool
+) -> None:
+    from netsleuth.__main__ import main as launcher
+
+    seen: list[bool] = []
+
+    def run(_args: argparse.Namespace) -> int:
+        seen.append(gc.isenabled())
+        return 0
+
+    original = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda argv: _with_run(original(argv), run))
+    monkeypatch.setattr(sys, "argv", ["netsleuth", name])
+    assert launcher() == 0
+    assert seen == [collecting]
+    assert gc.isenabled()
