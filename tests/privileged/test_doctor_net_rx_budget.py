@@ -118,3 +118,17 @@ def test_doctor_without_bpf_infers_and_says_so(
     (finding,) = [f for f in report["findings"] if f["id"] == "time-squeeze"]
     assert finding["evidence"]["method"] == "inferred" and "inferred from time_squeeze" in finding["title"]
     assert "BPF not used: --no-bpf" in finding["explanation"]
+
+
+def test_doctor_as_an_unprivileged_user_infers_and_says_what_to_do() -> None:
+    # nobody may read /proc and /sys but not load BPF: doctor still runs, and says why it did not measure.
+    result = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         sys.executable, "-m", "netsleuth", "doctor", "--interval", "0.3", "--json"],
+        capture_output=True, text=True, timeout=60, cwd="/",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["napi_measurement"] is None
+    assert "needs root" in report["napi_not_measured"] and "sudo" in report["napi_not_measured"]
+    assert any("not measured" in note for note in report["notes"])
