@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * netsleuth route: the kernel's IPv4 route lookups and what became of their next hops.
+ * netsleuth route: the kernel's IPv4 and IPv6 route lookups and what became of their next hops.
  *
  *   fib:fib_table_lookup(tb_id, flp, nhc, err)   one call per table the policy rules try (net/ipv4/fib_trie.c):
  *        err 0 with the chosen next hop, a reject route's error (blackhole -EINVAL, unreachable -EHOSTUNREACH,
  *        prohibit -EACCES, throw -ENETUNREACH... with nhc NULL) or -EAGAIN when the table has no match.
+ *   fib6:fib6_table_lookup(net, res, table, flp)   the same per IPv6 table (net/ipv6/route.c): the result's
+ *        RTN_* type is turned into the same errors; the table's null entry is a miss.
  *   neigh:neigh_create / neigh_update / neigh_timer_handler / neigh_event_send_dead (net/core/neighbour.c):
  *        the next hop's ARP/ND entry created, resolved, failed (the timer gave up: NUD_FAILED), dead.
  *   skb:kfree_skb with a NEIGH_* drop reason: packets lost while their next hop did not resolve.
  *   net:netif_receive_skb: remembers, per CPU, the namespace of the packet being received (below).
  *
- * A lookup carries no namespace: with a next hop, its device's; in a task's own context (connect, sendmsg),
+ * An IPv4 lookup carries no namespace (an IPv6 one does: its `net`): with a next hop, its device's; in a task's own context (connect, sendmsg),
  * the task's; in softirq, the namespace of the packet the CPU is receiving - input routing runs on the CPU
  * that received the packet, right after net:netif_receive_skb fired for it.
  *
@@ -27,7 +29,11 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+/* include/uapi/asm-generic/errno*.h */
 #define EAGAIN 11
+#define EINVAL 22
+#define EACCES 13
+#define EHOSTUNREACH 113
 /* include/net/neighbour.h NUD_* */
 #define NUD_INCOMPLETE 0x01
 #define NUD_FAILED 0x20
@@ -184,19 +190,64 @@ static __always_inline void finish(struct route_scratch *buf)
 	ns_output(&route_stats, base, e, sizeof(*e));
 }
 
-static __always_inline int on_fib_lookup(const bool direct, void *ctx, __u32 table, struct flowi4 *flp,
-					 struct fib_nh_common *nhc, int err)
+/* What every lookup event shares once its key and result are in: who ran it, its namespace (the lookup's own
+ * `net` when the tracepoint gives one, else see the header comment), the filters, and the count. */
+static __always_inline int lookup_done(const bool direct, void *ctx, struct route_scratch *buf,
+				       struct net_device *dev, __u32 lookup_netns)
+{
+	struct route_event *e = &buf->event;
+
+	fill_task(ctx, e);
+	if (dev)
+		ns_device_rd(direct, dev, &e->ifindex, e->ifname);
+	if (lookup_netns) {
+		e->netns = lookup_netns;
+		e->netns_from = 4;
+	} else if (dev) {
+		e->netns = device_netns(direct, dev);
+		e->netns_from = 1;
+	} else if (e->in_task) {
+		e->netns = task_netns();
+		e->netns_from = 2;
+	} else {
+		e->netns = received_netns();
+		e->netns_from = 3;
+	}
+	if (cfg.netns && e->netns != cfg.netns)
+		return 0;
+	if (!flow_matches(e) || !owner_matches(e) || !dev_matches(e))
+		return 0;
+	finish(buf);
+	return 0;
+}
+
+/* --failed keeps only reject routes: successes and misses are counted as seen and go no further. */
+static __always_inline struct route_scratch *lookup_start(__u8 family, int err)
 {
 	__u8 kind = err == -EAGAIN ? ROUTE_EV_MISS : ROUTE_EV_LOOKUP;
-	struct route_scratch *buf;
-	struct route_event *e;
-	struct net_device *dev = 0;
 
-	if (cfg.errors_only && (kind == ROUTE_EV_MISS || err == 0)) {
+	if ((cfg.errors_only && (kind == ROUTE_EV_MISS || err == 0)) || (cfg.family && cfg.family != family)) {
 		count(kind, NS_STAT_SEEN);
 		return 0;
 	}
-	buf = seen_scratch(kind);
+	return seen_scratch(kind);
+}
+
+static __always_inline void lookup_ports(const bool direct, struct route_event *e, union flowi_uli *uli)
+{
+	if (e->l4proto == IPPROTO_TCP || e->l4proto == IPPROTO_UDP || e->l4proto == IPPROTO_SCTP) {
+		e->sport = bpf_ntohs(NS_RD(direct, uli, ports.sport));
+		e->dport = bpf_ntohs(NS_RD(direct, uli, ports.dport));
+	}
+}
+
+static __always_inline int on_fib_lookup(const bool direct, void *ctx, __u32 table, struct flowi4 *flp,
+					 struct fib_nh_common *nhc, int err)
+{
+	struct route_scratch *buf = lookup_start(4, err);
+	struct route_event *e;
+	struct net_device *dev = 0;
+
 	if (!buf)
 		return 0;
 	e = &buf->event;
@@ -215,10 +266,7 @@ static __always_inline int on_fib_lookup(const bool direct, void *ctx, __u32 tab
 		__builtin_memcpy(e->saddr, &saddr, 4);
 		__builtin_memcpy(e->daddr, &daddr, 4);
 	}
-	if (e->l4proto == IPPROTO_TCP || e->l4proto == IPPROTO_UDP || e->l4proto == IPPROTO_SCTP) {
-		e->sport = bpf_ntohs(NS_RD(direct, flp, uli.ports.sport));
-		e->dport = bpf_ntohs(NS_RD(direct, flp, uli.ports.dport));
-	}
+	lookup_ports(direct, e, &flp->uli);
 	if (nhc) {
 		dev = NS_RD(direct, nhc, nhc_dev);
 		e->gw_family = NS_RD(direct, nhc, nhc_gw_family);
@@ -234,24 +282,72 @@ static __always_inline int on_fib_lookup(const bool direct, void *ctx, __u32 tab
 			e->gw_family = 0;
 		}
 	}
-	fill_task(ctx, e);
-	if (dev) {
-		ns_device_rd(direct, dev, &e->ifindex, e->ifname);
-		e->netns = device_netns(direct, dev);
-		e->netns_from = 1;
-	} else if (e->in_task) {
-		e->netns = task_netns();
-		e->netns_from = 2;
-	} else {
-		e->netns = received_netns();
-		e->netns_from = 3;
+	return lookup_done(direct, ctx, buf, dev, 0);
+}
+
+/* net/ipv6/route.c fib6_prop[]: the error a route of each RTN_* type gives (ip6_rt_type_to_error), the same
+ * codes IPv4's fib_props[] gives, so both families read alike. */
+static __always_inline int fib6_type_error(__u8 type)
+{
+	switch (type) {
+	case 6:  /* RTN_BLACKHOLE */
+	case 10: /* RTN_NAT */
+	case 11: /* RTN_XRESOLVE */
+		return -EINVAL;
+	case 7: /* RTN_UNREACHABLE */
+		return -EHOSTUNREACH;
+	case 8: /* RTN_PROHIBIT */
+		return -EACCES;
+	case 9: /* RTN_THROW */
+		return -EAGAIN;
+	default:
+		return 0;
 	}
-	if (cfg.netns && e->netns != cfg.netns)
+}
+
+/* fib6:fib6_table_lookup(net, res, table, flp) fires once per table fib6_table_lookup() searched
+ * (net/ipv6/route.c). A table with no matching prefix answers the namespace's fib6_null_entry: the tracepoint
+ * itself tests `res->f6i == net->ipv6.fib6_null_entry`; here it is a miss (-EAGAIN), as IPv4 reports it, and
+ * the rules go on to the next table. */
+static __always_inline int on_fib6_lookup(const bool direct, void *ctx, struct net *net, struct fib6_result *res,
+					  struct fib6_table *table, struct flowi6 *flp)
+{
+	struct fib6_info *f6i, *null_entry;
+	struct route_scratch *buf;
+	struct route_event *e;
+	struct net_device *dev = 0;
+	struct fib6_nh *nh;
+	int err;
+
+	if (!res || !table || !flp)
 		return 0;
-	if (!flow_matches(e) || !owner_matches(e) || !dev_matches(e))
+	f6i = NS_RD(direct, res, f6i);
+	null_entry = net ? NS_RD(direct, (struct net___ipv6 *)net, ipv6.fib6_null_entry) : 0;
+	err = !f6i || f6i == null_entry ? -EAGAIN : fib6_type_error(NS_RD(direct, res, fib6_type));
+	buf = lookup_start(6, err);
+	if (!buf)
 		return 0;
-	finish(buf);
-	return 0;
+	e = &buf->event;
+	e->table = NS_RD(direct, table, tb6_id);
+	e->err = err;
+	e->family = 6;
+	e->oif = NS_RD(direct, flp, __fl_common.flowic_oif);
+	e->iif = NS_RD(direct, flp, __fl_common.flowic_iif);
+	e->mark = NS_RD(direct, flp, __fl_common.flowic_mark);
+	e->l4proto = NS_RD(direct, flp, __fl_common.flowic_proto);
+	BPF_CORE_READ_INTO(&e->saddr, flp, saddr);
+	BPF_CORE_READ_INTO(&e->daddr, flp, daddr);
+	lookup_ports(direct, e, &flp->uli);
+	/* A reject route has a next hop too (dev lo); like IPv4's, only a route that forwards names one. */
+	nh = err == 0 ? NS_RD(direct, res, nh) : 0;
+	if (nh) {
+		dev = NS_RD(direct, nh, nh_common.nhc_dev);
+		if (NS_RD(direct, nh, nh_common.nhc_gw_family) == AF_INET6) {
+			e->gw_family = 6;
+			BPF_CORE_READ_INTO(&e->gw, nh, nh_common.nhc_gw.ipv6);
+		}
+	}
+	return lookup_done(direct, ctx, buf, dev, net ? ns_net_inum_rd(direct, net) : 0);
 }
 
 static __always_inline int on_receive(const bool direct, struct sk_buff *skb)
@@ -290,6 +386,8 @@ static __always_inline int neigh_event(const bool direct, void *ctx, __u8 neigh_
 	} else {
 		return 0; /* DECnet, MPLS...: not a next hop of IP routes */
 	}
+	if (cfg.family && e->family != cfg.family)
+		return 0; /* -4/-6: ARP or neighbour discovery only */
 	if (dev) {
 		ns_device_rd(direct, dev, &e->ifindex, e->ifname);
 		e->netns = device_netns(direct, dev);
@@ -356,15 +454,31 @@ static __always_inline int on_neigh_dead(const bool direct, void *ctx, struct ne
 	return neigh_event_of(direct, ctx, ROUTE_NEIGH_DEAD, n, n ? NS_RD(direct, n, nud_state) : 0);
 }
 
-static __always_inline int on_drop(const bool direct, void *ctx, struct sk_buff *skb, __u32 reason)
+/* A packet a FAILED neighbour held, freed from neigh_invalidate(): arp_error_report() frees it with
+ * SKB_DROP_REASON_NEIGH_FAILED, but ndisc_error_report() (IPv6) with plain kfree_skb(), NOT_SPECIFIED
+ * (net/ipv6/ndisc.c). Both run only for a NUD_FAILED entry, so the drop's location tells it whatever its reason. */
+static __always_inline bool freed_by_failed_neighbour(__u64 location)
+{
+	for (int site = 0; site < ROUTE_NEIGH_FREE_SITES; site++) {
+		if (location >= cfg.neigh_free_start[site] && location < cfg.neigh_free_end[site])
+			return true;
+	}
+	return false;
+}
+
+static __always_inline int on_drop(const bool direct, void *ctx, struct sk_buff *skb, void *location,
+				   __u32 reason)
 {
 	struct route_scratch *buf;
 	struct route_event *e;
 	struct packet_tuple tuple = {};
 	unsigned char *l3;
 
-	if (!bpf_map_lookup_elem(&neigh_reasons, &reason))
-		return 0;
+	if (!bpf_map_lookup_elem(&neigh_reasons, &reason)) {
+		if (!cfg.neigh_failed_reason || !freed_by_failed_neighbour((__u64)location))
+			return 0;
+		reason = cfg.neigh_failed_reason;
+	}
 	buf = seen_scratch(ROUTE_EV_DROP);
 	if (!buf)
 		return 0;
@@ -414,10 +528,12 @@ static __always_inline int on_drop(const bool direct, void *ctx, struct sk_buff 
 
 ROUTE_ENTRY(route_fib, "fib_table_lookup", on_fib_lookup, ctx, (__u32)args[0], (struct flowi4 *)args[1],
 	    (struct fib_nh_common *)args[2], (int)args[3])
+ROUTE_ENTRY(route_fib6, "fib6_table_lookup", on_fib6_lookup, ctx, (struct net *)args[0],
+	    (struct fib6_result *)args[1], (struct fib6_table *)args[2], (struct flowi6 *)args[3])
 ROUTE_ENTRY(route_rx, "netif_receive_skb", on_receive, (struct sk_buff *)args[0])
 ROUTE_ENTRY(route_ncreate, "neigh_create", on_neigh_create, ctx, (struct neigh_table *)args[0],
 	    (struct net_device *)args[1], (const void *)args[2])
 ROUTE_ENTRY(route_nupdate, "neigh_update", on_neigh_update, ctx, (struct neighbour *)args[0], (__u8)args[2])
 ROUTE_ENTRY(route_ntimer, "neigh_timer_handler", on_neigh_timer, ctx, (struct neighbour *)args[0])
 ROUTE_ENTRY(route_ndead, "neigh_event_send_dead", on_neigh_dead, ctx, (struct neighbour *)args[0])
-ROUTE_ENTRY(route_drop, "kfree_skb", on_drop, ctx, (struct sk_buff *)args[0], (__u32)args[2])
+ROUTE_ENTRY(route_drop, "kfree_skb", on_drop, ctx, (struct sk_buff *)args[0], (void *)args[1], (__u32)args[2])

@@ -12,11 +12,12 @@
 enum route_limits {
 	ROUTE_MAX_GROUPS = 8192,
 	ROUTE_NEIGH_REASONS = 16,
+	ROUTE_NEIGH_FREE_SITES = 2,
 };
 
 /* What one event is about; each kind has its own block of enum ns_stat in `route_stats`. */
 enum route_event_kind {
-	ROUTE_EV_LOOKUP = 0,	/* fib:fib_table_lookup that decided: a route (err 0) or a reject route (err < 0) */
+	ROUTE_EV_LOOKUP = 0,	/* fib(6):fib(6)_table_lookup that decided: a route (err 0) or a reject route (err < 0) */
 	ROUTE_EV_MISS = 1,	/* ... a table with no matching prefix (-EAGAIN): the rules go on to the next */
 	ROUTE_EV_NEIGH = 2,	/* neigh:*: a next hop's neighbour entry was created, failed, resolved or is dead */
 	ROUTE_EV_DROP = 3,	/* skb:kfree_skb with a NEIGH_* reason: a packet lost waiting for its next hop */
@@ -34,6 +35,12 @@ enum route_neigh_kind {
 /* Read-only configuration (the object's .rodata). Zero means "no filter". */
 struct route_config {
 	__u64 thread_size;	/* THREAD_SIZE of this kernel, for ns_in_task */
+	/* [start, end) of the kernel functions that free the packets a FAILED neighbour held (neigh_invalidate,
+	 * ndisc_error_report, from kallsyms) and the NEIGH_FAILED reason value such drops are counted under. */
+	__u64 neigh_free_start[ROUTE_NEIGH_FREE_SITES];
+	__u64 neigh_free_end[ROUTE_NEIGH_FREE_SITES];
+	__u32 neigh_failed_reason;
+	__u32 pad0;
 	__u32 netns;		/* netns inode to keep */
 	__u32 sample_every;	/* emit one event in N (1 = all); totals stay exact */
 	__u32 pid;		/* --pid (tgid), for lookups made in a task's own context */
@@ -51,7 +58,8 @@ struct route_config {
 	__u8 filter_owner;	/* --pid/--comm */
 	__u8 filter_dev;
 	__u8 errors_only;	/* --failed: only reject routes, failed/dead neighbours and drops */
-	__u8 pad[4];
+	__u8 family;		/* -4/-6: 4 or 6, 0 both */
+	__u8 pad[3];
 };
 
 /* One event as sent to userspace. Lookups: the flow key, table, result and chosen next hop. Neighbour
@@ -59,7 +67,7 @@ struct route_config {
 struct route_event {
 	__u64 time_ns;		/* CLOCK_MONOTONIC */
 	__u32 netns;
-	__u32 table;		/* routing table id (fib_table_lookup's tb_id) */
+	__u32 table;		/* routing table id (fib_table_lookup's tb_id, fib6_table.tb6_id) */
 	__s32 err;		/* 0: a route; -EINVAL blackhole, -EHOSTUNREACH unreachable, -EACCES prohibit,
 				 * -ENETUNREACH throw, -EAGAIN no match in this table */
 	__u32 oif;		/* the lookup's output interface constraint (0: none) */
@@ -82,7 +90,8 @@ struct route_event {
 	__u8 neigh_kind;	/* enum route_neigh_kind */
 	__u8 nud_state;		/* the neighbour's state after the event (NUD_* bits) */
 	__u8 in_task;
-	__u8 netns_from;	/* how netns was found: 1 next-hop device, 2 the task, 3 the packet received on this CPU */
+	__u8 netns_from;	/* how netns was found: 1 next-hop device, 2 the task, 3 the packet received on this CPU,
+				 * 4 the lookup's own struct net (fib6) */
 	__u8 pad[7];
 	char comm[16];
 	char ifname[16];

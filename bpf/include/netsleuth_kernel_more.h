@@ -54,6 +54,40 @@ struct fib_nh_common {
 	} nhc_gw;
 } __attribute__((preserve_access_index));
 
+/* include/net/flow.h: the key of an IPv6 route lookup (fib6:fib6_table_lookup's `flp`). */
+struct flowi6 {
+	struct flowi_common __fl_common;
+	struct in6_addr daddr;
+	struct in6_addr saddr;
+	union flowi_uli uli;
+} __attribute__((preserve_access_index));
+
+/* include/net/ip6_fib.h: what fib6_table_lookup() found - the route (f6i), its next hop and its type (RTN_*).
+ * A table without a match answers net->ipv6.fib6_null_entry (an RTN_UNREACHABLE stand-in). */
+struct fib6_info;
+
+struct fib6_nh {
+	struct fib_nh_common nh_common;
+} __attribute__((preserve_access_index));
+
+struct fib6_result {
+	struct fib6_nh *nh;
+	struct fib6_info *f6i;
+	__u8 fib6_type;
+} __attribute__((preserve_access_index));
+
+struct fib6_table {
+	__u32 tb6_id;
+} __attribute__((preserve_access_index));
+
+struct netns_ipv6 {
+	struct fib6_info *fib6_null_entry;
+} __attribute__((preserve_access_index));
+
+struct net___ipv6 {
+	struct netns_ipv6 ipv6;
+} __attribute__((preserve_access_index));
+
 /* include/net/neighbour.h */
 struct neigh_table {
 	int family;

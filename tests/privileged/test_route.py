@@ -197,7 +197,7 @@ def test_nothing_stays_attached_after_exit(routed: Pair) -> None:
     ("args", "words"),
     [
         (["--dst", "not-an-address"], "is not an IP address"),
-        (["-6"], "-6 is not supported"),
+        (["-6", "--dst", "2001:db8::/129"], "is not an IP address"),
         (["--failed", "--misses"], "cannot go with --failed"),
         (["--netns", "no-such-namespace-here"], "unknown network namespace"),
     ],

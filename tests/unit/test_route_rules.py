@@ -83,3 +83,49 @@ def test_a_failed_hop_without_drops_is_a_warning() -> None:
         verdict.cause == "next hop 2001:db8::9 never answered neighbour solicitation (1 time(s))"
         f" (dev veth0, netns {NETNS})"
     )
+
+
+def test_ipv6_blackhole_verdict_names_rule_table_prefix_and_fixes_with_ip_6() -> None:
+    example = RouteLookupRecord(
+        time=1.0, netns=NETNS, netns_name="client", table=100, result="blackhole", err=-22,
+        src="2001:db8:3::1", dst="2001:db8:5::9", proto=17, sport=40000, dport=9999, iif="lo", oif=None,
+        mark=0, gateway=None, dev=None, rule="1000: from 2001:db8:3::/64 lookup 100",
+        route="blackhole 2001:db8:5::/64 dev lo metric 1024", pid=42, comm="python3", cpu=0, family=6,
+    )  # fmt: skip
+    (verdict,), _ = route_verdicts([group("lookup", 12, example)], 3.0)
+    assert verdict.cause == (
+        "packets to 2001:db8:5::9 from netns client hit blackhole route 2001:db8:5::/64 in table 100 "
+        "(ip rule 1000: from 2001:db8:3::/64 lookup 100): 12 lookup(s) refused"
+    )
+    # `ip rule` without -6 would act on the IPv4 rule of the same preference.
+    assert verdict.fix == (
+        "ip netns exec client ip -6 route del blackhole 2001:db8:5::/64 dev lo metric 1024 table 100"
+        "   # if this traffic should be routed",
+        "ip netns exec client ip -6 rule del pref 1000   # if the rule should not steer it",
+        "ip netns exec client ip -6 route get 2001:db8:5::9 from 2001:db8:3::1"
+        "   # what the kernel decides now",
+    )
+
+
+def test_failed_ipv6_next_hop_gets_its_drops() -> None:
+    hop = NeighRecord(1.0, NETNS, "client", "failed", "2001:db8:3::9", "veth0", "FAILED", family=6)
+    via_hop = RouteLookupRecord(
+        time=1.0, netns=NETNS, netns_name="client", table=254, result="route", err=0, src="2001:db8:3::1",
+        dst="2001:db8:9::4", proto=17, sport=40000, dport=9999, iif="lo", oif=None, mark=0,
+        gateway="2001:db8:3::9", dev="veth0", rule="32766: from all lookup main",
+        route="2001:db8:9::/64 via 2001:db8:3::9 dev veth0 metric 1024", pid=42, comm="python3", cpu=0,
+        family=6,
+    )  # fmt: skip
+    drop = RouteDropRecord(
+        1.0, NETNS, "client", "NEIGH_FAILED", "2001:db8:3::1", "2001:db8:9::4", 17, "veth0"
+    )
+    verdicts, explained = route_verdicts(
+        [group("neigh", 1, hop), group("lookup", 4, via_hop), group("drop", 4, drop)], 3.0
+    )
+    assert explained == 4
+    (verdict,) = verdicts
+    assert verdict.cause == (
+        "next hop 2001:db8:3::9 never answered neighbour solicitation: 4 packet(s) dropped "
+        "(dev veth0, netns client)"
+    )
+    assert verdict.fix[0].endswith("ip netns exec client ip -6 neigh show 2001:db8:3::9")

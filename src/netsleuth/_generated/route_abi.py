@@ -18,6 +18,7 @@ __all__ = [
     "MAP_MAX_ENTRIES",
     "PROGRAMS",
     "ROUTE_MAX_GROUPS",
+    "ROUTE_NEIGH_FREE_SITES",
     "ROUTE_NEIGH_REASONS",
     "STAT_COUNT",
     "NeighKind",
@@ -54,14 +55,19 @@ class NeighKind(KernelEnum):
 # enum route_limits
 ROUTE_MAX_GROUPS = 8192
 ROUTE_NEIGH_REASONS = 16
+ROUTE_NEIGH_FREE_SITES = 2
 
 
 class RouteConfigC(ctypes.Structure):
-    """struct route_config: 80 bytes."""
+    """struct route_config: 120 bytes."""
 
     c_name = "route_config"
     _fields_ = (
         ("thread_size", ctypes.c_uint64),
+        ("neigh_free_start", ctypes.c_uint64 * 2),
+        ("neigh_free_end", ctypes.c_uint64 * 2),
+        ("neigh_failed_reason", ctypes.c_uint32),
+        ("pad0", ctypes.c_uint32),
         ("netns", ctypes.c_uint32),
         ("sample_every", ctypes.c_uint32),
         ("pid", ctypes.c_uint32),
@@ -79,7 +85,8 @@ class RouteConfigC(ctypes.Structure):
         ("filter_owner", ctypes.c_uint8),
         ("filter_dev", ctypes.c_uint8),
         ("errors_only", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 4),
+        ("family", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 3),
     )
 
 
@@ -171,6 +178,8 @@ MAP_MAX_ENTRIES: dict[str, int] = {
 PROGRAMS: dict[str, Program] = {
     "route_drop_b": Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb"),
     "route_drop_r": Program("raw_tp/kfree_skb", "raw_tp", "kfree_skb"),
+    "route_fib6_b": Program("tp_btf/fib6_table_lookup", "tp_btf", "fib6_table_lookup"),
+    "route_fib6_r": Program("raw_tp/fib6_table_lookup", "raw_tp", "fib6_table_lookup"),
     "route_fib_b": Program("tp_btf/fib_table_lookup", "tp_btf", "fib_table_lookup"),
     "route_fib_r": Program("raw_tp/fib_table_lookup", "raw_tp", "fib_table_lookup"),
     "route_ncreate_b": Program("tp_btf/neigh_create", "tp_btf", "neigh_create"),

@@ -7,6 +7,10 @@ reject routes and next hops that never resolved.
 - "next hop 198.18.3.9 never answered ARP: 37 packets dropped": from neighbour entries the kernel marked
   FAILED, and the NEIGH_* drops of packets whose route goes through that hop (or to it, on-link).
 
+Both hold for IPv6 alike (fib6:fib6_table_lookup, neighbour discovery): "hit blackhole route 2001:db8:5::/64",
+"next hop 2001:db8:3::9 never answered neighbour solicitation"; the fixes then say `ip -6`, since `ip rule`
+and `ip route show` without it act on IPv4 only.
+
 If the programs cannot load, the diagnosis goes on without routing and says why (`problem`).
 """
 
@@ -48,6 +52,11 @@ def _enter(netns_name: str | None) -> str:
     return f"ip netns exec {netns_name} " if netns_name else ""
 
 
+def _ip(address: str) -> str:
+    """`ip` for an IPv4 address, `ip -6` for an IPv6 one (`ip rule`/`ip route show` default to IPv4)."""
+    return "ip -6" if ":" in address else "ip"
+
+
 def _reject_verdicts(groups: Sequence[RouteGroup], seconds: float) -> list[Verdict]:
     from netsleuth.diagnostics.route import RouteLookupRecord
 
@@ -79,15 +88,13 @@ def _reject_verdicts(groups: Sequence[RouteGroup], seconds: float) -> list[Verdi
         }
         if example.comm:
             evidence["process"] = {"comm": example.comm, "pid": example.pid}
-        enter = _enter(example.netns_name)
+        enter = _enter(example.netns_name) + _ip(dst)
         fixes = []
         if route:
-            fixes.append(f"{enter}ip route del {route} table {table}   # if this traffic should be routed")
+            fixes.append(f"{enter} route del {route} table {table}   # if this traffic should be routed")
         if rule:
-            fixes.append(
-                f"{enter}ip rule del pref {rule.split(':', 1)[0]}   # if the rule should not steer it"
-            )
-        fixes.append(f"{enter}ip route get {dst} from {example.src}   # what the kernel decides now")
+            fixes.append(f"{enter} rule del pref {rule.split(':', 1)[0]}   # if the rule should not steer it")
+        fixes.append(f"{enter} route get {dst} from {example.src}   # what the kernel decides now")
         verdicts.append(
             Verdict(
                 category="route-reject",
@@ -141,7 +148,7 @@ def _hop_verdicts(groups: Sequence[RouteGroup]) -> tuple[list[Verdict], int]:
         cause = f"next hop {hop.address} never answered {protocol}"
         cause += f": {lost} packet(s) dropped" if lost else f" ({failed} time(s))"
         cause += f" (dev {hop.dev}, {_label(hop.netns_name, hop.netns)})"
-        enter = _enter(hop.netns_name)
+        enter = _enter(hop.netns_name) + _ip(hop.address)
         verdicts.append(
             Verdict(
                 category="next-hop-unresolved",
@@ -155,8 +162,8 @@ def _hop_verdicts(groups: Sequence[RouteGroup]) -> tuple[list[Verdict], int]:
                 },
                 fix=(
                     f"check that {hop.address} is up and on the same link as {hop.dev}: "
-                    f"{enter}ip neigh show {hop.address}",
-                    f"{enter}ip route show table all via {hop.address}   # the routes through it",
+                    f"{enter} neigh show {hop.address}",
+                    f"{enter} route show table all via {hop.address}   # the routes through it",
                 ),
                 events=lost or failed,
             )

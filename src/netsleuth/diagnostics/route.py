@@ -1,6 +1,7 @@
-"""`route`: the kernel's IPv4 route lookups (fib:fib_table_lookup) and their next hops' neighbour resolution
-(neigh:*), with the `ip rule`, table and prefix that decided each one, and packets lost to a next hop that
-never answered (skb:kfree_skb with a NEIGH_* reason).
+"""`route`: the kernel's IPv4 and IPv6 route lookups (fib:fib_table_lookup, fib6:fib6_table_lookup) and
+their next hops' neighbour resolution (neigh:*: ARP and neighbour discovery), with the `ip rule`, table and
+prefix that decided each one, and packets lost to a next hop that never answered (skb:kfree_skb with a
+NEIGH_* reason, or freed where a failed neighbour's queue is flushed).
 
 The kernel side (bpf/route.bpf.c) counts every lookup exactly by decision (netns, table, result, addresses,
 next hop) and offers events to the ring buffer; this module names them: the namespace, the interfaces and -
@@ -45,12 +46,13 @@ from netsleuth.diagnostics.route_policy import (
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.tcp_context import iso_time
 from netsleuth.diagnostics.totals import EventTotals
-from netsleuth.errors import NetsleuthError, UsageError
+from netsleuth.errors import EnvironmentProblem, NetsleuthError, UsageError
 from netsleuth.kernel.kconfig import thread_size
 from netsleuth.packet import proto_name
 
 if TYPE_CHECKING:
     from netsleuth.kernel.context import KernelClock, KernelContext
+    from netsleuth.kernel.kallsyms import Kallsyms
 
 __all__ = [
     "DIAGNOSTIC",
@@ -68,8 +70,12 @@ __all__ = [
 _EVENT_SIZE = ctypes.sizeof(RouteEventC)
 _POLICY_REFRESH_S = 2.0  # re-read a namespace's rules/routes at most this often when one is missing
 _NEIGH_REASONS = ("NEIGH_CREATEFAIL", "NEIGH_FAILED", "NEIGH_QUEUEFULL", "NEIGH_DEAD")
+# Where the packets a FAILED neighbour held are freed (route.bpf.c freed_by_failed_neighbour): IPv6's error
+# report frees them without a reason, so these locations count as NEIGH_FAILED.
+_NEIGH_FREE_SITES = ("neigh_invalidate", "ndisc_error_report")
 _PROGRAMS = (
     "route_fib",
+    "route_fib6",
     "route_rx",
     "route_ncreate",
     "route_nupdate",
@@ -78,7 +84,8 @@ _PROGRAMS = (
     "route_drop",
 )
 
-# The error a reject route gives (net/ipv4/fib_semantics.c fib_props[]) -> its `ip route` type.
+# The error a reject route gives (net/ipv4/fib_semantics.c fib_props[]; route.bpf.c turns an IPv6 result's
+# type into the same codes, as net/ipv6/route.c fib6_prop[] does) -> its `ip route` type.
 _REJECT_TYPES = {-errno.EINVAL: 6, -errno.EHOSTUNREACH: 7, -errno.EACCES: 8}
 _NEIGH_NAMES = {
     NeighKind.CREATED: "created",
@@ -111,6 +118,25 @@ def lookup_result(err: int) -> str:
     return errno.errorcode.get(-err, str(err))
 
 
+def neigh_free_sites(kallsyms: Kallsyms | None = None) -> list[tuple[int, int]]:
+    """[start, end) of each core-kernel function that frees a FAILED neighbour's queued packets; a name the
+    kernel lacks (or a kallsyms that hides addresses) is left out: those drops then go uncounted."""
+    from netsleuth.kernel.kallsyms import default_kallsyms
+
+    symbols = kallsyms if kallsyms is not None else default_kallsyms()
+    sites = []
+    try:
+        for name in _NEIGH_FREE_SITES:
+            sites += [
+                (symbol.address, symbol.address + symbol.size)
+                for symbol in symbols.symbols_named(name)[:1]
+                if symbol.size
+            ]
+    except EnvironmentProblem:
+        return []
+    return sites
+
+
 def nud_text(state: int) -> str:
     return "|".join(name for bit, name in _NUD_NAMES if state & bit) or "NONE"
 
@@ -138,8 +164,6 @@ ROUTE_KEYS = (*FILTER_KEYS, *RunOptions.KEYS, "failed", "misses")
 def read_route_config(values: ConfigInput) -> RouteConfig:
     options = RunOptions.read(values)
     packet_filter = read_packet_filter(values)
-    if packet_filter.family == 6:
-        raise UsageError("route follows IPv4 lookups (fib:fib_table_lookup); -6 is not supported yet")
     if values.flag("failed") and values.flag("misses"):
         raise UsageError("--misses shows lookups that found nothing to decide; it cannot go with --failed")
     return RouteConfig(
@@ -180,6 +204,7 @@ class RouteLookupRecord:
     pid: int | None
     comm: str | None
     cpu: int
+    family: int = 4
 
     @property
     def proto_text(self) -> str:
@@ -198,6 +223,7 @@ class RouteLookupRecord:
             "netns_name": self.netns_name,
             "table": self.table,
             "table_name": table_name(self.table),
+            "family": self.family,
             "result": self.result,
             "err": self.err,
             "src": self.src,
@@ -229,6 +255,7 @@ class NeighRecord:
     address: str
     dev: str
     state: str
+    family: int = 4  # 4: ARP, 6: neighbour discovery
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -237,6 +264,7 @@ class NeighRecord:
             "time": iso_time(self.time),
             "netns": self.netns,
             "netns_name": self.netns_name,
+            "family": self.family,
             "event": self.event,
             "address": self.address,
             "dev": self.dev,
@@ -436,6 +464,7 @@ class RouteNamer:
                 _address(event.family, event.daddr),
                 event.ifname.decode(errors="replace"),
                 nud_text(event.nud_state),
+                event.family,
             )
         if event.kind == RouteEventKind.DROP:
             return RouteDropRecord(
@@ -448,8 +477,9 @@ class RouteNamer:
                 event.l4proto,
                 event.ifname.decode(errors="replace"),
             )
-        src = _address(4, event.saddr)
-        dst = _address(4, event.daddr)
+        family = 6 if event.family == 6 else 4
+        src = _address(family, event.saddr)
+        dst = _address(family, event.daddr)
         key = LookupKey(dst, src, event.iif, event.oif, event.mark, event.l4proto, event.sport, event.dport)
         rule, route = self.policy.explain(event.netns, event.table, key, event.err)
         in_task = bool(event.in_task)
@@ -475,6 +505,7 @@ class RouteNamer:
             pid=event.pid if in_task else None,
             comm=event.comm.decode(errors="replace") if in_task else None,
             cpu=event.cpu,
+            family=family,
         )
 
 
@@ -497,6 +528,7 @@ class RouteDiagnostic:
         )
         self._reasons: dict[int, str] = {}
         self._namer: RouteNamer | None = None
+        self._start_notes: list[str] = []
 
     @property
     def attach_kind(self) -> str:
@@ -509,6 +541,12 @@ class RouteDiagnostic:
         fill_filter_config(cfg, packet_filter)
         cfg.sample_every = self.config.sample_every
         cfg.errors_only = int(self.config.failed)
+        failed_reason = next((value for value, name in self._reasons.items() if name == "NEIGH_FAILED"), 0)
+        if failed_reason:
+            cfg.neigh_failed_reason = failed_reason
+            for site, (start, end) in enumerate(neigh_free_sites()[: len(cfg.neigh_free_start)]):
+                cfg.neigh_free_start[site] = start
+                cfg.neigh_free_end[site] = end
         if not self.config.summary_only:
             emitted = [RouteEventKind.LOOKUP, RouteEventKind.NEIGH, RouteEventKind.DROP]
             if self.config.misses:
@@ -521,8 +559,20 @@ class RouteDiagnostic:
         from netsleuth.bpf.features import require_tracepoints
         from netsleuth.kernel.reasons import load_drop_reasons
 
-        require_tracepoints(["fib_table_lookup", "neigh_create", "neigh_update", "neigh_timer_handler"])
+        family = self.config.packet_filter.family
+        lookups = {4: ["fib_table_lookup"], 6: ["fib6_table_lookup"]}.get(family or 0, ["fib_table_lookup"])
+        require_tracepoints([*lookups, "neigh_create", "neigh_update", "neigh_timer_handler"])
         programs = list(_PROGRAMS)
+        # -4/-6 leave the other family's lookup program out (cfg.family would only count its lookups as
+        # seen). Without either, a kernel built without IPv6 has no fib6 tracepoint: IPv4 is followed, and
+        # the summary says so.
+        if family == 4:
+            programs.remove("route_fib6")
+        elif family == 6:
+            programs.remove("route_fib")
+        elif not features.tracepoint("fib6_table_lookup"):
+            programs.remove("route_fib6")
+            self._start_notes.append("IPv6 lookups not followed: this kernel has no fib6:fib6_table_lookup")
         if not features.drop_reasons():
             programs.remove("route_drop")  # no drop reasons before 5.17: drops are not told apart
         else:
@@ -609,7 +659,8 @@ class RouteDiagnostic:
         return self._programs.program_fds()
 
     def notes(self) -> list[str]:
-        return list(self._namer.policy.problems.values()) if self._namer is not None else []
+        policy_notes = list(self._namer.policy.problems.values()) if self._namer is not None else []
+        return self._start_notes + policy_notes
 
     def close(self) -> None:
         self._programs.close()

@@ -18,6 +18,7 @@ class RouteJson(TypedDict):
     netns_name: str | None
     table: int
     table_name: str
+    family: int  # 4 (fib:fib_table_lookup) or 6 (fib6:fib6_table_lookup)
     result: str  # "route", "blackhole", "unreachable", "prohibit", "no match"
     err: int
     src: str
@@ -43,6 +44,7 @@ class NeighJson(TypedDict):
     time: str
     netns: int
     netns_name: str | None
+    family: int  # 4: an ARP entry, 6: a neighbour discovery entry
     event: str  # "created", "resolved", "failed", "dead"
     address: str
     dev: str

@@ -1,12 +1,14 @@
-"""A namespace's IPv4 policy routing, read over rtnetlink (pyroute2), and which rule and route explain one of
-the kernel's route lookups.
+"""A namespace's IPv4 and IPv6 policy routing, read over rtnetlink (pyroute2), and which rule and route
+explain one of the kernel's route lookups.
 
-The kernel's fib:fib_table_lookup tracepoint says which table was searched and with what result, but not
-which `ip rule` sent the lookup there nor which prefix matched. Both follow from the namespace's rules and
-routes: the rule is the first one, by priority, whose selectors match the flow and whose action is "lookup
-<that table>" (net/core/fib_rules.c fib_rules_lookup); the route is the longest prefix of that table that
-contains the destination (net/ipv4/fib_trie.c). Messages are turned into plain dicts first
-(`rule_fields`, `route_fields`, `link_fields`) so the matching runs on recorded fixtures too.
+The kernel's fib:fib_table_lookup and fib6:fib6_table_lookup tracepoints say which table was searched and
+with what result, but not which `ip rule` sent the lookup there nor which prefix matched. Both follow from
+the namespace's rules and routes of the lookup's family (each family has its own rules, `ip rule` and `ip -6
+rule`, and its own routes in tables of the same ids): the rule is the first one, by priority, whose
+selectors match the flow and whose action is "lookup <that table>" (net/core/fib_rules.c
+fib_rules_lookup); the route is the longest prefix of that table that contains the destination
+(net/ipv4/fib_trie.c, net/ipv6/ip6_fib.c). Messages are turned into plain dicts first (`rule_fields`,
+`route_fields`, `link_fields`) so the matching runs on recorded fixtures too.
 """
 
 from __future__ import annotations
@@ -43,7 +45,11 @@ ROUTE_TYPES = {
 _FR_ACT_TO_TBL = 1  # include/uapi/linux/fib_rules.h: FR_ACT_TO_TBL; 2 goto, 3 nop, 6 blackhole, 7 unreachable
 _RULE_ACTIONS = {1: "lookup", 2: "goto", 3: "nop", 6: "blackhole", 7: "unreachable", 8: "prohibit"}
 _FIB_RULE_INVERT = 0x2
-_ANY = ipaddress.ip_network("0.0.0.0/0")
+# The rules a namespace starts with: local, main, default for IPv4; local, main for IPv6
+# (net/ipv6/fib6_rules.c fib6_default_rules_init).
+_DEFAULT_RULES = {socket.AF_INET: 3, socket.AF_INET6: 2}
+
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def table_name(table: int) -> str:
@@ -57,8 +63,8 @@ class PolicyRule:
     priority: int
     action: int
     table: int
-    src: ipaddress.IPv4Network | None = None
-    dst: ipaddress.IPv4Network | None = None
+    src: IpNetwork | None = None
+    dst: IpNetwork | None = None
     iif: str | None = None
     oif: str | None = None
     fwmark: int | None = None
@@ -68,6 +74,7 @@ class PolicyRule:
     sport: tuple[int, int] | None = None
     dport: tuple[int, int] | None = None
     invert: bool = False
+    family: int = socket.AF_INET  # AF_INET rules steer IPv4 lookups only, AF_INET6 ones IPv6 lookups
 
     def matches(self, key: LookupKey, ifnames: Mapping[int, str]) -> bool:
         """Does the flow meet every selector (fib_rule_match + fib4_rule_match)? `invert` flips the result."""
@@ -94,7 +101,7 @@ class PolicyRule:
 
     @property
     def text(self) -> str:
-        """As `ip rule` prints it: `1000: from 198.18.3.0/24 lookup 100`."""
+        """As `ip rule` (`ip -6 rule`) prints it: `1000: from 198.18.3.0/24 lookup 100`."""
         parts = [f"{self.priority}:"]
         if self.invert:
             parts.append("not")
@@ -125,7 +132,7 @@ class RouteEntry:
     """One route of one table."""
 
     table: int
-    dst: ipaddress.IPv4Network
+    dst: IpNetwork
     type: int
     gateway: str | None = None
     dev: str | None = None
@@ -153,7 +160,7 @@ class RouteEntry:
 
 @dataclass(frozen=True)
 class LookupKey:
-    """What the kernel looked up (struct flowi4): addresses as text, interfaces as indexes."""
+    """What the kernel looked up (struct flowi4 or flowi6): addresses as text, interfaces as indexes."""
 
     dst: str
     src: str = "0.0.0.0"
@@ -163,6 +170,10 @@ class LookupKey:
     proto: int = 0
     sport: int = 0
     dport: int = 0
+
+    @property
+    def family(self) -> int:
+        return socket.AF_INET6 if ipaddress.ip_address(self.dst).version == 6 else socket.AF_INET
 
 
 @dataclass(frozen=True)
@@ -175,21 +186,30 @@ class PolicySnapshot:
 
     @property
     def has_custom_rules(self) -> bool:
-        """More than the three default rules (local, main, default)."""
-        return any(rule.table not in TABLE_NAMES or rule.src or rule.dst for rule in self.rules) or (
-            len(self.rules) > 3
+        """More than a family's default rules (local, main, and for IPv4 default)."""
+        if any(rule.table not in TABLE_NAMES or rule.src or rule.dst for rule in self.rules):
+            return True
+        return any(
+            sum(rule.family == family for rule in self.rules) > defaults
+            for family, defaults in _DEFAULT_RULES.items()
         )
 
     def rule_for(self, key: LookupKey, table: int) -> PolicyRule | None:
-        """The first rule by priority that matches the flow and sends it to `table`."""
+        """The first rule of the lookup's family, by priority, matching the flow and sending it to `table`."""
+        family = key.family
         for rule in self.rules:
-            if rule.action == _FR_ACT_TO_TBL and rule.table == table and rule.matches(key, self.ifnames):
+            if (
+                rule.family == family
+                and rule.action == _FR_ACT_TO_TBL
+                and rule.table == table
+                and rule.matches(key, self.ifnames)
+            ):
                 return rule
         return None
 
     def route_for(self, table: int, dst: str, want_types: Iterable[int] = ()) -> RouteEntry | None:
-        """The longest prefix of `table` holding `dst`; among equal prefixes one of `want_types` (the type the
-        kernel's result says it was), else the lowest metric."""
+        """The longest prefix of `table` holding `dst` (routes of the other family never do); among equal
+        prefixes one of `want_types` (the type the kernel's result says it was), else the lowest metric."""
         address = ipaddress.ip_address(dst)
         wanted = set(want_types)
         best: RouteEntry | None = None
@@ -212,10 +232,10 @@ def _better(route: RouteEntry, best: RouteEntry, wanted: set[int]) -> bool:
 # -- reading -----------------------------------------------------------------------------------------------
 
 
-def _network(address: str | None, length: int) -> ipaddress.IPv4Network | None:
+def _network(address: str | None, length: int) -> IpNetwork | None:
     if address is None or not length:
         return None
-    return ipaddress.ip_network(f"{address}/{length}", strict=False)  # type: ignore[return-value]
+    return ipaddress.ip_network(f"{address}/{length}", strict=False)
 
 
 def _port_range(value: Any) -> tuple[int, int] | None:
@@ -235,6 +255,7 @@ def rule_fields(message: Any) -> dict[str, Any]:
     """The parts of one RTM_NEWRULE message the matching needs, as plain data."""
     get = message.get_attr
     return {
+        "family": message["family"],
         "priority": get("FRA_PRIORITY") or 0,
         "action": message["action"],
         "table": get("FRA_TABLE") or message["table"],
@@ -256,9 +277,11 @@ def rule_fields(message: Any) -> dict[str, Any]:
 
 def route_fields(message: Any) -> dict[str, Any]:
     get = message.get_attr
+    family = message["family"]
     return {
+        "family": family,
         "table": get("RTA_TABLE") or message["table"],
-        "dst": get("RTA_DST") or "0.0.0.0",
+        "dst": get("RTA_DST") or ("::" if family == socket.AF_INET6 else "0.0.0.0"),
         "dst_len": message["dst_len"],
         "type": message["type"],
         "gateway": get("RTA_GATEWAY"),
@@ -294,6 +317,7 @@ def snapshot_from_fields(
                 sport=tuple(fields["sport"]) if fields.get("sport") else None,
                 dport=tuple(fields["dport"]) if fields.get("dport") else None,
                 invert=bool(int(fields.get("flags") or 0) & _FIB_RULE_INVERT),
+                family=int(fields.get("family") or socket.AF_INET),  # recordings before IPv6 lack it
             )
             for fields in rules
         ),
@@ -304,7 +328,7 @@ def snapshot_from_fields(
         oif = fields.get("oif")
         entry = RouteEntry(
             table=int(fields["table"]),
-            dst=ipaddress.ip_network(f"{fields['dst']}/{fields['dst_len']}", strict=False),  # type: ignore[arg-type]
+            dst=ipaddress.ip_network(f"{fields['dst']}/{fields['dst_len']}", strict=False),
             type=int(fields["type"]),
             gateway=fields.get("gateway"),
             dev=ifnames.get(int(oif)) if oif else None,
@@ -321,8 +345,11 @@ def _read_here() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[tuple
     from pyroute2 import IPRoute
 
     with IPRoute() as ipr:
-        rules = [rule_fields(message) for message in ipr.get_rules(family=socket.AF_INET)]
-        routes = [route_fields(message) for message in ipr.get_routes(family=socket.AF_INET)]
+        rules: list[dict[str, Any]] = []
+        routes: list[dict[str, Any]] = []
+        for family in (socket.AF_INET, socket.AF_INET6):
+            rules += [rule_fields(message) for message in ipr.get_rules(family=family)]
+            routes += [route_fields(message) for message in ipr.get_routes(family=family)]
         links = [link_fields(message) for message in ipr.get_links()]
     return rules, routes, links
 

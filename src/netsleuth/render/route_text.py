@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from netsleuth.diagnostics.route_policy import table_name
+from netsleuth.packet import endpoint_text
 
 if TYPE_CHECKING:
     from netsleuth.diagnostics.route import (
@@ -35,7 +36,7 @@ def _where(netns_name: str | None, netns: int) -> str:
 def lookup_text(record: RouteLookupRecord) -> str:
     """`udp 198.18.3.1:40818 > 198.18.5.9:9999  BLACKHOLE  table 100  route blackhole ...  rule ...`"""
     if record.dport:
-        flow = f"{record.src}:{record.sport} > {record.dst}:{record.dport}"
+        flow = f"{endpoint_text(record.src, record.sport)} > {endpoint_text(record.dst, record.dport)}"
     else:
         flow = f"{record.src} > {record.dst}"
     if record.proto:
