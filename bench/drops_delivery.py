@@ -13,6 +13,7 @@ delivered rate; the threshold is the fastest pace at which nothing was sampled o
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -35,10 +36,23 @@ class Delivery:
     total: int | None = None  # netsleuth: the exact total (summary), to show what was sampled/lost
     sampled: int | None = None
     lost: int | None = None
+    cpu_seconds: float | None = None  # the consumer's own CPU time (user + system) from storm start to quiet
 
     @property
     def rate(self) -> float:
         return self.lines / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def per_cpu_second(self) -> float | None:
+        """Events delivered per second of the consumer's CPU: its speed when it has a core to itself. The
+        rate above can be no faster than the storm, which on a loaded machine is slower than the consumer."""
+        return self.lines / self.cpu_seconds if self.cpu_seconds else None
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (taskset execs the consumer in place, so its pid is the consumer's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class LineCounter:
@@ -134,6 +148,7 @@ def deliver(
             _wait(lambda: ready(output) or process.poll() is not None, f"{name} ready")
         if process.poll() is not None:
             raise RuntimeError(f"{name} exited: {process.stderr.read().decode() if process.stderr else ''}")
+        cpu_before = cpu_seconds(process.pid)
         started = time.monotonic()
         storm()
         if counter is not None:
@@ -142,6 +157,7 @@ def deliver(
         else:
             _wait_quiet(lambda: watch.last_at, watch.poll)
             last_at = watch.last_at
+        used = cpu_seconds(process.pid) - cpu_before
     finally:
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=300) if counter is None else process.wait(timeout=300)
@@ -163,6 +179,7 @@ def deliver(
         summary.get("total") if summary else None,
         summary.get("sampled") if summary else None,
         summary.get("lost") if summary else None,
+        used,
     )
 
 
@@ -209,12 +226,14 @@ def agent_delivery(storm: Callable[[], float], netns: str, cpu: str) -> Delivery
             first = response.readline()
             assert first.startswith(b'{"type":"session_start"'), first[:200]
             counter = LineCounter(response)
+            cpu_before = cpu_seconds(agent.process.pid)
             started = time.monotonic()
             storm()
             _wait_quiet(lambda: counter.last_at)
             seconds = counter.last_at - started
+            used = cpu_seconds(agent.process.pid) - cpu_before
             lines = counter.lines
-    return Delivery("agent session (rule names)", lines, max(seconds, 1e-9))
+    return Delivery("agent session (rule names)", lines, max(seconds, 1e-9), cpu_seconds=used)
 
 
 def main() -> int:
@@ -303,7 +322,11 @@ def main() -> int:
             if item.total is not None and item.sampled is not None and item.lost is not None
             else ""
         )
-        print(f"{item.name:34} {item.lines:10,} {item.seconds:8.2f}s {item.rate:11,.0f}/s  {accounting}")
+        per_cpu = f"{item.per_cpu_second:11,.0f}" if item.per_cpu_second else f"{'-':>11}"
+        print(
+            f"{item.name:32} {item.lines:10,} {item.seconds:7.2f}s {item.rate:9,.0f}/s "
+            f"{per_cpu}/CPU-s  {accounting}"
+        )
     return 0
 
 

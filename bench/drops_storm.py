@@ -305,7 +305,8 @@ def main() -> int:
     print()
     print(f"delivered events/s, unsampled (storms of {args.count:,} drops, faster than any consumer):")
     print(
-        f"{'consumer':34} {'events':>10} {'seconds':>8} {'events/s':>11}  exact total = delivered + sampled"
+        f"{'consumer':34} {'events':>10} {'seconds':>8} {'events/s':>11} {'per CPU second':>16}  "
+        "exact total = delivered + sampled"
     )
     for item in deliveries:
         accounting = (
@@ -313,7 +314,9 @@ def main() -> int:
             if item.total is not None and item.sampled is not None
             else ""
         )
-        print(f"{item.name:34} {item.lines:10,} {item.seconds:8.2f} {item.rate:11,.0f}  {accounting}")
+        per_cpu = f"{item.per_cpu_second:,.0f}/CPU-s" if item.per_cpu_second else "-"
+        columns = f"{item.name:34} {item.lines:10,} {item.seconds:8.2f} {item.rate:11,.0f} {per_cpu:>16}"
+        print(f"{columns}  {accounting}")
     by_delivery = {item.name: item for item in deliveries}
     for where in ("file", "pipe"):
         ours, theirs = (
