@@ -19,21 +19,14 @@ import pytest
 from tests.netlab import run
 from tests.privileged.conftest import Pair
 
+# b receives through veth NAPI (GRO on b's end, TSO off on a's, no IPv6 chatter, ARP resolved): the same
+# storm set-up as `softirq`'s own test.
+from tests.privileged.test_softirq import napi_pair  # noqa: F401
+
 pytestmark = pytest.mark.privileged
 
 LOW_BUDGET = 8
 INTERVAL = "3"
-
-
-@pytest.fixture
-def napi_pair(pair: Pair, udpflood: str) -> Iterator[Pair]:
-    """b receives through veth NAPI: GRO on b's end, TSO off on a's (veth_skb_is_eligible_for_gro)."""
-    pair.b.run("ethtool", "-K", "veth0", "gro", "on")
-    pair.a.run("ethtool", "-K", "veth0", "tso", "off")
-    for host in (pair.a, pair.b):
-        host.run("sysctl", "-qw", "net.ipv6.conf.veth0.disable_ipv6=1")
-    pair.a.run(udpflood, pair.b4, "9", "1")  # ARP resolved before the storm
-    yield pair
 
 
 @pytest.fixture
@@ -70,10 +63,10 @@ def _doctor_during_storm(pair: Pair, udpflood: str, *extra: str) -> tuple[dict[s
     return (json.loads(result.stdout) if "--json" in extra else {}), result.stdout
 
 
+@pytest.mark.usefixtures("napi_pair")
 def test_doctor_measures_net_rx_runs_stopping_on_the_packet_budget(
-    napi_pair: Pair, udpflood: str, low_netdev_budget: int, tmp_path: Path
+    pair: Pair, udpflood: str, low_netdev_budget: int, tmp_path: Path
 ) -> None:
-    pair = napi_pair
     report, _ = _doctor_during_storm(pair, udpflood, "--json", "--record", str(tmp_path / "rec"))
     measurement = report["napi_measurement"]
     assert measurement is not None, report["napi_not_measured"]
@@ -110,10 +103,9 @@ def test_doctor_measures_net_rx_runs_stopping_on_the_packet_budget(
     assert again["evidence"] == evidence
 
 
-def test_doctor_without_bpf_infers_and_says_so(
-    napi_pair: Pair, udpflood: str, low_netdev_budget: int
-) -> None:
-    report, _ = _doctor_during_storm(napi_pair, udpflood, "--json", "--no-bpf")
+@pytest.mark.usefixtures("napi_pair")
+def test_doctor_without_bpf_infers_and_says_so(pair: Pair, udpflood: str, low_netdev_budget: int) -> None:
+    report, _ = _doctor_during_storm(pair, udpflood, "--json", "--no-bpf")
     assert report["napi_measurement"] is None and report["napi_not_measured"] == "--no-bpf"
     (finding,) = [f for f in report["findings"] if f["id"] == "time-squeeze"]
     assert finding["evidence"]["method"] == "inferred" and "inferred from time_squeeze" in finding["title"]
