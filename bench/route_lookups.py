@@ -1,9 +1,9 @@
 """Route lookups with the route programs attached: unconnected UDP sends (one fib lookup each) per second
-untraced vs `netsleuth route --summary` vs a bpftrace count of fib:fib_table_lookup by table and result,
-taking turns; the kernel cost per lookup (bpf_stats of route_fib); and the exact check: lookups counted for
-the flow equal the datagrams sent.
+untraced vs `netsleuth route --summary` vs a bpftrace count of fib:fib_table_lookup (fib6:fib6_table_lookup
+with --family 6) by table and result, taking turns; the kernel cost per lookup (bpf_stats of route_fib or
+route_fib6); and the exact check: lookups counted for the flow equal the datagrams sent.
 
-    sudo .venv/bin/python bench/route_lookups.py [--count 200000] [--repeat 3]
+    sudo .venv/bin/python bench/route_lookups.py [--family 4|6] [--count 200000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -27,14 +27,21 @@ from bench.harness import Tracer, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 SENDER_CPU, TRACER_CPU = "0", "1"
-BPFTRACE = (
-    'BEGIN { printf("ready\\n"); } tracepoint:fib:fib_table_lookup { @[args->tb_id, args->err] = count(); }'
-)
+# Per family: the two ends, the tracepoint bpftrace counts, the program whose bpf_stats give the cost.
+FAMILIES = {
+    4: ("198.18.0.1/24", "198.18.0.2", "fib:fib_table_lookup", "route_fib"),
+    6: ("2001:db8::1/64", "2001:db8::2", "fib6:fib6_table_lookup", "route_fib6"),
+}
 
 
-def send(sender: Host, flood: str, count: int) -> float:
+def bpftrace_script(tracepoint: str) -> str:
+    count_by_table = "{ @[args->tb_id, args->err] = count(); }"
+    return f'BEGIN {{ printf("ready\\n"); }} tracepoint:{tracepoint} {count_by_table}'
+
+
+def send(sender: Host, flood: str, count: int, destination: str) -> float:
     started = time.monotonic()
-    result = json.loads(sender.run("taskset", "-c", SENDER_CPU, flood, "198.18.0.2", "9", str(count)).stdout)
+    result = json.loads(sender.run("taskset", "-c", SENDER_CPU, flood, destination, "9", str(count)).stdout)
     return float(result["sent"]) / (time.monotonic() - started)
 
 
@@ -44,9 +51,12 @@ def _printed_ready(out: Path) -> Callable[[], bool]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", type=int, choices=(4, 6), default=4)
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     options = parser.parse_args()
+    source, destination, tracepoint, program = FAMILIES[options.family]
+    prefix = source.split("/", 1)[1]
     lab = Lab(prefix="nsbr")
     rates: dict[str, list[float]] = {"untraced": [], "netsleuth": [], "bpftrace": []}
     ns_per_lookup: list[float] = []
@@ -57,22 +67,23 @@ def main() -> int:
         subprocess.run(["gcc", "-O2", "-o", str(flood), str(REPO / "bench" / "udpflood.c")], check=True)
         try:
             sender, receiver = lab.host("a"), lab.host("b")
-            lab.link(sender, receiver, ["198.18.0.1/24"], ["198.18.0.2/24"])
-            send(sender, str(flood), 10)  # ARP
+            lab.link(sender, receiver, [source], [f"{destination}/{prefix}"])  # IPv6 with nodad
+            send(sender, str(flood), 10, destination)  # ARP / neighbour discovery
             for round_number in range(options.repeat):
                 for name in rates:
                     if name == "untraced":
-                        rates[name].append(send(sender, str(flood), options.count))
+                        rates[name].append(send(sender, str(flood), options.count, destination))
                     elif name == "netsleuth":
                         ready = scratch / f"ready-{round_number}"
                         out = scratch / f"route-{round_number}.json"
                         argv = [sys.executable, "-m", "netsleuth", "route", "--summary", "--json"]
-                        argv += ["--netns", sender.name, "--dst", "198.18.0.2", "--ready-file", str(ready)]
+                        argv += [f"-{options.family}", "--netns", sender.name, "--dst", destination]
+                        argv += ["--ready-file", str(ready)]
                         tracer = Tracer(argv, ready.exists, out, TRACER_CPU)
                         with RunTimeStats():
-                            before = program_stats(("route_fib",))
-                            rates[name].append(send(sender, str(flood), options.count))
-                            after = program_stats(("route_fib",))
+                            before = program_stats((program,))
+                            rates[name].append(send(sender, str(flood), options.count, destination))
+                            after = program_stats((program,))
                         tracer.stop()
                         summary = json.loads(out.read_text().splitlines()[-1])
                         flow = sum(
@@ -88,23 +99,26 @@ def main() -> int:
                     else:
                         out = scratch / f"bpftrace-{round_number}.out"
                         tracer = Tracer(
-                            ["bpftrace", "-e", BPFTRACE],
+                            ["bpftrace", "-e", bpftrace_script(tracepoint)],
                             _printed_ready(out),
                             out,
                             TRACER_CPU,
                         )
-                        rates[name].append(send(sender, str(flood), options.count))
+                        rates[name].append(send(sender, str(flood), options.count, destination))
                         tracer.stop()
         finally:
             lab.close()
     base = statistics.median(rates["untraced"])
-    print(f"{options.count} unconnected UDP sends (one route lookup each), median of {options.repeat} runs")
+    print(
+        f"{options.count} unconnected UDP sends over IPv{options.family} (one route lookup each), "
+        f"median of {options.repeat} runs"
+    )
     for name, values in rates.items():
         median = statistics.median(values)
         print(f"  {name:<10} {median:10.0f} sends/s   ratio vs untraced {median / base:.3f}")
     if ns_per_lookup:
         per_lookup = statistics.median(ns_per_lookup)
-        print(f"  netsleuth route_fib: {per_lookup:.0f} ns per lookup (bpf_stats, every lookup on the host)")
+        print(f"  netsleuth {program}: {per_lookup:.0f} ns per lookup (bpf_stats, every lookup on the host)")
     for line in exact:
         print(f"  exact: {line}")
     return 0
