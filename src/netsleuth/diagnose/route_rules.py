@@ -108,6 +108,17 @@ def _reject_verdicts(groups: Sequence[RouteGroup], seconds: float) -> list[Verdi
     return verdicts
 
 
+def _neighbour_drop(group: DropGroup) -> bool:
+    """A drop the next-hop verdicts account for: a NEIGH_* reason, or IPv6's reasonless free of a failed
+    neighbour's queue (NOT_SPECIFIED at neigh_invalidate or ndisc_error_report, which route counts as
+    NEIGH_FAILED)."""
+    from netsleuth.diagnostics.route import NEIGH_FREE_SITES
+
+    if group.reason in _NEIGH_REASONS:
+        return True
+    return group.reason == "NOT_SPECIFIED" and group.location.split("+", 1)[0] in NEIGH_FREE_SITES
+
+
 def _hop_verdicts(groups: Sequence[RouteGroup]) -> tuple[list[Verdict], int]:
     """Failed next hops with the packets lost behind them; also how many NEIGH drops they explain."""
     from netsleuth.diagnostics.route import NeighRecord, RouteDropRecord, RouteLookupRecord
@@ -206,7 +217,7 @@ class RouteWatch:
         """The drop groups left once next-hop verdicts have named the NEIGH_* drops (not counted twice)."""
         if not self._explained:
             return list(drop_groups)
-        return [group for group in drop_groups if group.reason not in _NEIGH_REASONS]
+        return [group for group in drop_groups if not _neighbour_drop(group)]
 
     def program_fds(self) -> dict[str, int]:
         return self._session.program_fds() if self._session is not None else {}

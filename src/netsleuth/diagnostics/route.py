@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DIAGNOSTIC",
+    "NEIGH_FREE_SITES",
     "NeighRecord",
     "RouteConfig",
     "RouteDiagnostic",
@@ -72,7 +73,7 @@ _POLICY_REFRESH_S = 2.0  # re-read a namespace's rules/routes at most this often
 _NEIGH_REASONS = ("NEIGH_CREATEFAIL", "NEIGH_FAILED", "NEIGH_QUEUEFULL", "NEIGH_DEAD")
 # Where the packets a FAILED neighbour held are freed (route.bpf.c freed_by_failed_neighbour): IPv6's error
 # report frees them without a reason, so these locations count as NEIGH_FAILED.
-_NEIGH_FREE_SITES = ("neigh_invalidate", "ndisc_error_report")
+NEIGH_FREE_SITES = ("neigh_invalidate", "ndisc_error_report")
 _PROGRAMS = (
     "route_fib",
     "route_fib6",
@@ -126,7 +127,7 @@ def neigh_free_sites(kallsyms: Kallsyms | None = None) -> list[tuple[int, int]]:
     symbols = kallsyms if kallsyms is not None else default_kallsyms()
     sites = []
     try:
-        for name in _NEIGH_FREE_SITES:
+        for name in NEIGH_FREE_SITES:
             sites += [
                 (symbol.address, symbol.address + symbol.size)
                 for symbol in symbols.symbols_named(name)[:1]
