@@ -69,6 +69,8 @@ def test_all_filters_parse() -> None:
         (["--pid", "abc"], "not a process id"),
         (["--comm", "a-very-long-process-name"], "1 to 15 characters"),
         (["--netns", "no-such-namespace-xyz"], "unknown network namespace"),
+        (["-6", "--dst", "198.18.0.0/15"], "-6 contradicts the IPv4 address 198.18.0.0/15"),
+        (["-4", "--host", "2001:db8::1"], "-4 contradicts the IPv6 address 2001:db8::1/128"),
     ],
 )
 def test_bad_filters_are_usage_errors(argv: list[str], message: str) -> None:

@@ -180,11 +180,20 @@ def read_packet_filter(
         text = values.text(key)
         return parse_port(text, f"--{key}") if text is not None else None
 
+    hosts = tuple(parse_network(text) for text in values.texts("host"))
+    sources = tuple(parse_network(text) for text in values.texts("src"))
+    destinations = tuple(parse_network(text) for text in values.texts("dst"))
+    # -6 with an IPv4 address (or -4 with an IPv6 one) would match nothing, silently: say so instead.
+    for network in (*hosts, *sources, *destinations):
+        if family is not None and network.version != family:
+            raise UsageError(
+                f"-{family} contradicts the IPv{network.version} address {network}: drop one of them"
+            )
     return PacketFilter(
         proto=proto,
-        hosts=tuple(parse_network(text) for text in values.texts("host")),
-        sources=tuple(parse_network(text) for text in values.texts("src")),
-        destinations=tuple(parse_network(text) for text in values.texts("dst")),
+        hosts=hosts,
+        sources=sources,
+        destinations=destinations,
         port=port("port"),
         sport=port("sport"),
         dport=port("dport"),
