@@ -23,11 +23,11 @@ def test_all_filters_parse() -> None:
             "--proto",
             "udp",
             "--host",
-            "198.18.0.0/15",
+            "2001:db8::/32",
             "--src",
             "2001:db8::1",
             "--dst",
-            "198.18.0.2",
+            "2001:db8::2",
             "--port",
             "53",
             "--sport",
@@ -44,8 +44,9 @@ def test_all_filters_parse() -> None:
         )
     )
     assert packet_filter.proto == 17
-    assert packet_filter.hosts == (ipaddress.ip_network("198.18.0.0/15"),)
+    assert packet_filter.hosts == (ipaddress.ip_network("2001:db8::/32"),)
     assert packet_filter.sources == (ipaddress.ip_network("2001:db8::1/128"),)
+    assert packet_filter.destinations == (ipaddress.ip_network("2001:db8::2/128"),)
     assert (packet_filter.port, packet_filter.sport, packet_filter.dport) == (53, 1024, 80)
     assert (packet_filter.pid, packet_filter.comm, packet_filter.dev, packet_filter.family) == (
         42,
