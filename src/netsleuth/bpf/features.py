@@ -123,7 +123,6 @@ retransmit_err = TracepointArgument(
 )
 
 
-
 @functools.cache
 def bpf_helper(name: str) -> bool:
     """Does the running kernel have the BPF helper `name` (e.g. "get_current_task_btf", 5.11)? Read from its
