@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from netsleuth.diagnose.dns_rules import dns_verdicts
+from netsleuth.diagnose.session_watch import SessionWatch
 from netsleuth.diagnose.verdicts import Verdict
-from netsleuth.errors import NetsleuthError
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.dns import DnsDiagnostic
+    from netsleuth.diagnostics.dns import DnsDiagnostic  # noqa: F401 - the quoted base class's parameter
     from netsleuth.diagnostics.dns_records import DnsRecord
     from netsleuth.diagnostics.filters import PacketFilter
     from netsleuth.kernel.context import KernelContext
@@ -26,7 +26,9 @@ _MAX_RECORDS = 10_000  # enough evidence for any verdict; a storm's rest is in t
 _SERVFAIL, _REFUSED = 2, 5
 
 
-class DnsWatch:
+class DnsWatch(SessionWatch["DnsDiagnostic"]):
+    watched = "DNS"
+
     def __init__(self, packet_filter: PacketFilter, context: KernelContext, duration: float) -> None:
         from netsleuth.diagnostics.dns import DnsConfig, DnsDiagnostic
 
@@ -39,18 +41,8 @@ class DnsWatch:
             keep_timeouts=True,
             timeout_s=timeout,
         )
-        self._session: DnsDiagnostic | None = DnsDiagnostic(config, context)
+        super().__init__(DnsDiagnostic(config, context))
         self._records: list[DnsRecord] = []
-        self.problem: str | None = None
-
-    def start(self) -> None:
-        assert self._session is not None
-        try:
-            self._session.start()
-        except NetsleuthError as error:
-            self.problem = f"DNS not watched: {error}"
-            self._session.close()
-            self._session = None
 
     def _keep(self, records: list[DnsRecord]) -> None:
         self._records.extend(records[: max(0, _MAX_RECORDS - len(self._records))])
@@ -64,11 +56,3 @@ class DnsWatch:
             return []
         self._keep(self._session.drain())
         return dns_verdicts(self._records, self._session.summary(False).rows, seconds)
-
-    def program_fds(self) -> dict[str, int]:
-        return self._session.program_fds() if self._session is not None else {}
-
-    def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None

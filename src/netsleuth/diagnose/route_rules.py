@@ -21,13 +21,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from netsleuth.diagnose.session_watch import SessionWatch
 from netsleuth.diagnose.verdicts import Severity, Verdict
-from netsleuth.errors import NetsleuthError
 
 if TYPE_CHECKING:
     from netsleuth.diagnostics.drops_enrich import DropGroup
     from netsleuth.diagnostics.filters import PacketFilter
-    from netsleuth.diagnostics.route import RouteDiagnostic, RouteGroup
+    from netsleuth.diagnostics.route import (  # noqa: F401 - RouteDiagnostic: the quoted base class's parameter
+        RouteDiagnostic,
+        RouteGroup,
+    )
     from netsleuth.kernel.context import KernelContext
 
 __all__ = ["RouteWatch", "route_verdicts"]
@@ -188,24 +191,16 @@ def route_verdicts(groups: Sequence[RouteGroup], seconds: float) -> tuple[list[V
     return _reject_verdicts(groups, seconds) + hop_verdicts, explained
 
 
-class RouteWatch:
+class RouteWatch(SessionWatch["RouteDiagnostic"]):
+    watched = "routing"
+
     def __init__(self, packet_filter: PacketFilter, context: KernelContext) -> None:
         from netsleuth.diagnostics.route import RouteConfig, RouteDiagnostic
 
         # --pid/--comm select the process whose lookups matter; the route programs take the same filters.
         config = RouteConfig(packet_filter=packet_filter, summary_only=True)
-        self._session: RouteDiagnostic | None = RouteDiagnostic(config, context)
-        self.problem: str | None = None
+        super().__init__(RouteDiagnostic(config, context))
         self._explained = 0
-
-    def start(self) -> None:
-        assert self._session is not None
-        try:
-            self._session.start()
-        except NetsleuthError as error:
-            self.problem = f"routing not watched: {error}"
-            self._session.close()
-            self._session = None
 
     def verdicts(self, seconds: float) -> list[Verdict]:
         if self._session is None:
@@ -218,11 +213,3 @@ class RouteWatch:
         if not self._explained:
             return list(drop_groups)
         return [group for group in drop_groups if not _neighbour_drop(group)]
-
-    def program_fds(self) -> dict[str, int]:
-        return self._session.program_fds() if self._session is not None else {}
-
-    def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from netsleuth.diagnose.session_watch import SessionWatch
 from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.doctor.fixes import sysctl_fix
-from netsleuth.errors import NetsleuthError
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.softirq import SoftirqDiagnostic, SoftirqSummary
+    from netsleuth.diagnostics.softirq import (  # noqa: F401 - SoftirqDiagnostic: the quoted base class's parameter
+        SoftirqDiagnostic,
+        SoftirqSummary,
+    )
     from netsleuth.kernel.context import KernelContext
 
 __all__ = ["MIN_STOPPED_RUNS_PER_S", "SoftirqWatch", "net_rx_budget_verdicts"]
@@ -91,35 +94,17 @@ def net_rx_budget_verdicts(summary: SoftirqSummary) -> list[Verdict]:
     ]
 
 
-class SoftirqWatch:
+class SoftirqWatch(SessionWatch["SoftirqDiagnostic"]):
+    watched = "softirqs"
+
     def __init__(self, context: KernelContext) -> None:
         from netsleuth.diagnostics.model import ConfigInput
         from netsleuth.diagnostics.softirq import SoftirqDiagnostic, read_softirq_config
 
         # NET_RX runs are per CPU, not per namespace: the watch covers the host even under --netns.
-        self._session: SoftirqDiagnostic | None = SoftirqDiagnostic(
-            read_softirq_config(ConfigInput({})), context
-        )
-        self.problem: str | None = None
-
-    def start(self) -> None:
-        assert self._session is not None
-        try:
-            self._session.start()
-        except NetsleuthError as error:
-            self.problem = f"softirqs not watched: {error}"
-            self._session.close()
-            self._session = None
+        super().__init__(SoftirqDiagnostic(read_softirq_config(ConfigInput({})), context))
 
     def verdicts(self) -> list[Verdict]:
         if self._session is None:
             return []
         return net_rx_budget_verdicts(self._session.summary(False))
-
-    def program_fds(self) -> dict[str, int]:
-        return self._session.program_fds() if self._session is not None else {}
-
-    def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None
