@@ -23,9 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["Delivery", "LineCounter", "deliver", "sampling_threshold"]
+__all__ = [
+    "WARM_UP_DROPS",
+    "Delivery",
+    "LineCounter",
+    "agent_delivery",
+    "cpu_seconds",
+    "deliver",
+    "sampling_threshold",
+]
 
 _QUIET_S = 0.6  # no new line for this long: the consumer has delivered everything it will
+WARM_UP_DROPS = 2000  # fits the ring buffer whole: none sampled while the consumer loads names
 
 
 @dataclass
@@ -37,6 +46,7 @@ class Delivery:
     sampled: int | None = None
     lost: int | None = None
     cpu_seconds: float | None = None  # the consumer's own CPU time (user + system) from storm start to quiet
+    warm: int = 0  # event lines of the warm-up storm before (in `total`, not in `lines`)
 
     @property
     def rate(self) -> float:
@@ -70,7 +80,10 @@ class LineCounter:
     def _run(self) -> None:
         while True:
             read = getattr(self._stream, "read1", self._stream.read)
-            chunk = read(1 << 20)
+            try:
+                chunk = read(1 << 20)
+            except (OSError, ValueError):  # the stream was closed under us (an agent session ended)
+                return
             if not chunk:
                 return
             self.lines += chunk.count(b"\n")
@@ -131,10 +144,13 @@ def deliver(
     work: Path,
     cpu: str,
     header_lines: int = 0,
+    warm_up: Callable[[], object] | None = None,
 ) -> Delivery:
-    """Start `argv` (pinned to `cpu`) writing to a file or a pipe, wait until `ready(output)`, run the
-    storm, wait for the output to go quiet, stop it with SIGINT; lines exclude `header_lines` and the
-    summary."""
+    """Start `argv` (pinned to `cpu`) writing to a file or a pipe, wait until `ready(output)`, run
+    `warm_up` (a small storm: a consumer names its first drops after attaching - kallsyms, namespaces, the
+    firewall - and what the ring buffer cannot hold meanwhile is sampled, which is start-up, not delivery
+    speed) and wait for its lines, then run the storm, wait for the output to go quiet, stop it with
+    SIGINT; lines exclude the warm-up's, `header_lines` and the summary."""
     output = work / f"{name.replace(' ', '_').replace('|', 'pipe')}.out"
     output.write_text("")
     stdout: IO[Any] = subprocess.PIPE if pipe else output.open("wb")  # type: ignore[assignment]
@@ -148,6 +164,20 @@ def deliver(
             _wait(lambda: ready(output) or process.poll() is not None, f"{name} ready")
         if process.poll() is not None:
             raise RuntimeError(f"{name} exited: {process.stderr.read().decode() if process.stderr else ''}")
+        warm = 0
+        if warm_up is not None:
+            warm_up()
+            # Its first line, then quiet: the consumer has named and written what it got.
+            if counter is not None:
+                _wait(lambda: counter.lines > header_lines, f"{name} warm-up lines")
+                _wait_quiet(lambda: counter.last_at)
+                warm = counter.lines
+            else:
+                _wait(lambda: output.read_bytes().count(b"\n") > header_lines, f"{name} warm-up lines")
+                watch.poll()
+                _wait_quiet(lambda: watch.last_at, watch.poll)
+                warm = output.read_bytes().count(b"\n")
+            warm -= header_lines
         cpu_before = cpu_seconds(process.pid)
         started = time.monotonic()
         storm()
@@ -171,7 +201,7 @@ def deliver(
         data = output.read_bytes()
         lines, tail = data.count(b"\n"), data[-65536:].splitlines()
     summary = _summary(tail)
-    events = lines - header_lines - (1 if summary is not None else 0)
+    events = lines - header_lines - warm - (1 if summary is not None else 0)
     return Delivery(
         name,
         events,
@@ -180,6 +210,7 @@ def deliver(
         summary.get("sampled") if summary else None,
         summary.get("lost") if summary else None,
         used,
+        warm,
     )
 
 
@@ -188,13 +219,20 @@ def sampling_threshold(
     start: Callable[[], tuple[subprocess.Popen[bytes], Path]],
     rates: list[float],
     seconds: float,
+    warm_up: Callable[[], object] | None = None,
 ) -> list[tuple[float, int, int, int]]:
-    """For each pace (drops/s), a storm of `seconds` under a fresh `start()`ed netsleuth --json run:
-    (pace, total, sampled, lost) from its summary."""
+    """For each pace (drops/s), a storm of `seconds` under a fresh `start()`ed netsleuth --json run, after
+    `warm_up` and its lines (see `deliver`): (pace, total, sampled, lost) from its summary."""
     found = []
     for rate in rates:
         process, output = start()
         try:
+            if warm_up is not None:
+                watch = _FileWatch(output)
+                warm_up()
+                _wait(lambda: output.stat().st_size > 0, "warm-up lines")  # noqa: B023 (within the iteration)
+                watch.poll()
+                _wait_quiet(lambda: watch.last_at, watch.poll)  # noqa: B023
             paced_storm(rate, max(int(rate * seconds), 1000))
         finally:
             process.send_signal(signal.SIGINT)
@@ -205,9 +243,11 @@ def sampling_threshold(
     return found
 
 
-def agent_delivery(storm: Callable[[], float], netns: str, cpu: str) -> Delivery:
+def agent_delivery(
+    storm: Callable[[], float], netns: str, cpu: str, warm_up: Callable[[], object] | None = None
+) -> Delivery:
     """An agent session streaming `drops` of namespace `netns` (firewall rules named), read raw off its
-    socket by this process while the storm runs."""
+    socket by this process while the storm runs (after `warm_up`, as in `deliver`)."""
     from tests.privileged.test_agent_harness import AgentProcess
 
     limits = {"max_duration": 300, "max_events": 100_000_000, "max_bytes": 1 << 40, "cpu_budget_percent": 100}
@@ -226,14 +266,20 @@ def agent_delivery(storm: Callable[[], float], netns: str, cpu: str) -> Delivery
             first = response.readline()
             assert first.startswith(b'{"type":"session_start"'), first[:200]
             counter = LineCounter(response)
+            warm = 0
+            if warm_up is not None:
+                warm_up()
+                _wait(lambda: counter.lines > 0, "agent warm-up lines")
+                _wait_quiet(lambda: counter.last_at)
+                warm = counter.lines
             cpu_before = cpu_seconds(agent.process.pid)
             started = time.monotonic()
             storm()
             _wait_quiet(lambda: counter.last_at)
             seconds = counter.last_at - started
             used = cpu_seconds(agent.process.pid) - cpu_before
-            lines = counter.lines
-    return Delivery("agent session (rule names)", lines, max(seconds, 1e-9), cpu_seconds=used)
+            lines = counter.lines - warm
+    return Delivery("agent session (rule names)", lines, max(seconds, 1e-9), cpu_seconds=used, warm=warm)
 
 
 def main() -> int:
@@ -274,6 +320,9 @@ def main() -> int:
         def full_storm() -> float:
             return storm(a.argv, sender, "198.18.0.2", args.count)
 
+        def warm_up() -> float:
+            return storm(a.argv, sender, "198.18.0.2", WARM_UP_DROPS)
+
         ready_file = work / "ready"
 
         def ns_ready(_output: Path) -> bool:
@@ -308,17 +357,19 @@ def main() -> int:
                     work=work,
                     cpu=TRACER_CPU,
                     header_lines=header,
+                    warm_up=warm_up,
                 )
             )
         if "agent" in wanted:
-            found.append(agent_delivery(full_storm, a.name, TRACER_CPU))
+            found.append(agent_delivery(full_storm, a.name, TRACER_CPU, warm_up))
     finally:
         lab.close()
         shutil.rmtree(work, ignore_errors=True)
     print(f"delivered events/s, unsampled (storms of {args.count:,} drops, sender on CPU {SENDER_CPU}):")
     for item in found:
         accounting = (
-            f"total {item.total:,} = {item.lines:,} + sampled {item.sampled:,} + lost {item.lost:,}"
+            f"total {item.total:,} = {item.lines + item.warm:,}"
+            f" + sampled {item.sampled:,} + lost {item.lost:,}"
             if item.total is not None and item.sampled is not None and item.lost is not None
             else ""
         )

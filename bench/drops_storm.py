@@ -36,7 +36,13 @@ sys.path.insert(0, str(REPO))
 from tests.netlab import Lab  # noqa: E402
 
 from bench.attach_time import measure_attach, use_compiled_bytecode  # noqa: E402
-from bench.drops_delivery import Delivery, agent_delivery, deliver, sampling_threshold  # noqa: E402
+from bench.drops_delivery import (  # noqa: E402
+    WARM_UP_DROPS,
+    Delivery,
+    agent_delivery,
+    deliver,
+    sampling_threshold,
+)
 from bench.harness import Tracer, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
@@ -180,6 +186,9 @@ def main() -> int:
         def full_storm() -> float:
             return storm(a.argv, sender, "198.18.0.2", args.count)
 
+        def warm_up() -> float:
+            return storm(a.argv, sender, "198.18.0.2", WARM_UP_DROPS)
+
         json_argv = [*netsleuth, "drops", "--netns", a.name, "--json"]
         bt_argv = ["bpftrace", "-B", "line", "-e", BPFTRACE_READY + BPFTRACE_PRINTF]
 
@@ -203,6 +212,7 @@ def main() -> int:
                     ready=ns_ready,
                     work=work,
                     cpu=TRACER_CPU,
+                    warm_up=warm_up,
                 )
             )
             deliveries.append(
@@ -215,9 +225,10 @@ def main() -> int:
                     work=work,
                     cpu=TRACER_CPU,
                     header_lines=1,
+                    warm_up=warm_up,
                 )
             )
-        deliveries.append(agent_delivery(full_storm, a.name, TRACER_CPU))
+        deliveries.append(agent_delivery(full_storm, a.name, TRACER_CPU, warm_up))
 
         # -- the sampling threshold: paced storms around the delivered rate (to a file) ----------------------
         delivered = deliveries[0].rate
@@ -241,7 +252,11 @@ def main() -> int:
 
         fractions = (0.5, 0.75, 1.0, 1.25, 1.5)
         paces = sampling_threshold(
-            paced_storm, start_paced, [delivered * fraction for fraction in fractions], args.pace_seconds
+            paced_storm,
+            start_paced,
+            [delivered * fraction for fraction in fractions],
+            args.pace_seconds,
+            warm_up,
         )
 
         # -- attach time -------------------------------------------------------------------------------------
@@ -310,7 +325,7 @@ def main() -> int:
     )
     for item in deliveries:
         accounting = (
-            f"{item.total:,} = {item.lines:,} + {item.sampled:,} + {item.lost:,} lost"
+            f"{item.total:,} = {item.lines + item.warm:,} + {item.sampled:,} + {item.lost:,} lost"
             if item.total is not None and item.sampled is not None
             else ""
         )
