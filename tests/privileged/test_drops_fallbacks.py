@@ -109,6 +109,17 @@ def test_perf_buffer_losses_are_counted_and_equal_the_kernels(pair: Pair) -> Non
     assert totals.emitted == len(drops)
 
 
+def _matched_at_one_moment(first: DropsDiagnostic, second: DropsDiagnostic) -> tuple[int, int]:
+    """Both exact totals with no drop counted in between: the namespace keeps dropping now and then on its
+    own (IPv6 neighbour traffic, NOT_SPECIFIED), so totals read a moment apart can differ by one."""
+    deadline = time.monotonic() + 10
+    while True:
+        before = first.totals().matched
+        other = second.totals().matched
+        if first.totals().matched == before or time.monotonic() > deadline:
+            return before, other
+
+
 def _records(diagnostic: DropsDiagnostic, records: list[DropRecord], until: Callable[[], bool]) -> None:
     def done() -> bool:
         records.extend(diagnostic.poll(50))
@@ -145,12 +156,12 @@ def test_inferred_reasons_are_the_kernels_and_marked(pair: Pair) -> None:
         # The program did not read the kernel's reason: its groups (and events) carry none.
         assert {group.reason for group in inferred.raw.groups()} == {0}
         assert 0 not in {group.reason for group in given.raw.groups()}
-        given_totals = given.totals()
+        given_matched, inferred_matched = _matched_at_one_moment(given, inferred)
     finally:
         given.close()
         inferred.close()
     assert dropped() == 5
-    assert given_totals.matched == inferred_summary.totals.matched
+    assert given_matched == inferred_matched
     kernel_reasons = {(r.packet.dport, r.packet.family, r.location, r.reason) for r in mine(by_kernel)}
     inferred_reasons = {(r.packet.dport, r.packet.family, r.location, r.reason) for r in mine(by_location)}
     assert inferred_reasons == kernel_reasons
