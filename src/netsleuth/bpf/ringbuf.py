@@ -27,7 +27,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
-import platform
+import os
 import select
 
 from netsleuth.bpf import _libbpf
@@ -191,7 +191,7 @@ class _CallbackRing:
         self._handle = None
 
 
-_TSO = platform.machine() in ("x86_64", "AMD64")
+_TSO = os.uname().machine == "x86_64"  # not the platform module: it is imported on the way to attaching
 
 
 class RingBuffer:
