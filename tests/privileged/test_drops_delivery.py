@@ -1,14 +1,13 @@
 """The drops consumer under a storm: the ring buffer read from its own mappings hands over every record the
 kernel committed (through many wrap-arounds of the 8 MiB ring, exact against the kernel's counters), and
-`drops --json` delivers events for a few microseconds of CPU each, with every line complete."""
+`drops --json` under a storm writes every line whole and accounts for every drop. What each event costs is
+measured in bench/drops_delivery.py (a benchmark, not a timed test)."""
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,16 +17,6 @@ from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.kernel.reasons import load_drop_reasons
 from tests.privileged.conftest import Pair
 from tests.tracerun import TraceRun
-
-# The consumer's CPU time per delivered event (user + system, the whole process): about 4 µs with the
-# mapped reader and per-kind batches, 40 µs and more with a ctypes callback and a record, a to_json and an
-# encoding per drop. The bound leaves room for a loaded machine.
-MAX_CPU_US_PER_EVENT = 15.0
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _flood(pair: Pair, udpflood: str, port: int, count: int) -> None:
@@ -81,7 +70,7 @@ def test_every_committed_record_is_read_once(pair: Pair, udpflood: str, mapped: 
     assert times == sorted(times)  # one sending CPU: ring order is time order
 
 
-def test_json_delivery_costs_microseconds_per_event(pair: Pair, udpflood: str) -> None:
+def test_json_delivery_under_a_storm_is_whole_and_exact(pair: Pair, udpflood: str) -> None:
     pair.a.run("iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "6311", "-j", "DROP")
     count = 300_000
     with TraceRun("drops", "--netns", pair.a.name, "--dport", "6311") as run:
@@ -89,7 +78,6 @@ def test_json_delivery_costs_microseconds_per_event(pair: Pair, udpflood: str) -
         # The first drops load the names (kallsyms, namespaces, the firewall): not what is measured.
         _flood(pair, udpflood, 6311, 1000)
         run.wait_records(lambda record: record.get("type") == "drop", 1000)
-        before = _cpu_seconds(run.process.pid)
         _flood(pair, udpflood, 6311, count)
         lines = 0
         deadline = time.monotonic() + 60
@@ -98,7 +86,6 @@ def test_json_delivery_costs_microseconds_per_event(pair: Pair, udpflood: str) -
             time.sleep(0.5)
             if run.stdout_path.stat().st_size == size:
                 break
-        spent = _cpu_seconds(run.process.pid) - before
         run.stop()
         summary = run.summary()
         drops = run.drops()
@@ -113,5 +100,3 @@ def test_json_delivery_costs_microseconds_per_event(pair: Pair, udpflood: str) -
     }
     assert all(drop["netfilter"]["rule"] for drop in drops[:: max(1, lines // 100)])
     assert len({drop["time"] for drop in drops}) > lines // 2  # each drop has its own time
-    cost = spent / (lines - 1000) * 1e6
-    assert cost < MAX_CPU_US_PER_EVENT, f"{cost:.1f} µs of CPU per delivered event"
