@@ -26,19 +26,12 @@ const volatile struct softirq_config cfg = {};
 
 NS_ABI_KEEP(softirq_abi_types);
 
-#define PERCPU_ARRAY(name, value_type, entries)               \
-	struct {                                              \
-		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);      \
-		__uint(max_entries, entries);                 \
-		__type(key, __u32);                           \
-		__type(value, value_type);                    \
-	} name SEC(".maps")
-
-PERCPU_ARRAY(sirq_hist, __u64, SIRQ_MAX_VECTORS * SIRQ_HIST_KINDS * SIRQ_BUCKETS);
-PERCPU_ARRAY(sirq_counts, __u64, SIRQ_MAX_VECTORS * SIRQ_COUNTERS);
-PERCPU_ARRAY(netrx_counts, __u64, NETRX_COUNTERS);
-PERCPU_ARRAY(netrx_work_hist, __u64, SIRQ_BUCKETS); /* NET_RX runs by log2(packets + 1) */
-PERCPU_ARRAY(cpu_state, struct softirq_cpu_state, 1);
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct softirq_cpu_state);
+} cpu_state SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -76,32 +69,34 @@ static __always_inline __u32 log2_bucket(__u64 value)
 	return bucket;
 }
 
-static __always_inline void add(void *map, __u32 index, __u64 n)
-{
-	__u64 *slot = bpf_map_lookup_elem(map, &index);
-
-	if (slot)
-		*slot += n;
-}
-
-static __always_inline void keep_max(void *map, __u32 index, __u64 value)
-{
-	__u64 *slot = bpf_map_lookup_elem(map, &index);
-
-	if (slot && value > *slot)
-		*slot = value;
-}
-
-static __always_inline void record(__u32 vec, __u32 kind, __u64 ns)
-{
-	add(&sirq_hist, (vec * SIRQ_HIST_KINDS + kind) * SIRQ_BUCKETS + log2_bucket(ns), 1);
-}
-
 static __always_inline struct softirq_cpu_state *state(void)
 {
 	__u32 zero = 0;
 
 	return bpf_map_lookup_elem(&cpu_state, &zero);
+}
+
+/* vec < SIRQ_MAX_VECTORS (checked by the caller), kind < SIRQ_HIST_KINDS: the masks keep the verifier's
+ * bounds without a branch. */
+static __always_inline void record(struct softirq_cpu_state *s, __u32 vec, __u32 kind, __u64 ns)
+{
+	s->hist[((vec * SIRQ_HIST_KINDS + kind) * SIRQ_BUCKETS + log2_bucket(ns)) &
+		(SIRQ_MAX_VECTORS * SIRQ_HIST_KINDS * SIRQ_BUCKETS - 1)]++;
+}
+
+static __always_inline __u64 *counter(struct softirq_cpu_state *s, __u32 vec, __u32 which)
+{
+	__u32 index = vec * SIRQ_COUNTERS + which;
+
+	return &s->counts[index < SIRQ_MAX_VECTORS * SIRQ_COUNTERS ? index : 0];
+}
+
+/* The verifier does not carry `vec < SIRQ_MAX_VECTORS` through the masked compare the compiler makes of it;
+ * a mask it cannot fold away (after the barrier) is a bound the verifier sees. */
+static __always_inline __u32 vector_index(__u32 vec)
+{
+	barrier_var(vec);
+	return vec & (SIRQ_MAX_VECTORS - 1);
 }
 
 static __always_inline int on_raise(__u32 vec)
@@ -110,9 +105,10 @@ static __always_inline int on_raise(__u32 vec)
 
 	if (!s || vec >= SIRQ_MAX_VECTORS)
 		return 0;
+	vec = vector_index(vec);
 	if (!s->raised_ns[vec]) {
 		s->raised_ns[vec] = bpf_ktime_get_ns();
-		add(&sirq_counts, vec * SIRQ_COUNTERS + SIRQ_RAISED, 1);
+		(*counter(s, vec, SIRQ_RAISED))++;
 	}
 	return 0;
 }
@@ -121,18 +117,20 @@ static __always_inline int on_entry(__u32 vec)
 {
 	struct softirq_cpu_state *s = state();
 	__u64 now = bpf_ktime_get_ns();
-	__u32 base = vec * SIRQ_COUNTERS;
 
 	if (!s || vec >= SIRQ_MAX_VECTORS)
 		return 0;
-	add(&sirq_counts, base + SIRQ_RUNS, 1);
+	vec = vector_index(vec);
+	(*counter(s, vec, SIRQ_RUNS))++;
 	if (s->raised_ns[vec]) {
 		__u64 waited = now - s->raised_ns[vec];
+		__u64 *max = counter(s, vec, SIRQ_LATENCY_MAX);
 
-		record(vec, SIRQ_HIST_LATENCY, waited);
-		add(&sirq_counts, base + SIRQ_MEASURED, 1);
-		add(&sirq_counts, base + SIRQ_LATENCY_SUM, waited);
-		keep_max(&sirq_counts, base + SIRQ_LATENCY_MAX, waited);
+		record(s, vec, SIRQ_HIST_LATENCY, waited);
+		(*counter(s, vec, SIRQ_MEASURED))++;
+		*counter(s, vec, SIRQ_LATENCY_SUM) += waited;
+		if (waited > *max)
+			*max = waited;
 		/* Cleared at entry: handle_softirqs cleared the pending mask before calling handlers, so a raise
 		 * from now on is new work for a later run. */
 		s->raised_ns[vec] = 0;
@@ -149,26 +147,30 @@ static __always_inline int on_exit(__u32 vec)
 {
 	struct softirq_cpu_state *s = state();
 	__u64 now = bpf_ktime_get_ns();
-	__u32 base = vec * SIRQ_COUNTERS;
-	__u64 ran;
+	__u64 ran, *max;
 
-	if (!s || vec >= SIRQ_MAX_VECTORS || !s->entered_ns[vec])
+	if (!s || vec >= SIRQ_MAX_VECTORS)
+		return 0;
+	vec = vector_index(vec);
+	if (!s->entered_ns[vec])
 		return 0;
 	ran = now - s->entered_ns[vec];
 	s->entered_ns[vec] = 0;
-	record(vec, SIRQ_HIST_DURATION, ran);
-	add(&sirq_counts, base + SIRQ_DURATION_SUM, ran);
-	keep_max(&sirq_counts, base + SIRQ_DURATION_MAX, ran);
+	record(s, vec, SIRQ_HIST_DURATION, ran);
+	*counter(s, vec, SIRQ_DURATION_SUM) += ran;
+	max = counter(s, vec, SIRQ_DURATION_MAX);
+	if (ran > *max)
+		*max = ran;
 	if (vec == SIRQ_NET_RX) {
-		add(&netrx_counts, NETRX_RUNS, 1);
-		add(&netrx_counts, NETRX_POLLS, s->run_polls);
-		add(&netrx_counts, NETRX_WORK, s->run_work);
-		add(&netrx_work_hist, log2_bucket(s->run_work + 1), 1);
+		s->netrx[NETRX_RUNS]++;
+		s->netrx[NETRX_POLLS] += s->run_polls;
+		s->netrx[NETRX_WORK] += s->run_work;
+		s->netrx_work_hist[log2_bucket(s->run_work + 1) & (SIRQ_BUCKETS - 1)]++;
 		/* net_rx_action stops when its packet budget is spent or time_limit passed (net/core/dev.c). */
 		if (cfg.budget_packets && s->run_work >= cfg.budget_packets)
-			add(&netrx_counts, NETRX_BUDGET_RUNS, 1);
+			s->netrx[NETRX_BUDGET_RUNS]++;
 		else if (cfg.budget_ns && ran >= cfg.budget_ns)
-			add(&netrx_counts, NETRX_TIME_RUNS, 1);
+			s->netrx[NETRX_TIME_RUNS]++;
 	}
 	return 0;
 }
@@ -187,7 +189,7 @@ static __always_inline int on_napi_poll(const bool direct, struct napi_struct *n
 	if (s && work > 0) {
 		s->run_work += work;
 		if (work >= budget)
-			add(&netrx_counts, NETRX_EXHAUSTED_POLLS, 1);
+			s->netrx[NETRX_EXHAUSTED_POLLS]++;
 	}
 	if (s)
 		s->run_polls += 1;

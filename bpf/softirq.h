@@ -13,14 +13,14 @@ enum softirq_limits {
 	SIRQ_NET_RX = 3,	/* NET_RX_SOFTIRQ (include/linux/interrupt.h; unchanged since 2.6) */
 };
 
-/* Histograms (per-CPU `sirq_hist`): [vector][kind][bucket]. */
+/* Histograms (softirq_cpu_state.hist): [vector][kind][bucket]. */
 enum softirq_hist_kind {
 	SIRQ_HIST_LATENCY = 0,	/* raise -> entry: how long the work waited for the CPU */
 	SIRQ_HIST_DURATION = 1,	/* entry -> exit: how long the handler ran */
 	SIRQ_HIST_KINDS = 2,
 };
 
-/* Counters (per-CPU `sirq_counts`): [vector][counter]. */
+/* Counters (softirq_cpu_state.counts): [vector][counter]. */
 enum softirq_counter {
 	SIRQ_RAISED = 0,	/* softirq_raise while not already raised */
 	SIRQ_RUNS = 1,		/* softirq_entry */
@@ -32,7 +32,7 @@ enum softirq_counter {
 	SIRQ_COUNTERS = 7,
 };
 
-/* NET_RX runs (per-CPU `netrx_counts`): what net_rx_action did in each run, from the napi:napi_poll
+/* NET_RX runs (softirq_cpu_state.netrx): what net_rx_action did in each run, from the napi:napi_poll
  * events between its softirq_entry and softirq_exit. */
 enum netrx_counter {
 	NETRX_RUNS = 0,
@@ -75,12 +75,18 @@ struct napi_stats {
 	__u64 work_hist[SIRQ_BUCKETS]; /* polls by log2(work + 1) */
 };
 
-/* The per-CPU state between the hooks. */
+/* Everything one CPU keeps (the single entry of the per-CPU `cpu_state` array): the state between the hooks
+ * and every counter and histogram, so each event makes one map lookup (a few per event cost as much as the
+ * rest of the program). */
 struct softirq_cpu_state {
 	__u64 raised_ns[SIRQ_MAX_VECTORS];
 	__u64 entered_ns[SIRQ_MAX_VECTORS];
 	__u64 run_work;		/* NET_RX: packets of this run so far */
 	__u64 run_polls;
+	__u64 counts[SIRQ_MAX_VECTORS * SIRQ_COUNTERS];
+	__u64 hist[SIRQ_MAX_VECTORS * SIRQ_HIST_KINDS * SIRQ_BUCKETS];
+	__u64 netrx[NETRX_COUNTERS];
+	__u64 netrx_work_hist[SIRQ_BUCKETS]; /* NET_RX runs by log2(packets + 1) */
 };
 
 struct softirq_abi_types {

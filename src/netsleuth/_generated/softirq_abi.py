@@ -28,6 +28,7 @@ __all__ = [
     "NetRxCounter",
     "SoftirqConfigC",
     "SoftirqCounter",
+    "SoftirqCpuStateC",
 ]
 
 
@@ -123,14 +124,26 @@ class NapiStatsC(ctypes.Structure):
     )
 
 
+class SoftirqCpuStateC(ctypes.Structure):
+    """struct softirq_cpu_state: 9664 bytes."""
+
+    c_name = "softirq_cpu_state"
+    _fields_ = (
+        ("raised_ns", ctypes.c_uint64 * 16),
+        ("entered_ns", ctypes.c_uint64 * 16),
+        ("run_work", ctypes.c_uint64),
+        ("run_polls", ctypes.c_uint64),
+        ("counts", ctypes.c_uint64 * 112),
+        ("hist", ctypes.c_uint64 * 1024),
+        ("netrx", ctypes.c_uint64 * 6),
+        ("netrx_work_hist", ctypes.c_uint64 * 32),
+    )
+
+
 # max_entries of every map in .maps (ring buffers: bytes).
 MAP_MAX_ENTRIES: dict[str, int] = {
     "cpu_state": 1,
     "napi_polls": 1024,
-    "netrx_counts": 6,
-    "netrx_work_hist": 32,
-    "sirq_counts": 112,
-    "sirq_hist": 1024,
 }
 
 # Every program and the hook it attaches to, from its ELF section.

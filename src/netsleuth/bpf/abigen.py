@@ -164,6 +164,7 @@ MODULES: tuple[ModuleSpec, ...] = (
             "softirq_config": "SoftirqConfigC",
             "napi_key": "NapiKeyC",
             "napi_stats": "NapiStatsC",
+            "softirq_cpu_state": "SoftirqCpuStateC",
         },
         (
             EnumSpec("softirq_limits"),

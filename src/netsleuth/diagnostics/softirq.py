@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from netsleuth._generated.softirq_abi import (
     COUNTERS,
     HIST_KINDS,
-    NETRX_COUNTERS,
     SIRQ_BUCKETS,
     SIRQ_MAX_VECTORS,
     HistKind,
@@ -26,6 +25,7 @@ from netsleuth._generated.softirq_abi import (
     NetRxCounter,
     SoftirqConfigC,
     SoftirqCounter,
+    SoftirqCpuStateC,
 )
 from netsleuth.bpf.program_session import ProgramSession
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
@@ -383,23 +383,17 @@ class SoftirqDiagnostic:
     def drain(self) -> list[Any]:
         return []
 
-    def _per_cpu(self, map_name: str, count: int) -> list[list[int]]:
-        """[cpu][index] of a per-CPU u64 array."""
+    def _cpu_states(self) -> list[SoftirqCpuStateC]:
+        """Each CPU's counters and histograms (one read of the per-CPU `cpu_state` entry)."""
         if not self._programs.started:
             return []
-        values = self._programs.map(map_name)
-        columns = [values.lookup_per_cpu(index.to_bytes(4, "little")) for index in range(count)]
-        cpus = len(columns[0]) if columns else 0
-        return [
-            [int.from_bytes(columns[index][cpu][:8], "little") for index in range(count)]
-            for cpu in range(cpus)
-        ]
+        slots = self._programs.map("cpu_state").lookup_per_cpu(bytes(4))
+        return [SoftirqCpuStateC.from_buffer_copy(slot) for slot in slots]
 
     def vector_stats(self) -> list[VectorStats]:
-        counts = self._per_cpu("sirq_counts", SIRQ_MAX_VECTORS * COUNTERS)
-        hists = self._per_cpu("sirq_hist", SIRQ_MAX_VECTORS * HIST_KINDS * SIRQ_BUCKETS)
         stats = []
-        for cpu, (cpu_counts, cpu_hist) in enumerate(zip(counts, hists, strict=True)):
+        for cpu, state in enumerate(self._cpu_states()):
+            cpu_counts, cpu_hist = list(state.counts), list(state.hist)
             for vector, name in enumerate(self._names[:SIRQ_MAX_VECTORS]):
                 base = vector * COUNTERS
 
@@ -424,8 +418,7 @@ class SoftirqDiagnostic:
         return stats
 
     def net_rx_runs(self) -> list[NetRxRuns]:
-        counts = self._per_cpu("netrx_counts", NETRX_COUNTERS)
-        hists = self._per_cpu("netrx_work_hist", SIRQ_BUCKETS)
+        counts_and_hists = [(list(state.netrx), list(state.netrx_work_hist)) for state in self._cpu_states()]
         return [
             NetRxRuns(
                 cpu,
@@ -437,7 +430,7 @@ class SoftirqDiagnostic:
                 cpu_counts[NetRxCounter.EXHAUSTED_POLLS],
                 Histogram(tuple(cpu_hist)),
             )
-            for cpu, (cpu_counts, cpu_hist) in enumerate(zip(counts, hists, strict=True))
+            for cpu, (cpu_counts, cpu_hist) in enumerate(counts_and_hists)
         ]
 
     def napi_instances(self) -> list[NapiInstance]:
