@@ -23,6 +23,7 @@
 #include <bpf/bpf_tracing.h>
 #include "tcp.h"
 #include "abi.h"
+#define NS_EMIT_PERF_FALLBACK /* events_perf + ns_use_perfbuf for kernels without ring buffers */
 #include "emit.bpf.h"
 #include "filter_maps.bpf.h"
 #include "stack.bpf.h"
@@ -55,18 +56,6 @@ NS_ABI_KEEP(tcp_abi_types);
 
 NS_STATS_MAP(tcp_stats, TCP_EV_KINDS * NS_STAT_COUNT);
 NS_GROUP_MAP(tcp_groups, struct tcp_group_key, struct tcp_group, TCP_MAX_GROUPS);
-
-/* Kernels without ring buffers (BPF_MAP_TYPE_RINGBUF is 5.8+): the same records through per-CPU perf
- * buffers. Userspace sets the switch before load and retires `events` into a plain array
- * (netsleuth.bpf.perfbuf.retire_ring_buffer_map); every ring buffer helper sits behind the switch, so the
- * verifier drops it as dead code there. */
-const volatile __u8 tcp_use_perfbuf = 0;
-
-struct {
-	__uint(type, 4); /* BPF_MAP_TYPE_PERF_EVENT_ARRAY; libbpf sizes it to the possible CPUs */
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(__u32));
-} events_perf SEC(".maps");
 
 /* Socket address -> what the state tracker learnt about it. LRU: sockets we never see close age out. */
 struct {
@@ -470,39 +459,6 @@ static __always_inline void update_group(void *ctx, struct tcp_scratch *buf, lon
 		add_to_group(group, e);
 }
 
-/* ns_emit_wanted, but a perf buffer has no fill level to ask for back-pressure: 1-in-N sampling only. */
-static __always_inline bool emit_wanted(__u8 kind)
-{
-	__u32 zero = 0;
-	__u64 *counter;
-
-	if (!tcp_use_perfbuf)
-		return ns_emit_wanted(&tcp_stats, kind * NS_STAT_COUNT, cfg.sample_every);
-	if (cfg.sample_every <= 1)
-		return true;
-	counter = bpf_map_lookup_elem(&sample_counter, &zero);
-	if (!counter)
-		return true;
-	*counter += 1;
-	if (*counter % cfg.sample_every == 0)
-		return true;
-	count(kind, NS_STAT_SAMPLED);
-	return false;
-}
-
-/* ns_output to whichever buffer this kernel has; a full one is counted LOST the same way. */
-static __always_inline void output(void *ctx, __u8 kind, void *record, __u64 size)
-{
-	if (!tcp_use_perfbuf) {
-		ns_output(&tcp_stats, kind * NS_STAT_COUNT, record, size);
-		return;
-	}
-	if (bpf_perf_event_output(ctx, &events_perf, 0xffffffffULL /* BPF_F_CURRENT_CPU */, record, size))
-		count(kind, NS_STAT_LOST);
-	else
-		count(kind, NS_STAT_EMITTED);
-}
-
 /* The event in `buf` passed every filter: count it, group it, maybe send it. `stack_bytes` is how much of
  * buf->frames a handler already filled (-1: none taken yet). */
 static __always_inline int submit(void *ctx, struct tcp_scratch *buf, long stack_bytes)
@@ -514,7 +470,7 @@ static __always_inline int submit(void *ctx, struct tcp_scratch *buf, long stack
 	count(kind, NS_STAT_MATCHED);
 	if (kind_in(cfg.group_mask, kind))
 		update_group(ctx, buf, stack_bytes);
-	if (!kind_in(cfg.emit_mask, kind) || !emit_wanted(kind))
+	if (!kind_in(cfg.emit_mask, kind) || !ns_emit_wanted(&tcp_stats, kind * NS_STAT_COUNT, cfg.sample_every))
 		return 0;
 	if (stack_bytes < 0 && kind_in(cfg.stack_mask, kind))
 		stack_bytes = take_stack(ctx, buf);
@@ -524,7 +480,8 @@ static __always_inline int submit(void *ctx, struct tcp_scratch *buf, long stack
 		stack_bytes = sizeof(buf->frames);
 	e->nr_frames = (__u64)stack_bytes / 8;
 	size = sizeof(*e) + (__u64)stack_bytes;
-	output(ctx, kind, buf, size);
+	/* The ring buffer, or the perf buffer on kernels without one (bpf/emit.bpf.h). */
+	ns_output_ctx(ctx, &tcp_stats, kind * NS_STAT_COUNT, buf, size);
 	return 0;
 }
 

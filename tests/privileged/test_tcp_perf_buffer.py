@@ -1,7 +1,7 @@
 """The tcp object without a ring buffer (kernels before 5.8), forced on this kernel: its events travel through
-per-CPU perf buffers (`tcp_use_perfbuf`, the ring buffer map retired before load), arrive the same as
-through the ring buffer, and every one the kernel could not store is counted LOST by the program exactly as
-the kernel reports it to the consumer (PERF_RECORD_LOST)."""
+per-CPU perf buffers (`ns_use_perfbuf` of bpf/emit.bpf.h, the ring buffer map retired before load), arrive
+the same as through the ring buffer, and every one the kernel could not store is counted LOST by the program
+exactly as the kernel reports it to the consumer (PERF_RECORD_LOST)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ class Variant:
 class PerfFallback:
     """How an object sends its events on a kernel without ring buffers (< 5.8): the perf event array it
     declares beside the ring buffer, and the `const volatile __u8` that routes its output there (e.g.
-    bpf/tcp.bpf.c `events_perf`, `tcp_use_perfbuf`)."""
+    bpf/emit.bpf.h `events_perf`, `ns_use_perfbuf`: drops and tcp opt in with NS_EMIT_PERF_FALLBACK)."""
 
     map_name: str
     switch: str

@@ -526,7 +526,7 @@ class TcpSession(ProgramBacked):
 
 
 # bpf/tcp.bpf.c: the perf event array and the switch that sends events there instead of the ring buffer.
-_PERF_FALLBACK = PerfFallback("events_perf", "tcp_use_perfbuf")
+_PERF_FALLBACK = PerfFallback("events_perf", "ns_use_perfbuf")
 
 _TRACEPOINT_OF = {
     "nst_rst_sent": "tcp_send_reset",
