@@ -139,7 +139,13 @@ def main() -> int:
     print(f"UDP storm of {options.count} datagrams into veth NAPI, median of {options.repeat} runs")
     for name, values in rates.items():
         median = statistics.median(values)
-        print(f"  {name:<10} {median:10.0f} packets/s received   ratio vs untraced {median / base:.3f}")
+        # Paired by round: each traced storm against the untraced one just before it, so a slow spell of
+        # the shared machine moves both sides of a ratio.
+        paired = statistics.median(v / u for v, u in zip(values, rates["untraced"], strict=True))
+        print(
+            f"  {name:<10} {median:10.0f} packets/s received   ratio vs untraced {median / base:.3f}"
+            f"   paired by round {paired:.3f}"
+        )
     if ns_per_event:
         print(
             f"  netsleuth softirq programs: {statistics.median(ns_per_event):.0f} ns per event (bpf_stats), "
