@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import signal
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -15,7 +17,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.netlab import wait_for  # noqa: E402
 
-__all__ = ["Tracer", "program_stats"]
+__all__ = ["ProgramCost", "Tracer", "print_rates", "program_cost", "program_stats"]
 
 
 def program_stats(prefixes: tuple[str, ...]) -> dict[str, tuple[int, int]]:
@@ -31,6 +33,44 @@ def program_stats(prefixes: tuple[str, ...]) -> dict[str, tuple[int, int]]:
             runs, spent = found.get(name, (0, 0))
             found[name] = (runs + int(prog.get("run_cnt", 0)), spent + int(prog.get("run_time_ns", 0)))
     return found
+
+
+@dataclass(frozen=True)
+class ProgramCost:
+    """What the programs cost between two `program_stats` readings (taken while bpf_stats was on)."""
+
+    runs: int
+    ns: int
+    ns_per_run_by_program: dict[str, float]
+
+    @property
+    def ns_per_run(self) -> float | None:
+        return self.ns / self.runs if self.runs else None
+
+
+def program_cost(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> ProgramCost:
+    by_program = {}
+    for name, (runs_after, spent_after) in after.items():
+        runs_before, spent_before = before.get(name, (0, 0))
+        if runs_after > runs_before:
+            by_program[name] = (spent_after - spent_before) / (runs_after - runs_before)
+    runs = sum(v[0] for v in after.values()) - sum(v[0] for v in before.values())
+    spent = sum(v[1] for v in after.values()) - sum(v[1] for v in before.values())
+    return ProgramCost(runs, spent, by_program)
+
+
+def print_rates(rates: dict[str, list[float]], unit: str) -> None:
+    """Each configuration's median rate against the untraced one's, and paired by round: each traced run
+    against the untraced run just before it, so a slow spell of a shared machine moves both sides of a
+    ratio."""
+    base = statistics.median(rates["untraced"])
+    for name, values in rates.items():
+        median = statistics.median(values)
+        paired = statistics.median(v / u for v, u in zip(values, rates["untraced"], strict=True))
+        print(
+            f"  {name:<10} {median:10.0f} {unit}   ratio vs untraced {median / base:.3f}"
+            f"   paired by round {paired:.3f}"
+        )
 
 
 class Tracer:

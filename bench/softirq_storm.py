@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.netlab import Host, Lab  # noqa: E402
 
-from bench.harness import Tracer, program_stats  # noqa: E402
+from bench.harness import Tracer, print_rates, program_cost, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 SENDER_CPU, TRACER_CPU = "0", "1"
@@ -111,17 +111,12 @@ def main() -> int:
                         napi = [n for n in summary["napi"] if n["dev"] == "veth0"]
                         counted = sum(n["packets"] for n in napi)
                         exact.append(f"NAPI packets {counted} vs rx_packets growth {received}")
-                        for program, (runs_after, spent_after) in after.items():
-                            runs_before, spent_before = before.get(program, (0, 0))
-                            if runs_after > runs_before:
-                                per_program.setdefault(program, []).append(
-                                    (spent_after - spent_before) / (runs_after - runs_before)
-                                )
-                        runs = sum(v[0] for v in after.values()) - sum(v[0] for v in before.values())
-                        spent = sum(v[1] for v in after.values()) - sum(v[1] for v in before.values())
-                        if runs:
-                            ns_per_event.append(spent / runs)
-                            events_per_packet.append(runs / max(1, options.count // 4))
+                        cost = program_cost(before, after)
+                        for program, per_run in cost.ns_per_run_by_program.items():
+                            per_program.setdefault(program, []).append(per_run)
+                        if cost.ns_per_run is not None:
+                            ns_per_event.append(cost.ns_per_run)
+                            events_per_packet.append(cost.runs / max(1, options.count // 4))
                         rates[name].append(rate)
                     else:
                         out = scratch / f"bpftrace-{round_number}.out"
@@ -135,17 +130,8 @@ def main() -> int:
                         tracer.stop()
         finally:
             lab.close()
-    base = statistics.median(rates["untraced"])
     print(f"UDP storm of {options.count} datagrams into veth NAPI, median of {options.repeat} runs")
-    for name, values in rates.items():
-        median = statistics.median(values)
-        # Paired by round: each traced storm against the untraced one just before it, so a slow spell of
-        # the shared machine moves both sides of a ratio.
-        paired = statistics.median(v / u for v, u in zip(values, rates["untraced"], strict=True))
-        print(
-            f"  {name:<10} {median:10.0f} packets/s received   ratio vs untraced {median / base:.3f}"
-            f"   paired by round {paired:.3f}"
-        )
+    print_rates(rates, "packets/s received")
     if ns_per_event:
         print(
             f"  netsleuth softirq programs: {statistics.median(ns_per_event):.0f} ns per event (bpf_stats), "
