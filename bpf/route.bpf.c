@@ -190,6 +190,19 @@ static __always_inline void finish(struct route_scratch *buf)
 	ns_output(&route_stats, base, e, sizeof(*e));
 }
 
+/* A packet's lookup or drop: counted, grouped and maybe sent when it passes every filter. */
+static __always_inline int finish_if_matching(struct route_scratch *buf)
+{
+	struct route_event *e = &buf->event;
+
+	if (cfg.netns && e->netns != cfg.netns)
+		return 0;
+	if (!flow_matches(e) || !owner_matches(e) || !dev_matches(e))
+		return 0;
+	finish(buf);
+	return 0;
+}
+
 /* What every lookup event shares once its key and result are in: who ran it, its namespace (the lookup's own
  * `net` when the tracepoint gives one, else see the header comment), the filters, and the count. */
 static __always_inline int lookup_done(const bool direct, void *ctx, struct route_scratch *buf,
@@ -213,12 +226,7 @@ static __always_inline int lookup_done(const bool direct, void *ctx, struct rout
 		e->netns = received_netns();
 		e->netns_from = 3;
 	}
-	if (cfg.netns && e->netns != cfg.netns)
-		return 0;
-	if (!flow_matches(e) || !owner_matches(e) || !dev_matches(e))
-		return 0;
-	finish(buf);
-	return 0;
+	return finish_if_matching(buf);
 }
 
 /* --failed keeps only reject routes: successes and misses are counted as seen and go no further. */
@@ -503,12 +511,7 @@ static __always_inline int on_drop(const bool direct, void *ctx, struct sk_buff 
 		}
 	}
 	fill_task(ctx, e);
-	if (cfg.netns && e->netns != cfg.netns)
-		return 0;
-	if (!flow_matches(e) || !owner_matches(e) || !dev_matches(e))
-		return 0;
-	finish(buf);
-	return 0;
+	return finish_if_matching(buf);
 }
 
 /* One body, two entry points per hook: tp_btf (typed arguments, direct reads) and raw_tp (copies). */
