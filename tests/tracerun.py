@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,20 @@ class TraceRun:
         self._stdout.close()
         self._stderr.close()
         self._dir.cleanup()
+
+
+def diagnose_verdicts(
+    *args: str, traffic: Callable[[], object], duration: float = 4.0, attach_timeout: float = 20.0
+) -> list[dict[str, Any]]:
+    """`netsleuth diagnose ARGS --duration D --json`: `traffic` sent once it is attached, the run left to end
+    by itself (exit 0, every record checked against its schema, a summary last), its verdicts returned."""
+    with TraceRun("diagnose", *args, "--duration", str(duration)) as run:
+        run.wait_ready(attach_timeout)
+        traffic()
+        assert run.finish() == 0, run.stderr()
+        records = run.records()
+    assert records[-1]["type"] == "summary"
+    return [record for record in records if record["type"] == "verdict"]
 
 
 def bpftool_netsleuth_programs(prefix: str = "drops_") -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.netlab import Lab
 from tests.privileged.conftest import Pair
-from tests.tracerun import TraceRun
+from tests.tracerun import diagnose_verdicts
 
 CONNECT = """
 import socket, sys
@@ -46,13 +46,7 @@ sys.stdin.read()
 
 
 def diagnose(netns: str, traffic: Any, duration: float = 4.0) -> list[dict[str, Any]]:
-    with TraceRun("diagnose", "--netns", netns, "--duration", str(duration)) as run:
-        run.wait_ready()
-        traffic()
-        assert run.finish() == 0, run.stderr()
-        records = run.records()
-    assert records[-1]["type"] == "summary"
-    return [record for record in records if record["type"] == "verdict"]
+    return diagnose_verdicts("--netns", netns, traffic=traffic, duration=duration)
 
 
 def test_firewall_drop_is_the_first_verdict_with_its_rule(pair: Pair) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.netlab import Host, wait_for
 from tests.privileged.conftest import Pair
-from tests.tracerun import TraceRun, bpftool_netsleuth_programs, netsleuth_argv
+from tests.tracerun import TraceRun, bpftool_netsleuth_programs, diagnose_verdicts, netsleuth_argv
 
 pytestmark = pytest.mark.privileged
 
@@ -147,25 +147,12 @@ def test_unresolved_next_hop_fails_and_its_packets_are_dropped(routed: Pair) -> 
     assert not of_type(records, "route")  # --failed: successful lookups are not shown
 
 
-def test_diagnose_turns_blackhole_and_silent_next_hop_into_verdicts(routed: Pair, tmp_path: Any) -> None:
-    ready = tmp_path / "ready"
-    argv = netsleuth_argv(
-        "diagnose", "--netns", routed.a.name, "--duration", "3", "--json", "--ready-file", str(ready)
-    )
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: ready.exists() or process.poll() is not None, 30, "diagnose to attach")
+def test_diagnose_turns_blackhole_and_silent_next_hop_into_verdicts(routed: Pair) -> None:
+    def traffic() -> None:
         send(routed.a, CLIENT, BLACKHOLED, 12)
         send(routed.a, CLIENT, BEHIND_SILENT_HOP, 4)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 0, err
-    import json
 
-    verdicts = [json.loads(line) for line in out.splitlines() if '"verdict"' in line]
+    verdicts = diagnose_verdicts("--netns", routed.a.name, traffic=traffic, duration=3, attach_timeout=30)
     by_category = {verdict["category"]: verdict for verdict in verdicts}
     blackhole = by_category["route-reject"]
     assert (

@@ -5,17 +5,15 @@ verdicts. Addresses only from 2001:db8::/32, added with `nodad` so no test waits
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.netlab import Host, wait_for
+from tests.netlab import Host
 from tests.privileged.conftest import Pair
-from tests.tracerun import TraceRun, netsleuth_argv
+from tests.tracerun import TraceRun, diagnose_verdicts
 
 pytestmark = pytest.mark.privileged
 
@@ -170,25 +168,12 @@ def test_unresolved_ipv6_next_hop_fails_and_its_packets_are_dropped(routed6: Pai
     assert not of_type(records, "route")
 
 
-def test_diagnose_turns_ipv6_blackhole_and_silent_next_hop_into_verdicts(
-    routed6: Pair, tmp_path: Any
-) -> None:
-    ready = tmp_path / "ready"
-    argv = netsleuth_argv(
-        "diagnose", "--netns", routed6.a.name, "--duration", "3", "--json", "--ready-file", str(ready)
-    )
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: ready.exists() or process.poll() is not None, 30, "diagnose to attach")
+def test_diagnose_turns_ipv6_blackhole_and_silent_next_hop_into_verdicts(routed6: Pair) -> None:
+    def traffic() -> None:
         send(routed6.a, CLIENT, BLACKHOLED, 12)
         send(routed6.a, CLIENT, BEHIND_SILENT_HOP, 4)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 0, err
-    verdicts = [json.loads(line) for line in out.splitlines() if '"verdict"' in line]
+
+    verdicts = diagnose_verdicts("--netns", routed6.a.name, traffic=traffic, duration=3, attach_timeout=30)
     by_category = {verdict["category"]: verdict for verdict in verdicts}
     blackhole = by_category["route-reject"]
     assert (

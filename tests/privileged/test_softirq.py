@@ -15,7 +15,7 @@ import pytest
 
 from tests.netlab import run, wait_for
 from tests.privileged.conftest import Pair
-from tests.tracerun import TraceRun, bpftool_netsleuth_programs, netsleuth_argv
+from tests.tracerun import TraceRun, bpftool_netsleuth_programs, diagnose_verdicts, netsleuth_argv
 
 pytestmark = pytest.mark.privileged
 
@@ -80,14 +80,11 @@ def small_netdev_budget() -> Iterator[int]:
 
 
 def test_diagnose_names_net_rx_runs_stopped_on_the_packet_budget(
-    napi_pair: Pair, udpflood: str, small_netdev_budget: int, tmp_path: Any
+    napi_pair: Pair, udpflood: str, small_netdev_budget: int
 ) -> None:
     pair = napi_pair
-    ready = tmp_path / "ready"
-    argv = netsleuth_argv("diagnose", "--duration", "4", "--json", "--ready-file", str(ready))
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: ready.exists() or process.poll() is not None, 30, "diagnose to attach")
+
+    def traffic() -> None:
         # Two senders on two CPUs fill one NAPI ring faster than one poll per packet: runs handle several
         # packets, more than netdev_budget = 4.
         floods = [
@@ -100,13 +97,8 @@ def test_diagnose_names_net_rx_runs_stopped_on_the_packet_budget(
             flood.start()
         for flood in floods:
             flood.join()
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 0, err
-    verdicts = [json.loads(line) for line in out.splitlines() if '"verdict"' in line]
+
+    verdicts = diagnose_verdicts(traffic=traffic, duration=4, attach_timeout=30)
     budget = [verdict for verdict in verdicts if verdict["category"] == "net-rx-budget"]
     assert len(budget) == 1, [verdict["category"] for verdict in verdicts]
     (verdict,) = budget
