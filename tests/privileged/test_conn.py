@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from netsleuth.diagnostics.drops import FALLBACK_ENV
 from tests.netlab import Host, Lab, lab
 from tests.privileged.conftest import Pair
 from tests.privileged.tcp_helpers import Server, connect
@@ -54,6 +55,29 @@ def test_verdict_for_a_connection_killed_by_a_firewall_drop(pair: Pair) -> None:
     drop = next(entry for entry in conn["timeline"] if entry["event"] == "drop")
     assert drop["reason"] == "NETFILTER_DROP" and drop["netfilter"]["rule"] == rule
     assert summary["connections"] == 1 and summary["outcomes"] == {"timeout": 1}
+
+
+def test_inferred_drop_reasons_are_marked_in_the_verdict_and_timeline(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a kernel without drop reasons (forced here), conn says the reason is inferred, as drops does."""
+    monkeypatch.setenv(FALLBACK_ENV, "no-reason")  # TraceRun's netsleuth inherits it
+    _fast_syn_timeout(pair.a)
+    pair.b.run("iptables", "-A", "INPUT", "-p", "tcp", "--dport", "7091", "-j", "DROP")
+    with TraceRun("conn", "--dst", f"{pair.b4}:7091", "--netns", pair.a.name) as trace:
+        trace.wait_ready()
+        assert connect(pair.a, pair.b4, 7091, timeout=30) == "ERROR 110"
+        trace.wait_records(lambda r: r.get("type") == "conn")
+        assert trace.stop() == 0
+        [conn] = _conns(trace)
+        stderr = trace.stderr()
+    rule = "-A INPUT -p tcp -m tcp --dport 7091 -j DROP"
+    assert f'SYNs dropped by NETFILTER_DROP (inferred) at "{rule}"' in conn["verdict"], conn["verdict"]
+    drops = [entry for entry in conn["timeline"] if entry["event"] == "drop"]
+    assert drops and len(drops) == conn["drops"]
+    assert all(entry["reason"] == "NETFILTER_DROP" and entry["reason_inferred"] is True for entry in drops)
+    assert all("NETFILTER_DROP (inferred)" in entry["text"] for entry in drops)
+    assert "inferred from where each packet was freed" in stderr
 
 
 def test_verdict_for_a_connection_killed_by_a_reset(pair: Pair) -> None:

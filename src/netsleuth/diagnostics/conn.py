@@ -232,16 +232,21 @@ def _where(drop: DropRecord) -> str:
     return f"{drop.location.split('+', 1)[0]} ({netns})"
 
 
+def _reason(drop: DropRecord) -> str:
+    """The drop's reason, marked when it was inferred from the location (a kernel without reasons)."""
+    return f"{drop.reason} (inferred)" if drop.reason_inferred else drop.reason
+
+
 def drops_text(conn: Connection) -> str | None:
     """`SYNs dropped by NETFILTER_DROP at "-A INPUT ..." (netns b)`, the most frequent kind first."""
     drops = [drop for drop in conn.drops if drop.reason not in _BENIGN_DROPS]
     if not drops:
         return None
-    kinds = Counter((_what(drop, conn), drop.reason, _where(drop)) for drop in drops)
+    kinds = Counter((_what(drop, conn), _reason(drop), _where(drop)) for drop in drops)
     (what, reason, where), _ = kinds.most_common(1)[0]
     text = f"{what} dropped by {reason} at {where}"
     example = next(
-        drop for drop in drops if (_what(drop, conn), drop.reason, _where(drop)) == (what, reason, where)
+        drop for drop in drops if (_what(drop, conn), _reason(drop), _where(drop)) == (what, reason, where)
     )
     placement = conn.translated.get(id(example))
     if placement is not None and placement.translated:
@@ -596,15 +601,22 @@ class ConnTracker:
             where = _where(item)
             text = (
                 f"dropped{flags} {endpoint_text(packet.saddr, packet.sport)} > "
-                f"{endpoint_text(packet.daddr, packet.dport)}: {item.reason} at {where}"
+                f"{endpoint_text(packet.daddr, packet.dport)}: {_reason(item)} at {where}"
             )
+            data: dict[str, Any] = {
+                "reason": item.reason,
+                "location": item.location,
+                "netfilter": item.netfilter,
+            }
+            if item.reason_inferred:
+                data["reason_inferred"] = True
             conn.add(
                 TimelineEntry(
                     item.time,
                     "drop",
                     item.netns_name or str(item.netns),
                     text,
-                    {"reason": item.reason, "location": item.location, "netfilter": item.netfilter},
+                    data,
                 )
             )
         elif isinstance(item, ResetRecord):

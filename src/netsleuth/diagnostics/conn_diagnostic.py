@@ -54,6 +54,8 @@ class ConnConfig:
     # Also emit, as their own drop/reset records, those no connection here claimed: where the connection's
     # socket is on another host, a fleet joins them with that host's report (fleet/diagnostic_source.py).
     report_unclaimed: bool = False
+    # The drops program's fallbacks NETSLEUTH_DROPS_FALLBACK forces (DropsConfig fields), as for `drops`.
+    drops_fallbacks: tuple[tuple[str, bool], ...] = ()
 
     @property
     def run_options(self) -> RunOptions:
@@ -107,7 +109,10 @@ def read_conn_config(values: ConfigInput) -> ConnConfig:
     drops_filter = PacketFilter(
         proto=_TCP, hosts=packet_filter.sources, port=packet_filter.sport, family=packet_filter.family
     )
-    return ConnConfig(selector, tcp_filter, drops_filter, run)
+    from netsleuth.diagnostics.drops import forced_fallbacks
+
+    fallbacks = tuple(sorted(forced_fallbacks().items()))
+    return ConnConfig(selector, tcp_filter, drops_filter, run, drops_fallbacks=fallbacks)
 
 
 @dataclass(frozen=True)
@@ -164,8 +169,9 @@ class ConnDiagnostic:
         self._tcp: TcpSession = TcpSession(
             TcpSessionConfig(config.tcp_filter, emit=self._kinds, sample_every=config.run.sample)
         )
+        fallbacks: dict[str, Any] = dict(config.drops_fallbacks)
         self._drops: DropsDiagnostic = DropsDiagnostic(
-            DropsConfig(packet_filter=config.drops_filter), self._context
+            DropsConfig(packet_filter=config.drops_filter, **fallbacks), self._context
         )
         self._resets: ResetEnricher | None = None
         self._conntrack: ConntrackReader | None = None
