@@ -52,6 +52,7 @@ BPFTRACE_PRINTF = (
     '{ printf("%d %d %p %d\\n", nsecs, args->reason, args->location, args->protocol); }'
 )
 BPFTRACE_READY = 'BEGIN { printf("ready\\n"); } '
+FLOOR = "floor: empty tp_btf program"
 # The storm's sender (and so the traced kernel path) on one CPU, every tracer's userspace on the other: the
 # comparison is of in-kernel cost and consumer efficiency, not of who wins a shared core.
 SENDER_CPU, TRACER_CPU = "1", "0"
@@ -71,6 +72,20 @@ def build_sender(directory: Path) -> str:
     binary = directory / "udpflood"
     subprocess.run(["gcc", "-O2", "-o", str(binary), str(REPO / "bench" / "udpflood.c")], check=True)
     return str(binary)
+
+
+def build_floor(directory: Path) -> Path:
+    """bench/kfree_skb_floor.bpf.c, compiled as the product's objects are (Makefile BPF_CFLAGS)."""
+    obj = directory / "kfree_skb_floor.bpf.o"
+    subprocess.run(
+        [
+            "clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86",
+            f"-I{REPO / 'bpf' / 'include'}", f"-I{REPO / 'bpf'}",
+            "-c", str(REPO / "bench" / "kfree_skb_floor.bpf.c"), "-o", str(obj),
+        ],
+        check=True,
+    )  # fmt: skip
+    return obj
 
 
 def bpf_program_stats(name_prefix: str) -> tuple[int, int]:
@@ -153,8 +168,17 @@ def main() -> int:
 
             return start
 
+        floor_object = build_floor(work)
+
+        def floor_tracer() -> Tracer:
+            ready = work / "floor-ready"
+            ready.unlink(missing_ok=True)
+            argv = [sys.executable, str(REPO / "bench" / "floor_tracer.py"), str(floor_object), str(ready)]
+            return Tracer(argv, ready.exists, work / "floor.out", TRACER_CPU)
+
         configurations: list[tuple[str, Callable[[], Tracer | None], str]] = [
             ("untraced", lambda: None, ""),
+            (FLOOR, floor_tracer, "kfree_skb_floor"),
             ("netsleuth drops --summary", netsleuth_tracer("--summary", stdout="summary.out"), "drops_"),
             ("netsleuth drops --json", netsleuth_tracer("--json", stdout="stream.jsonl"), "drops_"),
             ("bpftrace count()", bpftrace_tracer(BPFTRACE_COUNT, "bt_count.out"), "kfree_skb"),
@@ -304,6 +328,15 @@ def main() -> int:
             f"rate the in-kernel cost allows:    summary {allowed_summary:.3f}, "
             f"bpftrace count() {allowed_count:.3f} of untraced"
         )
+    floor = by_name[FLOOR]
+    print(
+        f"floor (an empty tp_btf program):    {floor.vs_untraced:.3f} of untraced, paired: what the kernel's "
+        "dispatch alone leaves any tracer"
+    )
+    print(
+        f"summary vs the floor:              {summary.vs_untraced / floor.vs_untraced:.3f}  "
+        "(the share of the floor's rate our program keeps)"
+    )
     print(f"summary vs bpftrace count() rate:  {summary.rate / bt_count.rate:.3f}")
     print(f"streaming vs bpftrace printf rate: {stream.rate / bt_printf.rate:.3f}  (target >= 2)")
     print(
