@@ -33,10 +33,22 @@ struct {
 	__type(value, struct softirq_cpu_state);
 } cpu_state SEC(".maps");
 
+/* NAPI instance -> where each CPU counts it (its slot in napi_polls) and its name: each CPU fills its own
+ * value on its first poll of the instance, and looks it up again only when its cache
+ * (softirq_cpu_state.napi_cache_*) misses. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, SIRQ_MAX_NAPI);
 	__type(key, struct napi_key);
+	__type(value, struct napi_slot);
+} napi_slots SEC(".maps");
+
+/* Per CPU and slot, what the polls did: an array, whose lookup the verifier inlines (a hash lookup is a call
+ * that hashes the key and walks a bucket, on every poll). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SIRQ_MAX_NAPI);
+	__type(key, __u32);
 	__type(value, struct napi_stats);
 } napi_polls SEC(".maps");
 
@@ -175,63 +187,93 @@ static __always_inline int on_exit(__u32 vec)
 	return 0;
 }
 
+/* This CPU's slot for a NAPI instance its cache does not hold: the one it took on its first poll of the
+ * instance, or a new one; SIRQ_MAX_NAPI when the instance is not counted (--dev filters it out, or the CPU's
+ * slots or the map's entries are all taken). */
+static __always_inline __u32 napi_find_slot(const bool direct, struct softirq_cpu_state *s, struct net_device *dev,
+					    const struct napi_key *key)
+{
+	struct napi_slot *mine = bpf_map_lookup_elem(&napi_slots, key);
+	struct napi_slot fresh = {};
+	__u32 ifindex;
+
+	/* Only instances that passed --dev are ever inserted. */
+	if (mine && mine->polled)
+		return mine->slot;
+	/* The name is copied (a string read) only here: to filter by it or to name the instance. */
+	ns_device_rd(direct, dev, &ifindex, fresh.ifname);
+	if (cfg.filter_dev && !ns_name_matches(fresh.ifname, cfg.dev))
+		return SIRQ_MAX_NAPI;
+	if (s->napi_slots_used >= SIRQ_MAX_NAPI)
+		return SIRQ_MAX_NAPI;
+	fresh.slot = s->napi_slots_used;
+	fresh.polled = 1;
+	if (!mine) {
+		if (!bpf_map_update_elem(&napi_slots, key, &fresh, BPF_NOEXIST))
+			return s->napi_slots_used++;
+		/* Another CPU inserted the instance since our lookup, or the map is full. */
+		mine = bpf_map_lookup_elem(&napi_slots, key);
+		if (!mine)
+			return SIRQ_MAX_NAPI;
+	}
+	/* Inserted by another CPU: this CPU's value stays zeroed until it fills it. */
+	*mine = fresh;
+	return s->napi_slots_used++;
+}
+
 static __always_inline int on_napi_poll(const bool direct, struct napi_struct *napi, int work, int budget)
 {
 	struct softirq_cpu_state *s = state();
-	struct napi_stats *stats;
 	struct napi_key key = {};
+	struct napi_stats *stats;
 	struct net_device *dev;
-	char ifname[16] = {};
+	__u32 slot, entry;
 
-	if (!napi)
+	if (!s || !napi)
 		return 0;
-	dev = NS_RD(direct, napi, dev);
-	if (s && work > 0) {
+	if (work > 0) {
 		s->run_work += work;
 		if (work >= budget)
 			s->netrx[NETRX_EXHAUSTED_POLLS]++;
 	}
-	if (s)
-		s->run_polls += 1;
+	s->run_polls++;
+	dev = NS_RD(direct, napi, dev);
 	if (dev) {
 		key.ifindex = NS_RD(direct, dev, ifindex);
 		key.netns = ns_net_inum_rd(direct, NS_RD(direct, dev, nd_net.net));
 	}
 	if (cfg.netns && key.netns != cfg.netns)
 		return 0;
-	/* The name is copied (a string read, the costliest part of a poll) only to filter by it or to name a
-	 * new entry, not on every poll of a known instance. */
-	if (cfg.filter_dev) {
-		ns_device_rd(direct, dev, &key.ifindex, ifname);
-		if (!ns_name_matches(ifname, cfg.dev))
-			return 0;
-	}
 	key.napi_id = NS_RD(direct, napi, napi_id);
-	stats = bpf_map_lookup_elem(&napi_polls, &key);
-	if (!stats) {
-		struct napi_stats fresh = {};
-
-		bpf_map_update_elem(&napi_polls, &key, &fresh, BPF_NOEXIST);
-		stats = bpf_map_lookup_elem(&napi_polls, &key);
-		if (!stats)
-			return 0;
+	/* The whole key is compared, not the napi pointer: a freed and reused napi_struct, or a device moved to
+	 * another namespace, must not be counted as the instance the entry was filled for. */
+	entry = key.napi_id & (SIRQ_NAPI_CACHE - 1);
+	slot = s->napi_cache_slot[entry];
+	if (!slot || s->napi_cache_key[entry].napi_id != key.napi_id ||
+	    s->napi_cache_key[entry].ifindex != key.ifindex || s->napi_cache_key[entry].netns != key.netns) {
+		slot = napi_find_slot(direct, s, dev, &key) + 1;
+		s->napi_cache_key[entry] = key;
+		s->napi_cache_slot[entry] = slot;
 	}
-	/* A new entry, or one another CPU inserted (it starts zeroed on this one): name it here. */
-	if (!stats->ifname[0]) {
-		if (!ifname[0])
-			ns_device_rd(direct, dev, &key.ifindex, ifname);
-		__builtin_memcpy(stats->ifname, ifname, sizeof(stats->ifname));
-	}
+	slot -= 1;
+	if (slot >= SIRQ_MAX_NAPI)
+		return 0;
+	stats = bpf_map_lookup_elem(&napi_polls, &slot);
+	if (!stats)
+		return 0;
 	stats->polls++;
-	stats->work += work > 0 ? work : 0;
 	stats->budget = budget;
+	if (work <= 0) {
+		stats->idle++;
+		stats->work_hist[0]++;
+		return 0;
+	}
+	stats->work += work;
 	if (work >= budget)
 		stats->exhausted++;
-	if (work <= 0)
-		stats->idle++;
-	if (work > 0 && (__u64)work > stats->max_work)
+	if ((__u64)work > stats->max_work)
 		stats->max_work = work;
-	stats->work_hist[log2_bucket(work > 0 ? work + 1 : 1) & (SIRQ_BUCKETS - 1)]++;
+	stats->work_hist[log2_bucket(work + 1) & (SIRQ_BUCKETS - 1)]++;
 	return 0;
 }
 

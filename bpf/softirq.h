@@ -9,7 +9,8 @@
 enum softirq_limits {
 	SIRQ_MAX_VECTORS = 16,	/* NR_SOFTIRQS is 10 since 4.x; room for more (userspace names them) */
 	SIRQ_BUCKETS = 32,	/* log2 buckets of nanoseconds / packets: bucket b holds [2^b, 2^(b+1)) */
-	SIRQ_MAX_NAPI = 1024,	/* NAPI instances tracked */
+	SIRQ_MAX_NAPI = 1024,	/* NAPI instances tracked (per CPU: slots of napi_polls) */
+	SIRQ_NAPI_CACHE = 8,	/* per CPU: NAPI instances whose slot it remembers (a power of two) */
 	SIRQ_NET_RX = 3,	/* NET_RX_SOFTIRQ (include/linux/interrupt.h; unchanged since 2.6) */
 };
 
@@ -62,6 +63,15 @@ struct napi_key {
 	__u32 pad;
 };
 
+/* Where one CPU keeps one NAPI instance's counters (the per-CPU value of the `napi_slots` hash, keyed by
+ * napi_key): its slot in the per-CPU `napi_polls` array, and its device's name when that CPU first polled
+ * it. Each CPU numbers its own slots, so handing one out needs no atomic operation. */
+struct napi_slot {
+	__u32 slot;
+	__u32 polled;		/* 1: this CPU polled the instance (slot is its own); 0: never here */
+	char ifname[16];
+};
+
 /* Per CPU (the map is per-CPU): what the polls of one NAPI instance did there. */
 struct napi_stats {
 	__u64 polls;
@@ -71,13 +81,12 @@ struct napi_stats {
 	__u64 max_work;
 	__u32 budget;		/* the budget of the last poll (the NAPI weight, usually 64) */
 	__u32 pad;
-	char ifname[16];
 	__u64 work_hist[SIRQ_BUCKETS]; /* polls by log2(work + 1) */
 };
 
 /* Everything one CPU keeps (the single entry of the per-CPU `cpu_state` array): the state between the hooks
  * and every counter and histogram, so each event makes one map lookup (a few per event cost as much as the
- * rest of the program). */
+ * rest of the program); a poll of a known NAPI instance one more, in the napi_polls array. */
 struct softirq_cpu_state {
 	__u64 raised_ns[SIRQ_MAX_VECTORS];
 	__u64 entered_ns[SIRQ_MAX_VECTORS];
@@ -87,6 +96,14 @@ struct softirq_cpu_state {
 	__u64 hist[SIRQ_MAX_VECTORS * SIRQ_HIST_KINDS * SIRQ_BUCKETS];
 	__u64 netrx[NETRX_COUNTERS];
 	__u64 netrx_work_hist[SIRQ_BUCKETS]; /* NET_RX runs by log2(packets + 1) */
+	/* The NAPI instances this CPU polled last, by napi_id modulo SIRQ_NAPI_CACHE, and their napi_polls
+	 * slots plus one (0: nothing cached; SIRQ_MAX_NAPI + 1: not counted, filtered out by --dev or no slot
+	 * left). A CPU polls the same few instances over and over, and comparing a key costs far less than a
+	 * hash lookup. */
+	struct napi_key napi_cache_key[SIRQ_NAPI_CACHE];
+	__u32 napi_cache_slot[SIRQ_NAPI_CACHE];
+	__u32 napi_slots_used;	/* this CPU's slots handed out */
+	__u32 pad;
 };
 
 struct softirq_abi_types {

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.netlab import run, wait_for
+from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, Variant
+from tests.netlab import Host, Lab, run, wait_for
 from tests.privileged.conftest import Pair
 from tests.tracerun import TraceRun, bpftool_netsleuth_programs, diagnose_verdicts, netsleuth_argv
 
@@ -142,3 +143,107 @@ def test_bad_input_is_one_sentence_and_exit_2(args: list[str], words: str) -> No
     assert result.returncode == 2, result.stderr
     assert words in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("variant", TP_BTF_THEN_RAW_TP, ids=lambda variant: variant.kind)
+def test_one_instance_polled_on_both_cpus_is_counted_exactly(
+    napi_pair: Pair, udpflood: str, variant: Variant
+) -> None:
+    """Each CPU counts an instance in its own slot (bpf/softirq.h, struct napi_slot), found through its own
+    cache: two senders on two CPUs schedule b's one veth NAPI on both, and the slots summed still equal the
+    device's rx_packets growth - without --dev, with either program build."""
+    from netsleuth.diagnostics.softirq import SoftirqConfig, SoftirqDiagnostic
+
+    pair = napi_pair
+    session = SoftirqDiagnostic(SoftirqConfig(netns=pair.b.inode), variants=(variant,))
+    try:
+        session.start()
+        assert session.attach_kind == variant.kind
+        before = rx_packets(pair)
+        floods = [
+            threading.Thread(
+                target=pair.a.run, args=("taskset", "-c", str(cpu), udpflood, pair.b4, "9", "20000")
+            )
+            for cpu in (0, 1)
+        ]
+        for flood in floods:
+            flood.start()
+        for flood in floods:
+            flood.join()
+        received = rx_packets(pair) - before
+        instances = session.napi_instances()
+    finally:
+        session.close()
+    assert received > 20000  # two senders can overfill the ring (veth drops, not received)
+    (napi,) = [instance for instance in instances if instance.dev == "veth0"]
+    assert napi.netns == pair.b.inode and napi.napi_id > 0
+    assert napi.work == received
+    assert set(napi.polls_by_cpu) == {0, 1}
+    assert napi.work_per_poll.count == napi.polls
+
+
+def queue_packets(host: Host) -> dict[str, int]:
+    """veth0's packets by receive queue, as its NAPI instances took them."""
+    counters = (line.split(":") for line in host.run("ethtool", "-S", "veth0").stdout.splitlines())
+    return {name.strip(): int(value) for name, value in counters if name.strip().endswith("_xdp_packets")}
+
+
+def test_more_instances_than_cache_entries_are_each_counted_exactly(udpflood: str) -> None:
+    """A CPU remembers SIRQ_NAPI_CACHE instances (by napi_id modulo it): with 16 receive queues, each its own
+    NAPI instance with consecutive ids, entries are evicted and refilled from the napi_slots map, and every
+    instance still has exactly its packets."""
+    from netsleuth._generated.softirq_abi import SIRQ_NAPI_CACHE
+    from netsleuth.diagnostics.softirq import SoftirqConfig, SoftirqDiagnostic
+
+    lab = Lab()
+    try:
+        a, b = lab.host("a"), lab.host("b")
+        queues = ["numtxqueues", "16", "numrxqueues", "16"]
+        run(
+            "ip",
+            "link",
+            "add",
+            f"{lab.prefix}q"[:15],
+            *queues,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            f"{lab.prefix}r"[:15],
+            *queues,
+        )
+        for end, host, addr in (
+            (f"{lab.prefix}q"[:15], a, "198.18.0.1/24"),
+            (f"{lab.prefix}r"[:15], b, "198.18.0.2/24"),
+        ):
+            run("ip", "link", "set", end, "netns", host.name)
+            host.run("ip", "link", "set", end, "name", "veth0")
+            host.run("ip", "addr", "add", addr, "dev", "veth0")
+            host.run("ip", "link", "set", "veth0", "up")
+        b.run("ethtool", "-K", "veth0", "gro", "on")
+        a.run("ethtool", "-K", "veth0", "tso", "off")
+        for host in (a, b):
+            host.run("sysctl", "-qw", "net.ipv6.conf.veth0.disable_ipv6=1")
+        a.run(udpflood, "198.18.0.2", "9", "1")
+        session = SoftirqDiagnostic(SoftirqConfig(netns=b.inode))
+        try:
+            session.start()
+            before = int(b.run("cat", "/sys/class/net/veth0/statistics/rx_packets").stdout)
+            queue_packets_before = queue_packets(b)
+            # Each sender is one socket, one flow, hashed to one of the 16 queues; two CPUs take turns.
+            for flow in range(32):
+                a.run("taskset", "-c", str(flow % 2), udpflood, "198.18.0.2", "9", "500")
+            received = int(b.run("cat", "/sys/class/net/veth0/statistics/rx_packets").stdout) - before
+            queue_packets_after = queue_packets(b)
+            instances = [napi for napi in session.napi_instances() if napi.dev == "veth0"]
+        finally:
+            session.close()
+    finally:
+        lab.close()
+    assert received == 32 * 500
+    assert len({napi.napi_id for napi in instances}) > SIRQ_NAPI_CACHE  # some ids share a cache entry
+    assert sum(napi.work for napi in instances) == received
+    # Per instance: veth counts what each receive queue's NAPI took (ethtool -S rx_queue_N_xdp_packets).
+    grown = [after - queue_packets_before.get(queue, 0) for queue, after in queue_packets_after.items()]
+    assert sorted(napi.work for napi in instances) == sorted(count for count in grown if count)
+    assert all(napi.work_per_poll.count == napi.polls for napi in instances)

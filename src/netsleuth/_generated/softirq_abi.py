@@ -21,9 +21,11 @@ __all__ = [
     "SIRQ_BUCKETS",
     "SIRQ_MAX_NAPI",
     "SIRQ_MAX_VECTORS",
+    "SIRQ_NAPI_CACHE",
     "SIRQ_NET_RX",
     "HistKind",
     "NapiKeyC",
+    "NapiSlotC",
     "NapiStatsC",
     "NetRxCounter",
     "SoftirqConfigC",
@@ -36,6 +38,7 @@ __all__ = [
 SIRQ_MAX_VECTORS = 16
 SIRQ_BUCKETS = 32
 SIRQ_MAX_NAPI = 1024
+SIRQ_NAPI_CACHE = 8
 SIRQ_NET_RX = 3
 
 
@@ -107,8 +110,19 @@ class NapiKeyC(ctypes.Structure):
     )
 
 
+class NapiSlotC(ctypes.Structure):
+    """struct napi_slot: 24 bytes."""
+
+    c_name = "napi_slot"
+    _fields_ = (
+        ("slot", ctypes.c_uint32),
+        ("polled", ctypes.c_uint32),
+        ("ifname", ctypes.c_char * 16),
+    )
+
+
 class NapiStatsC(ctypes.Structure):
-    """struct napi_stats: 320 bytes."""
+    """struct napi_stats: 304 bytes."""
 
     c_name = "napi_stats"
     _fields_ = (
@@ -119,13 +133,12 @@ class NapiStatsC(ctypes.Structure):
         ("max_work", ctypes.c_uint64),
         ("budget", ctypes.c_uint32),
         ("pad", ctypes.c_uint32),
-        ("ifname", ctypes.c_char * 16),
         ("work_hist", ctypes.c_uint64 * 32),
     )
 
 
 class SoftirqCpuStateC(ctypes.Structure):
-    """struct softirq_cpu_state: 9664 bytes."""
+    """struct softirq_cpu_state: 9832 bytes."""
 
     c_name = "softirq_cpu_state"
     _fields_ = (
@@ -137,6 +150,10 @@ class SoftirqCpuStateC(ctypes.Structure):
         ("hist", ctypes.c_uint64 * 1024),
         ("netrx", ctypes.c_uint64 * 6),
         ("netrx_work_hist", ctypes.c_uint64 * 32),
+        ("napi_cache_key", NapiKeyC * 8),
+        ("napi_cache_slot", ctypes.c_uint32 * 8),
+        ("napi_slots_used", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
     )
 
 
@@ -144,6 +161,7 @@ class SoftirqCpuStateC(ctypes.Structure):
 MAP_MAX_ENTRIES: dict[str, int] = {
     "cpu_state": 1,
     "napi_polls": 1024,
+    "napi_slots": 1024,
 }
 
 # Every program and the hook it attaches to, from its ELF section.

@@ -163,6 +163,7 @@ MODULES: tuple[ModuleSpec, ...] = (
         {
             "softirq_config": "SoftirqConfigC",
             "napi_key": "NapiKeyC",
+            "napi_slot": "NapiSlotC",
             "napi_stats": "NapiStatsC",
             "softirq_cpu_state": "SoftirqCpuStateC",
         },

@@ -10,6 +10,7 @@ falls in (an upper bound within a factor of two).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,13 +22,14 @@ from netsleuth._generated.softirq_abi import (
     SIRQ_MAX_VECTORS,
     HistKind,
     NapiKeyC,
+    NapiSlotC,
     NapiStatsC,
     NetRxCounter,
     SoftirqConfigC,
     SoftirqCounter,
     SoftirqCpuStateC,
 )
-from netsleuth.bpf.program_session import ProgramSession
+from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, ProgramSession, Variant
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.totals import EventTotals
@@ -345,13 +347,24 @@ class SoftirqDiagnostic:
     """`softirq` as a session of the diagnostic model: it yields no records while it counts, and its
     measurements in the summary."""
 
-    def __init__(self, config: SoftirqConfig, context: KernelContext | None = None) -> None:
+    def __init__(
+        self,
+        config: SoftirqConfig,
+        context: KernelContext | None = None,
+        variants: Sequence[Variant] = TP_BTF_THEN_RAW_TP,
+    ) -> None:
+        """`variants`: the program builds tried in turn (tests pin one, e.g. the raw_tp fallback)."""
         from netsleuth.kernel.context import KernelContext
 
         self.config = config
         self._context = context or KernelContext()
         self._own_context = context is None
-        self._programs = ProgramSession("softirq", _PROGRAMS, mirrors=(("napi_stats", NapiStatsC),))
+        self._programs = ProgramSession(
+            "softirq",
+            _PROGRAMS,
+            variants,
+            mirrors=(("napi_slot", NapiSlotC), ("napi_stats", NapiStatsC)),
+        )
         self._names = softirq_names()
         self._started = 0.0
 
@@ -433,19 +446,35 @@ class SoftirqDiagnostic:
             for cpu, (cpu_counts, cpu_hist) in enumerate(counts_and_hists)
         ]
 
+    def _napi_per_cpu(self) -> list[tuple[NapiKeyC, bytes, dict[int, NapiStatsC]]]:
+        """Each NAPI instance's key, name and counters on every CPU that polled it. A CPU counts an instance
+        in its own slot of the per-CPU `napi_polls` array, named by its value in the per-CPU `napi_slots`
+        hash (bpf/softirq.h, struct napi_slot)."""
+        slots = self._programs.map("napi_slots")
+        polls = self._programs.map("napi_polls")
+        # slot -> its value on every CPU, read once (CPUs may keep different instances in one slot)
+        by_slot: dict[int, list[bytes]] = {}
+        found = []
+        for raw_key in slots.keys():  # noqa: SIM118 - a BPF map, not a dict
+            places = [NapiSlotC.from_buffer_copy(value) for value in slots.lookup_per_cpu(raw_key)]
+            per_cpu = {}
+            for cpu, place in enumerate(places):
+                if not place.polled:
+                    continue
+                if place.slot not in by_slot:
+                    by_slot[place.slot] = polls.lookup_per_cpu(place.slot.to_bytes(4, "little"))
+                per_cpu[cpu] = NapiStatsC.from_buffer_copy(by_slot[place.slot][cpu])
+            if per_cpu:
+                ifname = next((place.ifname for place in places if place.ifname), b"")
+                found.append((NapiKeyC.from_buffer_copy(raw_key), ifname, per_cpu))
+        return found
+
     def napi_instances(self) -> list[NapiInstance]:
         if not self._programs.started:
             return []
-        polls = self._programs.map("napi_polls")
         instances = []
-        for raw_key in polls.keys():  # noqa: SIM118 - a BPF map, not a dict
-            key = NapiKeyC.from_buffer_copy(raw_key)
-            per_cpu = [NapiStatsC.from_buffer_copy(value) for value in polls.lookup_per_cpu(raw_key)]
-            if not per_cpu:
-                continue
-            # A per-CPU hash entry inserted by a program is filled on the inserting CPU only (the others start
-            # zeroed), so the name is taken from whichever CPU has it.
-            ifname = next((stats.ifname for stats in per_cpu if stats.ifname), b"")
+        for key, ifname, by_cpu in self._napi_per_cpu():
+            per_cpu = list(by_cpu.values())
             work_hist = Histogram(
                 tuple(sum(stats.work_hist[b] for stats in per_cpu) for b in range(SIRQ_BUCKETS))
             )
@@ -457,7 +486,7 @@ class SoftirqDiagnostic:
                     ifindex=key.ifindex,
                     napi_id=key.napi_id,
                     budget=max(stats.budget for stats in per_cpu),
-                    polls_by_cpu={cpu: stats.polls for cpu, stats in enumerate(per_cpu) if stats.polls},
+                    polls_by_cpu={cpu: stats.polls for cpu, stats in by_cpu.items() if stats.polls},
                     work=sum(stats.work for stats in per_cpu),
                     exhausted=sum(stats.exhausted for stats in per_cpu),
                     idle=sum(stats.idle for stats in per_cpu),
