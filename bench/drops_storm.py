@@ -43,6 +43,7 @@ from bench.drops_delivery import (  # noqa: E402
     deliver,
     sampling_threshold,
 )
+from bench.floor_tracer import build_floor, floor_argv  # noqa: E402
 from bench.harness import Tracer, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
@@ -72,20 +73,6 @@ def build_sender(directory: Path) -> str:
     binary = directory / "udpflood"
     subprocess.run(["gcc", "-O2", "-o", str(binary), str(REPO / "bench" / "udpflood.c")], check=True)
     return str(binary)
-
-
-def build_floor(directory: Path) -> Path:
-    """bench/kfree_skb_floor.bpf.c, compiled as the product's objects are (Makefile BPF_CFLAGS)."""
-    obj = directory / "kfree_skb_floor.bpf.o"
-    subprocess.run(
-        [
-            "clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86",
-            f"-I{REPO / 'bpf' / 'include'}", f"-I{REPO / 'bpf'}",
-            "-c", str(REPO / "bench" / "kfree_skb_floor.bpf.c"), "-o", str(obj),
-        ],
-        check=True,
-    )  # fmt: skip
-    return obj
 
 
 def bpf_program_stats(name_prefix: str) -> tuple[int, int]:
@@ -173,7 +160,7 @@ def main() -> int:
         def floor_tracer() -> Tracer:
             ready = work / "floor-ready"
             ready.unlink(missing_ok=True)
-            argv = [sys.executable, str(REPO / "bench" / "floor_tracer.py"), str(floor_object), str(ready)]
+            argv = floor_argv(floor_object, ready, ("kfree_skb_floor",))
             return Tracer(argv, ready.exists, work / "floor.out", TRACER_CPU)
 
         configurations: list[tuple[str, Callable[[], Tracer | None], str]] = [
