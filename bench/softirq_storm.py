@@ -1,8 +1,11 @@
-"""UDP storm through veth NAPI with the softirq programs attached: packets/s received untraced vs `netsleuth
-softirq` vs a bpftrace script keeping the same histograms (raise->entry, entry->exit per CPU and vector, NAPI
-work per device), taking turns; the kernel cost per event of our programs (bpf_stats, in a separate storm so
-its accounting does not slow the measured one); and the exact check:
-the NAPI packets we counted equal the receiving device's rx_packets growth.
+"""UDP storm through veth NAPI, packets/s received: untraced, with the floor, netsleuth softirq, bpftrace.
+
+Taking turns: untraced; the floor (programs that do nothing on the same four tracepoints,
+bench/softirq_floor.bpf.c: what the kernel's dispatch alone leaves any tracer); `netsleuth softirq`; a
+bpftrace script keeping the same histograms (raise->entry, entry->exit per CPU and vector, NAPI work per
+device). Then the kernel cost per event of our programs and of the floor's (bpf_stats, in a separate storm so
+its accounting does not slow the measured one), and the exact check: the NAPI packets we counted equal the
+receiving device's rx_packets growth.
 
     sudo .venv/bin/python bench/softirq_storm.py [--count 200000] [--repeat 3]
 """
@@ -17,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,9 +29,15 @@ sys.path.insert(0, str(REPO))
 from tests.netlab import Host, Lab  # noqa: E402
 
 from bench.harness import Tracer, print_rates, program_cost, program_stats  # noqa: E402
+from netsleuth.bpf.object import BpfObject  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 SENDER_CPU, TRACER_CPU = "0", "1"
+FLOOR_PROGRAMS = ("sfloor_raise", "sfloor_entry", "sfloor_exit", "sfloor_napi")
+# Whole names (tp_btf and raw_tp builds), not a "sirq_" prefix another experiment's programs may share.
+NETSLEUTH_PROGRAMS = tuple(
+    f"sirq_{hook}_{build}" for hook in ("raise", "entry", "exit", "napi") for build in "br"
+)
 BPFTRACE = (
     'BEGIN { printf("ready\\n"); } '
     "tracepoint:irq:softirq_raise { @raised[cpu, args->vec] = nsecs; } "
@@ -53,8 +63,110 @@ def storm(sender: Host, receiver: Host, flood: str, count: int) -> tuple[float, 
     return received / elapsed, received
 
 
+def build_floor(directory: Path) -> Path:
+    """bench/softirq_floor.bpf.c, compiled as the product's objects are (Makefile BPF_CFLAGS)."""
+    obj = directory / "softirq_floor.bpf.o"
+    subprocess.run(
+        [
+            "clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86",
+            f"-I{REPO / 'bpf' / 'include'}", f"-I{REPO / 'bpf'}",
+            "-c", str(REPO / "bench" / "softirq_floor.bpf.c"), "-o", str(obj),
+        ],
+        check=True,
+    )  # fmt: skip
+    return obj
+
+
 def _printed_ready(out: Path) -> Callable[[], bool]:
     return lambda: "ready" in out.read_text()
+
+
+@dataclass
+class Costs:
+    """What bpf_stats said, per round: ns per event of each configuration's programs, and per program."""
+
+    ns_per_event: dict[str, list[float]] = field(default_factory=dict)
+    per_program: dict[str, list[float]] = field(default_factory=dict)
+    events_per_packet: list[float] = field(default_factory=list)
+    exact: list[str] = field(default_factory=list)
+
+
+class Storms:
+    """The lab's two hosts and the sender binary: one storm at a time."""
+
+    def __init__(self, sender: Host, receiver: Host, flood: Path, count: int) -> None:
+        self.sender, self.receiver, self.flood, self.count = sender, receiver, str(flood), count
+
+    def rate(self) -> tuple[float, int]:
+        return storm(self.sender, self.receiver, self.flood, self.count)
+
+    def cost(self, programs: tuple[str, ...], costs: Costs, label: str) -> int:
+        """A second, smaller storm with bpf_stats on (its two clock reads per program run would be charged to
+        the measured rate): ns per event of the programs whose names start with one of `programs`. Returns
+        the packets received."""
+        with RunTimeStats():
+            before = program_stats(programs)
+            received = storm(self.sender, self.receiver, self.flood, self.count // 4)[1]
+            after = program_stats(programs)
+        cost = program_cost(before, after)
+        if cost.ns_per_run is not None:
+            costs.ns_per_event.setdefault(label, []).append(cost.ns_per_run)
+        if label == "netsleuth":
+            for program, per_run in cost.ns_per_run_by_program.items():
+                costs.per_program.setdefault(program, []).append(per_run)
+            costs.events_per_packet.append(cost.runs / max(1, self.count // 4))
+        return received
+
+
+def traced_by_netsleuth(storms: Storms, scratch: Path, round_number: int, costs: Costs) -> float:
+    ready = scratch / f"ready-{round_number}"
+    out = scratch / f"softirq-{round_number}.json"
+    argv = [sys.executable, "-m", "netsleuth", "softirq", "--json", "--ready-file", str(ready)]
+    argv += ["--netns", storms.receiver.name]
+    tracer = Tracer(argv, ready.exists, out, TRACER_CPU)
+    rate, received = storms.rate()
+    received += storms.cost(NETSLEUTH_PROGRAMS, costs, "netsleuth")
+    tracer.stop()
+    summary = json.loads(out.read_text())
+    counted = sum(napi["packets"] for napi in summary["napi"] if napi["dev"] == "veth0")
+    costs.exact.append(f"NAPI packets {counted} vs rx_packets growth {received}")
+    return rate
+
+
+def traced_by_floor(storms: Storms, floor: BpfObject, costs: Costs) -> float:
+    for program in FLOOR_PROGRAMS:
+        floor.attach(program)
+    try:
+        rate = storms.rate()[0]
+        storms.cost(FLOOR_PROGRAMS, costs, "floor")
+    finally:
+        floor.detach_all()
+    return rate
+
+
+def traced_by_bpftrace(storms: Storms, scratch: Path, round_number: int) -> float:
+    out = scratch / f"bpftrace-{round_number}.out"
+    tracer = Tracer(["bpftrace", "-e", BPFTRACE], _printed_ready(out), out, TRACER_CPU)
+    rate = storms.rate()[0]
+    tracer.stop()
+    return rate
+
+
+def print_costs(costs: Costs) -> None:
+    if "netsleuth" in costs.ns_per_event:
+        print(
+            f"  netsleuth softirq programs: {statistics.median(costs.ns_per_event['netsleuth']):.0f} ns per "
+            f"event (bpf_stats), {statistics.median(costs.events_per_packet):.2f} events per packet"
+        )
+        for program, values in sorted(costs.per_program.items()):
+            print(f"    {program:<16} {statistics.median(values):6.0f} ns per run")
+    if "floor" in costs.ns_per_event:
+        print(
+            f"  floor (programs that do nothing): {statistics.median(costs.ns_per_event['floor']):.0f} ns "
+            "per event (bpf_stats)"
+        )
+    for line in costs.exact:
+        print(f"  exact: {line}")
 
 
 def main() -> int:
@@ -63,84 +175,33 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     options = parser.parse_args()
     lab = Lab(prefix="nsbq")
+    rates: dict[str, list[float]] = {"untraced": [], "floor": [], "netsleuth": [], "bpftrace": []}
+    costs = Costs()
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         flood = scratch / "udpflood"
         subprocess.run(["gcc", "-O2", "-o", str(flood), str(REPO / "bench" / "udpflood.c")], check=True)
+        floor = BpfObject(build_floor(scratch))
         try:
+            floor.load(list(FLOOR_PROGRAMS))
             sender, receiver = lab.host("a"), lab.host("b")
             lab.link(sender, receiver, ["198.18.0.1/24"], ["198.18.0.2/24"])
-            receiver.run(
-                "ethtool", "-K", "veth0", "gro", "on"
-            )  # veth NAPI (see tests/privileged/test_softirq.py)
+            # veth NAPI (see tests/privileged/test_softirq.py)
+            receiver.run("ethtool", "-K", "veth0", "gro", "on")
             sender.run("ethtool", "-K", "veth0", "tso", "off")
             storm(sender, receiver, str(flood), 10)  # ARP
-            rates: dict[str, list[float]] = {"untraced": [], "netsleuth": [], "bpftrace": []}
-            ns_per_event: list[float] = []
-            per_program: dict[str, list[float]] = {}
-            events_per_packet: list[float] = []
-            exact: list[str] = []
+            storms = Storms(sender, receiver, flood, options.count)
             for round_number in range(options.repeat):
-                for name in rates:
-                    if name == "untraced":
-                        rates[name].append(storm(sender, receiver, str(flood), options.count)[0])
-                        continue
-                    if name == "netsleuth":
-                        ready = scratch / f"ready-{round_number}"
-                        out = scratch / f"softirq-{round_number}.json"
-                        argv = [
-                            sys.executable,
-                            "-m",
-                            "netsleuth",
-                            "softirq",
-                            "--json",
-                            "--ready-file",
-                            str(ready),
-                        ]
-                        argv += ["--netns", receiver.name]
-                        tracer = Tracer(argv, ready.exists, out, TRACER_CPU)
-                        # The rate is taken with bpf_stats off (its two clock reads per program run would be
-                        # charged to us); the cost per event comes from a second, smaller storm with it on.
-                        rate, received = storm(sender, receiver, str(flood), options.count)
-                        with RunTimeStats():
-                            before = program_stats(("sirq_",))
-                            received += storm(sender, receiver, str(flood), options.count // 4)[1]
-                            after = program_stats(("sirq_",))
-                        tracer.stop()
-                        summary = json.loads(out.read_text())
-                        napi = [n for n in summary["napi"] if n["dev"] == "veth0"]
-                        counted = sum(n["packets"] for n in napi)
-                        exact.append(f"NAPI packets {counted} vs rx_packets growth {received}")
-                        cost = program_cost(before, after)
-                        for program, per_run in cost.ns_per_run_by_program.items():
-                            per_program.setdefault(program, []).append(per_run)
-                        if cost.ns_per_run is not None:
-                            ns_per_event.append(cost.ns_per_run)
-                            events_per_packet.append(cost.runs / max(1, options.count // 4))
-                        rates[name].append(rate)
-                    else:
-                        out = scratch / f"bpftrace-{round_number}.out"
-                        tracer = Tracer(
-                            ["bpftrace", "-e", BPFTRACE],
-                            _printed_ready(out),
-                            out,
-                            TRACER_CPU,
-                        )
-                        rates[name].append(storm(sender, receiver, str(flood), options.count)[0])
-                        tracer.stop()
+                rates["untraced"].append(storms.rate()[0])
+                rates["floor"].append(traced_by_floor(storms, floor, costs))
+                rates["netsleuth"].append(traced_by_netsleuth(storms, scratch, round_number, costs))
+                rates["bpftrace"].append(traced_by_bpftrace(storms, scratch, round_number))
         finally:
+            floor.close()
             lab.close()
     print(f"UDP storm of {options.count} datagrams into veth NAPI, median of {options.repeat} runs")
     print_rates(rates, "packets/s received")
-    if ns_per_event:
-        print(
-            f"  netsleuth softirq programs: {statistics.median(ns_per_event):.0f} ns per event (bpf_stats), "
-            f"{statistics.median(events_per_packet):.2f} events per packet"
-        )
-        for program, values in sorted(per_program.items()):
-            print(f"    {program:<16} {statistics.median(values):6.0f} ns per run")
-    for line in exact:
-        print(f"  exact: {line}")
+    print_costs(costs)
     return 0
 
 
