@@ -1,7 +1,7 @@
 """UDP storm through veth NAPI, packets/s received: untraced, with the floor, netsleuth softirq, bpftrace.
 
-Taking turns: untraced; the floor (programs that do nothing on the same four tracepoints,
-bench/softirq_floor.bpf.c: what the kernel's dispatch alone leaves any tracer); `netsleuth softirq`; a
+Taking turns: untraced; the floor (programs that do nothing on the same four tracepoints, bench/floor.bpf.c:
+what the kernel's dispatch alone leaves any tracer); `netsleuth softirq`; a
 bpftrace script keeping the same histograms (raise->entry, entry->exit per CPU and vector, NAPI work per
 device). Then the kernel cost per event of our programs and of the floor's (bpf_stats, in a separate storm so
 its accounting does not slow the measured one), and the exact check: the NAPI packets we counted equal the
@@ -28,12 +28,12 @@ sys.path.insert(0, str(REPO))
 
 from tests.netlab import Host, Lab  # noqa: E402
 
+from bench.floor_tracer import build_floor, floor_argv  # noqa: E402
 from bench.harness import Tracer, print_rates, program_cost, program_stats  # noqa: E402
-from netsleuth.bpf.object import BpfObject  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 SENDER_CPU, TRACER_CPU = "0", "1"
-FLOOR_PROGRAMS = ("sfloor_raise", "sfloor_entry", "sfloor_exit", "sfloor_napi")
+FLOOR_PROGRAMS = ("sirq_raise_floor", "sirq_entry_floor", "sirq_exit_floor", "napi_poll_floor")
 # Whole names (tp_btf and raw_tp builds), not a "sirq_" prefix another experiment's programs may share.
 NETSLEUTH_PROGRAMS = tuple(
     f"sirq_{hook}_{build}" for hook in ("raise", "entry", "exit", "napi") for build in "br"
@@ -61,20 +61,6 @@ def storm(sender: Host, receiver: Host, flood: str, count: int) -> tuple[float, 
     elapsed = time.monotonic() - started
     received = rx_packets(receiver) - before
     return received / elapsed, received
-
-
-def build_floor(directory: Path) -> Path:
-    """bench/softirq_floor.bpf.c, compiled as the product's objects are (Makefile BPF_CFLAGS)."""
-    obj = directory / "softirq_floor.bpf.o"
-    subprocess.run(
-        [
-            "clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86",
-            f"-I{REPO / 'bpf' / 'include'}", f"-I{REPO / 'bpf'}",
-            "-c", str(REPO / "bench" / "softirq_floor.bpf.c"), "-o", str(obj),
-        ],
-        check=True,
-    )  # fmt: skip
-    return obj
 
 
 def _printed_ready(out: Path) -> Callable[[], bool]:
@@ -133,14 +119,12 @@ def traced_by_netsleuth(storms: Storms, scratch: Path, round_number: int, costs:
     return rate
 
 
-def traced_by_floor(storms: Storms, floor: BpfObject, costs: Costs) -> float:
-    for program in FLOOR_PROGRAMS:
-        floor.attach(program)
-    try:
-        rate = storms.rate()[0]
-        storms.cost(FLOOR_PROGRAMS, costs, "floor")
-    finally:
-        floor.detach_all()
+def traced_by_floor(storms: Storms, floor: Path, scratch: Path, round_number: int, costs: Costs) -> float:
+    ready = scratch / f"floor-ready-{round_number}"
+    tracer = Tracer(floor_argv(floor, ready, FLOOR_PROGRAMS), ready.exists, scratch / "floor.out", TRACER_CPU)
+    rate = storms.rate()[0]
+    storms.cost(FLOOR_PROGRAMS, costs, "floor")
+    tracer.stop()
     return rate
 
 
@@ -181,9 +165,8 @@ def main() -> int:
         scratch = Path(tmp)
         flood = scratch / "udpflood"
         subprocess.run(["gcc", "-O2", "-o", str(flood), str(REPO / "bench" / "udpflood.c")], check=True)
-        floor = BpfObject(build_floor(scratch))
+        floor = build_floor(scratch)
         try:
-            floor.load(list(FLOOR_PROGRAMS))
             sender, receiver = lab.host("a"), lab.host("b")
             lab.link(sender, receiver, ["198.18.0.1/24"], ["198.18.0.2/24"])
             # veth NAPI (see tests/privileged/test_softirq.py)
@@ -193,11 +176,10 @@ def main() -> int:
             storms = Storms(sender, receiver, flood, options.count)
             for round_number in range(options.repeat):
                 rates["untraced"].append(storms.rate()[0])
-                rates["floor"].append(traced_by_floor(storms, floor, costs))
+                rates["floor"].append(traced_by_floor(storms, floor, scratch, round_number, costs))
                 rates["netsleuth"].append(traced_by_netsleuth(storms, scratch, round_number, costs))
                 rates["bpftrace"].append(traced_by_bpftrace(storms, scratch, round_number))
         finally:
-            floor.close()
             lab.close()
     print(f"UDP storm of {options.count} datagrams into veth NAPI, median of {options.repeat} runs")
     print_rates(rates, "packets/s received")
