@@ -265,6 +265,9 @@ def main() -> int:
         "--baseline", type=Path, metavar="SRC", help="also time netsleuth from this source tree (before)"
     )
     args = parser.parse_args()
+    from bench.harness import mount_tracefs_for_bpftrace
+
+    mount_tracefs_for_bpftrace()
     if args.baseline is not None and not (args.baseline / "netsleuth" / "__main__.py").is_file():
         sys.exit(f"--baseline {args.baseline}: not a source tree with netsleuth/ in it")
     if os.geteuid() != 0:

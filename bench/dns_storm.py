@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.netlab import Host, Lab, wait_for  # noqa: E402
 
-from bench.harness import Tracer, program_stats  # noqa: E402
+from bench.harness import Tracer, mount_tracefs_for_bpftrace, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 SERVER_CPU, CLIENT_CPU, TRACER_CPU = "1", "0", "1"
@@ -69,6 +69,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=300_000, help="queries per storm")
     parser.add_argument("--repeat", type=int, default=3, help="storms per configuration (median is kept)")
     args = parser.parse_args()
+    mount_tracefs_for_bpftrace()
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark loads BPF programs and builds network namespaces")
     netsleuth = [sys.executable, "-m", "netsleuth"]

@@ -44,7 +44,7 @@ from bench.drops_delivery import (  # noqa: E402
     sampling_threshold,
 )
 from bench.floor_tracer import build_floor, floor_argv  # noqa: E402
-from bench.harness import Tracer, program_stats  # noqa: E402
+from bench.harness import Tracer, mount_tracefs_for_bpftrace, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 BPFTRACE_COUNT = "tracepoint:skb:kfree_skb /args->reason != 1/ { @drops[args->reason] = count(); }"
@@ -97,6 +97,7 @@ def main() -> int:
         "--pace-seconds", type=float, default=2.0, help="length of each paced storm (sampling threshold)"
     )
     args = parser.parse_args()
+    mount_tracefs_for_bpftrace()
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark loads BPF programs and builds network namespaces")
     if not shutil.which("bpftrace"):

@@ -17,7 +17,26 @@ sys.path.insert(0, str(REPO))
 
 from tests.netlab import wait_for  # noqa: E402
 
-__all__ = ["ProgramCost", "Tracer", "print_rates", "program_cost", "program_stats"]
+__all__ = [
+    "ProgramCost",
+    "Tracer",
+    "mount_tracefs_for_bpftrace",
+    "print_rates",
+    "program_cost",
+    "program_stats",
+]
+
+
+def mount_tracefs_for_bpftrace() -> None:
+    """bpftrace's tracepoint probes read tracefs, which a fresh VM may boot without: mount it as netsleuth
+    itself would (netsleuth.kernel.tracefs) and say so."""
+    from netsleuth.kernel.tracefs import ensure_tracefs
+
+    state = ensure_tracefs()
+    if state.note:
+        print(f"bench: {state.note}", file=sys.stderr)
+    elif state.events is None:
+        print(f"bench: bpftrace's tracepoints will fail: {state.problem}", file=sys.stderr)
 
 
 def program_stats(prefixes: tuple[str, ...]) -> dict[str, tuple[int, int]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.harness import Tracer, program_stats  # noqa: E402
+from bench.harness import Tracer, mount_tracefs_for_bpftrace, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 WORKLOAD = r"""
@@ -80,6 +80,7 @@ def main() -> int:
     parser.add_argument("--work", type=float, default=3.0, help="seconds of work per run, untraced")
     parser.add_argument("--repeat", type=int, default=3)
     options = parser.parse_args()
+    mount_tracefs_for_bpftrace()
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         binary = build(scratch)

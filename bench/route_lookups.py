@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.netlab import Host, Lab  # noqa: E402
 
-from bench.harness import Tracer, print_rates, program_cost, program_stats  # noqa: E402
+from bench.harness import Tracer, mount_tracefs_for_bpftrace, print_rates, program_cost, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 SENDER_CPU, TRACER_CPU = "0", "1"
@@ -56,6 +56,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     options = parser.parse_args()
+    mount_tracefs_for_bpftrace()
     source, destination, tracepoint, program = FAMILIES[options.family]
     prefix = source.split("/", 1)[1]
     lab = Lab(prefix="nsbr")

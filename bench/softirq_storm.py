@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from tests.netlab import Host, Lab  # noqa: E402
 
 from bench.floor_tracer import build_floor, floor_argv  # noqa: E402
-from bench.harness import Tracer, print_rates, program_cost, program_stats  # noqa: E402
+from bench.harness import Tracer, mount_tracefs_for_bpftrace, print_rates, program_cost, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 SENDER_CPU, TRACER_CPU = "0", "1"
@@ -158,6 +158,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     options = parser.parse_args()
+    mount_tracefs_for_bpftrace()
     lab = Lab(prefix="nsbq")
     rates: dict[str, list[float]] = {"untraced": [], "floor": [], "netsleuth": [], "bpftrace": []}
     costs = Costs()

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.netlab import Lab  # noqa: E402
 
-from bench.harness import Tracer, program_stats  # noqa: E402
+from bench.harness import Tracer, mount_tracefs_for_bpftrace, program_stats  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 STORM_C = r"""
@@ -119,6 +119,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=50_000, help="connections per storm")
     parser.add_argument("--repeat", type=int, default=3, help="storms per configuration (median is kept)")
     args = parser.parse_args()
+    mount_tracefs_for_bpftrace()
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark loads BPF programs and builds network namespaces")
     if not shutil.which("bpftrace"):

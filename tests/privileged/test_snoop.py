@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from netsleuth.kernel.tracefs import TRACEFS
 from tests.netlab import run, wait_for
 from tests.privileged.conftest import Pair
 from tests.tracerun import TraceRun, bpftool_netsleuth_programs, netsleuth_argv
@@ -143,6 +144,45 @@ def test_open_pid_filter_counts_exactly(pair: Pair) -> None:
     }
     assert counts == {("/etc/hostname", None): 25, ("/nonexistent/netsleuth-pid-test", "ENOENT"): 4}
     assert all(group["example"]["pid"] == reader.pid for group in summary["groups"])
+
+
+def _tracefs_mounted() -> bool:
+    return any(
+        line.split()[1:3] == [str(TRACEFS), "tracefs"]
+        for line in Path("/proc/mounts").read_text().splitlines()
+    )
+
+
+def _unmount_tracefs() -> None:
+    # MNT_DETACH: gone from the path at once even if something holds a file in it open.
+    while _tracefs_mounted():
+        subprocess.run(["umount", "-l", str(TRACEFS)], check=True)
+
+
+def test_a_host_without_tracefs_gets_it_mounted_and_is_told(pair: Pair) -> None:
+    """A fresh VM boots without tracefs (snoop's classic tracepoints need it): netsleuth mounts it."""
+    was_mounted = _tracefs_mounted()
+    _unmount_tracefs()
+    try:
+        snoop = TraceRun("snoop", "exec", "--netns", pair.a.name)
+        try:
+            snoop.wait_ready()
+            pair.a.run("sh", "-c", "exit 3", check=False)
+            snoop.wait_records(lambda record: record.get("type") == "exit" and record["exit_code"] == 3)
+        finally:
+            assert snoop.stop() == 0
+        assert _tracefs_mounted()
+        assert f"tracefs was not mounted: netsleuth mounted it on {TRACEFS}" in snoop.stderr()
+        # Mounted already: nothing to say.
+        again = TraceRun("snoop", "exec", "--netns", pair.a.name)
+        again.wait_ready()
+        assert again.stop() == 0
+        assert "tracefs" not in again.stderr()
+    finally:
+        if not was_mounted:  # leave the host as it was
+            _unmount_tracefs()
+        elif not _tracefs_mounted():
+            subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True)
 
 
 def test_nothing_stays_attached_after_exit() -> None:

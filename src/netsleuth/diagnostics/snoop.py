@@ -13,7 +13,6 @@ import errno
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netsleuth._generated.snoop_abi import (
@@ -33,9 +32,10 @@ from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.tcp_context import iso_time
 from netsleuth.diagnostics.totals import EventTotals
-from netsleuth.errors import NetsleuthError, UsageError
+from netsleuth.errors import EnvironmentProblem, NetsleuthError, UsageError
 from netsleuth.kernel.cgroups import CgroupPaths
 from netsleuth.kernel.process import ContainerCache
+from netsleuth.kernel.tracefs import ensure_tracefs, trace_event_exists
 
 if TYPE_CHECKING:
     from netsleuth.kernel.context import KernelClock, KernelContext
@@ -56,7 +56,6 @@ _EVENT_SIZE = ctypes.sizeof(SnoopEventC)
 MODES = ("exec", "open")
 # The packet filters of other diagnostics that mean nothing for a process trace.
 _PACKET_ONLY = ("proto", "host", "src", "dst", "port", "sport", "dport", "dev", "family")
-_TRACEFS = (Path("/sys/kernel/tracing/events"), Path("/sys/kernel/debug/tracing/events"))
 
 # Programs per mode: (base name, trace event); a syscall the architecture lacks (open on arm64) is left out.
 _MODE_PROGRAMS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -104,10 +103,6 @@ def open_flags_text(flags: int) -> str:
 
 def error_name(ret: int) -> str | None:
     return errno.errorcode.get(-ret, str(ret)) if ret < 0 else None
-
-
-def _trace_event_exists(event: str) -> bool:
-    return any((root / event).is_dir() for root in _TRACEFS)
 
 
 # -- config --------------------------------------------------------------------------------------------
@@ -385,6 +380,7 @@ class SnoopDiagnostic:
             mirrors=(("snoop_event", SnoopEventC), ("snoop_group", SnoopGroupC)),
         )
         self._namer: SnoopNamer | None = None
+        self._tracefs_note: str | None = None
 
     @property
     def attach_kind(self) -> str:
@@ -408,9 +404,18 @@ class SnoopDiagnostic:
         return cfg
 
     def start(self) -> None:
-        programs = [name for name, event in _MODE_PROGRAMS[self.config.mode] if _trace_event_exists(event)]
+        # Classic tracepoints: libbpf opens each by its id in tracefs, which may need mounting first.
+        tracefs = ensure_tracefs()
+        self._tracefs_note = tracefs.note
+        if tracefs.events is None:
+            raise EnvironmentProblem(f"snoop attaches to trace events, and {tracefs.problem}")
+        programs = [
+            name
+            for name, event in _MODE_PROGRAMS[self.config.mode]
+            if trace_event_exists(tracefs.events, event)
+        ]
         needed = "syscalls/sys_exit_openat" if self.config.mode == "open" else "syscalls/sys_exit_execve"
-        if not _trace_event_exists(needed):
+        if not trace_event_exists(tracefs.events, needed):
             raise MissingFeature(
                 f"the syscall trace events ({needed}; CONFIG_FTRACE_SYSCALLS, tracefs mounted)", "4.17"
             )
@@ -475,7 +480,7 @@ class SnoopDiagnostic:
         return self._programs.program_fds()
 
     def notes(self) -> list[str]:
-        return []
+        return [self._tracefs_note] if self._tracefs_note else []
 
     def close(self) -> None:
         self._programs.close()
