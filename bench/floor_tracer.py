@@ -21,6 +21,9 @@ FLOOR_PROGRAMS = (
     "sirq_entry_floor",
     "sirq_exit_floor",
     "napi_poll_floor",
+    "sirq_raise_clk",  # the _clk ones read the clock once: a softirq timer's least work
+    "sirq_entry_clk",
+    "sirq_exit_clk",
 )
 
 

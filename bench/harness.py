@@ -87,7 +87,7 @@ def print_rates(rates: dict[str, list[float]], unit: str) -> None:
         median = statistics.median(values)
         paired = statistics.median(v / u for v, u in zip(values, rates["untraced"], strict=True))
         print(
-            f"  {name:<10} {median:10.0f} {unit}   ratio vs untraced {median / base:.3f}"
+            f"  {name:<14} {median:10.0f} {unit}   ratio vs untraced {median / base:.3f}"
             f"   paired by round {paired:.3f}"
         )
 

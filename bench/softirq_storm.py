@@ -1,7 +1,8 @@
 """UDP storm through veth NAPI, packets/s received: untraced, with the floor, netsleuth softirq, bpftrace.
 
 Taking turns: untraced; the floor (programs that do nothing on the same four tracepoints, bench/floor.bpf.c:
-what the kernel's dispatch alone leaves any tracer); `netsleuth softirq`; a
+what the kernel's dispatch alone leaves any tracer); the floor + clocks (one clock read at raise, entry and
+exit: the least any tracer timing softirqs does); `netsleuth softirq`; a
 bpftrace script keeping the same histograms (raise->entry, entry->exit per CPU and vector, NAPI work per
 device). Then the kernel cost per event of our programs and of the floor's (bpf_stats, in a separate storm so
 its accounting does not slow the measured one), and the exact check: the NAPI packets we counted equal the
@@ -34,6 +35,8 @@ from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 SENDER_CPU, TRACER_CPU = "0", "1"
 FLOOR_PROGRAMS = ("sirq_raise_floor", "sirq_entry_floor", "sirq_exit_floor", "napi_poll_floor")
+# The floor plus one clock read at raise, entry and exit: what timing the three (as we do) cannot avoid.
+CLOCK_PROGRAMS = ("sirq_raise_clk", "sirq_entry_clk", "sirq_exit_clk", "napi_poll_floor")
 # Whole names (tp_btf and raw_tp builds), not a "sirq_" prefix another experiment's programs may share.
 NETSLEUTH_PROGRAMS = tuple(
     f"sirq_{hook}_{build}" for hook in ("raise", "entry", "exit", "napi") for build in "br"
@@ -119,11 +122,14 @@ def traced_by_netsleuth(storms: Storms, scratch: Path, round_number: int, costs:
     return rate
 
 
-def traced_by_floor(storms: Storms, floor: Path, scratch: Path, round_number: int, costs: Costs) -> float:
-    ready = scratch / f"floor-ready-{round_number}"
-    tracer = Tracer(floor_argv(floor, ready, FLOOR_PROGRAMS), ready.exists, scratch / "floor.out", TRACER_CPU)
+def traced_by_floor(
+    storms: Storms, floor: Path, scratch: Path, round_number: int, costs: Costs, label: str = "floor"
+) -> float:
+    programs = FLOOR_PROGRAMS if label == "floor" else CLOCK_PROGRAMS
+    ready = scratch / f"{label}-ready-{round_number}"
+    tracer = Tracer(floor_argv(floor, ready, programs), ready.exists, scratch / "floor.out", TRACER_CPU)
     rate = storms.rate()[0]
-    storms.cost(FLOOR_PROGRAMS, costs, "floor")
+    storms.cost(programs, costs, label)
     tracer.stop()
     return rate
 
@@ -149,6 +155,11 @@ def print_costs(costs: Costs) -> None:
             f"  floor (programs that do nothing): {statistics.median(costs.ns_per_event['floor']):.0f} ns "
             "per event (bpf_stats)"
         )
+    if "floor + clocks" in costs.ns_per_event:
+        print(
+            f"  floor + clocks (one clock read at raise, entry, exit): "
+            f"{statistics.median(costs.ns_per_event['floor + clocks']):.0f} ns per event (bpf_stats)"
+        )
     for line in costs.exact:
         print(f"  exact: {line}")
 
@@ -160,7 +171,13 @@ def main() -> int:
     options = parser.parse_args()
     mount_tracefs_for_bpftrace()
     lab = Lab(prefix="nsbq")
-    rates: dict[str, list[float]] = {"untraced": [], "floor": [], "netsleuth": [], "bpftrace": []}
+    rates: dict[str, list[float]] = {
+        "untraced": [],
+        "floor": [],
+        "floor + clocks": [],
+        "netsleuth": [],
+        "bpftrace": [],
+    }
     costs = Costs()
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
@@ -178,6 +195,8 @@ def main() -> int:
             for round_number in range(options.repeat):
                 rates["untraced"].append(storms.rate()[0])
                 rates["floor"].append(traced_by_floor(storms, floor, scratch, round_number, costs))
+                clocked = traced_by_floor(storms, floor, scratch, round_number, costs, "floor + clocks")
+                rates["floor + clocks"].append(clocked)
                 rates["netsleuth"].append(traced_by_netsleuth(storms, scratch, round_number, costs))
                 rates["bpftrace"].append(traced_by_bpftrace(storms, scratch, round_number))
         finally:
