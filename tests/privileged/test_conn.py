@@ -26,17 +26,22 @@ def _conns(trace: TraceRun) -> list[dict[str, Any]]:
     return [record for record in trace.records() if record.get("type") == "conn"]
 
 
-def test_verdict_for_a_connection_killed_by_a_firewall_drop(pair: Pair) -> None:
+def _connect_through_an_input_drop(pair: Pair, port: int) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """A connect from a to b:port that b's INPUT drops until it times out, traced by conn: its record, the
+    run's summary and stderr. The tcp side is scoped to the client's namespace; the drop is the server's."""
     _fast_syn_timeout(pair.a)
-    pair.b.run("iptables", "-A", "INPUT", "-p", "tcp", "--dport", "7090", "-j", "DROP")
-    # The tcp side is scoped to the client's namespace; the drop happens in the server's.
-    with TraceRun("conn", "--dst", f"{pair.b4}:7090", "--netns", pair.a.name) as trace:
+    pair.b.run("iptables", "-A", "INPUT", "-p", "tcp", "--dport", str(port), "-j", "DROP")
+    with TraceRun("conn", "--dst", f"{pair.b4}:{port}", "--netns", pair.a.name) as trace:
         trace.wait_ready()
-        assert connect(pair.a, pair.b4, 7090, timeout=30) == "ERROR 110"
+        assert connect(pair.a, pair.b4, port, timeout=30) == "ERROR 110"
         trace.wait_records(lambda r: r.get("type") == "conn")
         assert trace.stop() == 0
         [conn] = _conns(trace)
-        summary = trace.summary()
+        return conn, trace.summary(), trace.stderr()
+
+
+def test_verdict_for_a_connection_killed_by_a_firewall_drop(pair: Pair) -> None:
+    conn, summary, _ = _connect_through_an_input_drop(pair, 7090)
     rule = "-A INPUT -p tcp -m tcp --dport 7090 -j DROP"
     client = f"{pair.a4}:{conn['sport']}"
     assert conn["outcome"] == "timeout" and conn["established"] is False
@@ -62,15 +67,7 @@ def test_inferred_drop_reasons_are_marked_in_the_verdict_and_timeline(
 ) -> None:
     """On a kernel without drop reasons (forced here), conn says the reason is inferred, as drops does."""
     monkeypatch.setenv(FALLBACK_ENV, "no-reason")  # TraceRun's netsleuth inherits it
-    _fast_syn_timeout(pair.a)
-    pair.b.run("iptables", "-A", "INPUT", "-p", "tcp", "--dport", "7091", "-j", "DROP")
-    with TraceRun("conn", "--dst", f"{pair.b4}:7091", "--netns", pair.a.name) as trace:
-        trace.wait_ready()
-        assert connect(pair.a, pair.b4, 7091, timeout=30) == "ERROR 110"
-        trace.wait_records(lambda r: r.get("type") == "conn")
-        assert trace.stop() == 0
-        [conn] = _conns(trace)
-        stderr = trace.stderr()
+    conn, _, stderr = _connect_through_an_input_drop(pair, 7091)
     rule = "-A INPUT -p tcp -m tcp --dport 7091 -j DROP"
     assert f'SYNs dropped by NETFILTER_DROP (inferred) at "{rule}"' in conn["verdict"], conn["verdict"]
     drops = [entry for entry in conn["timeline"] if entry["event"] == "drop"]

@@ -38,6 +38,20 @@ def rx_packets(pair: Pair) -> int:
     return int(pair.b.run("cat", "/sys/class/net/veth0/statistics/rx_packets").stdout)
 
 
+def flood_from_both_cpus(pair: Pair, udpflood: str, count: int) -> None:
+    """`count` datagrams from a to b from each CPU at once: b's NAPI is scheduled on both."""
+    floods = [
+        threading.Thread(
+            target=pair.a.run, args=("taskset", "-c", str(cpu), udpflood, pair.b4, "9", str(count))
+        )
+        for cpu in (0, 1)
+    ]
+    for flood in floods:
+        flood.start()
+    for flood in floods:
+        flood.join()
+
+
 def napi_of(summary: dict[str, Any], netns_name: str) -> list[dict[str, Any]]:
     return [napi for napi in summary["napi"] if napi["netns_name"] == netns_name]
 
@@ -88,16 +102,7 @@ def test_diagnose_names_net_rx_runs_stopped_on_the_packet_budget(
     def traffic() -> None:
         # Two senders on two CPUs fill one NAPI ring faster than one poll per packet: runs handle several
         # packets, more than netdev_budget = 4.
-        floods = [
-            threading.Thread(
-                target=pair.a.run, args=("taskset", "-c", str(cpu), udpflood, pair.b4, "9", "40000")
-            )
-            for cpu in (0, 1)
-        ]
-        for flood in floods:
-            flood.start()
-        for flood in floods:
-            flood.join()
+        flood_from_both_cpus(pair, udpflood, 40000)
 
     verdicts = diagnose_verdicts(traffic=traffic, duration=4, attach_timeout=30)
     budget = [verdict for verdict in verdicts if verdict["category"] == "net-rx-budget"]
@@ -160,16 +165,7 @@ def test_one_instance_polled_on_both_cpus_is_counted_exactly(
         session.start()
         assert session.attach_kind == variant.kind
         before = rx_packets(pair)
-        floods = [
-            threading.Thread(
-                target=pair.a.run, args=("taskset", "-c", str(cpu), udpflood, pair.b4, "9", "20000")
-            )
-            for cpu in (0, 1)
-        ]
-        for flood in floods:
-            flood.start()
-        for flood in floods:
-            flood.join()
+        flood_from_both_cpus(pair, udpflood, 20000)
         received = rx_packets(pair) - before
         instances = session.napi_instances()
     finally:
