@@ -76,6 +76,10 @@ class ControllerProcess:
         key_file.write_text(self.lab.controller_key_text + "\n")
         key_file.chmod(0o600)
         creds = self.lab.controller_credentials
+        if "nkeys_seed" in creds:  # FleetLab(auth="nkey")
+            login = f'nkey_seed_file = "{creds["nkeys_seed"]}"\n'
+        else:
+            login = f'user = "{creds["user"]}"\npassword = "{creds["password"]}"\n'
         users = "".join(
             f'[[users]]\nname = "{name}"\ntoken_hash = "{hash_token(token)}"\n'
             f"roles = {json.dumps(self.user_roles[name])}\n\n"
@@ -83,8 +87,7 @@ class ControllerProcess:
         )
         return (
             f'[http]\nlisten = "127.0.0.1:{self.port}"\n\n'
-            f'[nats]\nurl = "{self.lab.nats_url}"\nuser = "{creds["user"]}"\n'
-            f'password = "{creds["password"]}"\n\n'
+            f'[nats]\nurl = "{self.lab.nats_url}"\n{login}\n'
             f'[signing]\nkey_file = "{key_file}"\nkey_id = "{self.lab.key_id}"\n\n'
             "[sessions]\nprepare_timeout = 60\nstart_margin = 0.5\nhost_silence = 5\nend_grace = 60\n\n"
             f"{users}{ROLES}\n{self.extra_config}"

@@ -6,6 +6,7 @@
     with FleetLab(hosts=("client", "lb", "server")) as lab:
         lab.nats_url                      # nats://127.0.0.1:PORT
         lab.controller_credentials        # {"user": "controller", "password": ...}: nats.connect(**creds)
+                                          # (FleetLab(auth="nkey"): {"nkeys_seed": path}, agents the same)
         lab.admin_credentials             # no permission limits (lab set-up, tests that play an attacker)
         lab.controller_key                # the Ed25519 private key the agents trust (controller_key_text too)
         lab.controller_public_key_text    # "ed25519:...", what an agent's [fleet] controller_key holds
@@ -66,7 +67,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import nats
 from nats.aio.client import Client
@@ -95,7 +96,17 @@ from netsleuth.fleet.protocol import (
 )
 from tests.netlab import Host, run, wait_for
 
-__all__ = ["AgentProcess", "DirectController", "FleetLab", "LabHost", "connect", "reap_leftovers", "serve"]
+__all__ = [
+    "AgentProcess",
+    "DirectController",
+    "FleetLab",
+    "LabHost",
+    "NkeyUser",
+    "connect",
+    "new_nkey_seed",
+    "reap_leftovers",
+    "serve",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
@@ -144,6 +155,37 @@ class _LoopThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         self.loop.close()
+
+
+def new_nkey_seed() -> bytes:
+    """A fresh NATS user nkey seed (SU...)."""
+    import nkeys
+
+    return bytes(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER))
+
+
+@dataclass(frozen=True)
+class NkeyUser(NatsUser):
+    """A NATS user the server lists by its nkey's public key (it logs in by signing the server's nonce with
+    the seed; `password` is unused): the users of FleetLab(auth="nkey"), with the same permissions."""
+
+    seed: bytes = field(default=b"", repr=False)
+
+    @staticmethod
+    def like(user: NatsUser) -> NkeyUser:
+        return NkeyUser(user.user, "", user.permissions, new_nkey_seed())
+
+    @property
+    def public_key(self) -> str:
+        import nkeys
+
+        return bytes(nkeys.from_seed(bytearray(self.seed)).public_key).decode()
+
+    def to_config(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"nkey": self.public_key}
+        if self.permissions is not None:
+            body["permissions"] = self.permissions
+        return body
 
 
 @dataclass
@@ -195,8 +237,12 @@ class FleetLab:
         heartbeat_seconds: float = 1.0,
         agent_settings: str = "",
         workdir: Path | None = None,
+        auth: Literal["password", "nkey"] = "password",
     ) -> None:
+        """`auth="nkey"`: the controller and the agents log in with nkey seeds (files in the workdir), the
+        server lists them by public key; the lab's own admin user keeps its password."""
         self.host_names = tuple(hosts)
+        self.auth = auth
         self.start_agents = agents
         self.heartbeat_seconds = heartbeat_seconds
         self.agent_settings = agent_settings  # extra TOML appended to each agent's config (e.g. [sessions])
@@ -211,7 +257,9 @@ class FleetLab:
         self.controller_key = generate_private_key()
         self.controller_key_text = private_key_to_text(self.controller_key)
         self.controller_public_key_text = public_key_to_text(self.controller_key.public_key())
-        self.controller_user = NatsUser("controller", f"c-{os.urandom(12).hex()}", controller_permissions())
+        self.controller_user = self._lab_user(
+            NatsUser("controller", f"c-{os.urandom(12).hex()}", controller_permissions())
+        )
         self.admin_user = NatsUser("admin", f"a-{os.urandom(12).hex()}", None)
         self.hosts: dict[str, LabHost] = {}
         self._agents: dict[str, AgentProcess] = {}
@@ -225,17 +273,32 @@ class FleetLab:
     def nats_url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
+    def _lab_user(self, user: NatsUser) -> NatsUser:
+        return NkeyUser.like(user) if self.auth == "nkey" else user
+
+    def seed_file(self, user: NkeyUser, seed: bytes | None = None) -> Path:
+        """The user's seed (or another one, e.g. one the server does not know) in a 0600 file."""
+        path = self.workdir / (f"{user.user}.nk" if seed is None else f"{user.user}-other.nk")
+        path.write_bytes((seed or user.seed) + b"\n")
+        path.chmod(0o600)
+        return path
+
+    def _credentials(self, user: NatsUser) -> dict[str, str]:
+        """nats.connect(**this) logs in as `user`."""
+        if isinstance(user, NkeyUser):
+            return {"nkeys_seed": str(self.seed_file(user))}
+        return {"user": user.user, "password": user.password}
+
     @property
     def controller_credentials(self) -> dict[str, str]:
-        return {"user": self.controller_user.user, "password": self.controller_user.password}
+        return self._credentials(self.controller_user)
 
     @property
     def admin_credentials(self) -> dict[str, str]:
         return {"user": self.admin_user.user, "password": self.admin_user.password}
 
     def agent_credentials(self, host: str) -> dict[str, str]:
-        user = self.hosts[host].user
-        return {"user": user.user, "password": user.password}
+        return self._credentials(self.hosts[host].user)
 
     @property
     def nats_config_path(self) -> Path:
@@ -336,7 +399,7 @@ class FleetLab:
             fabric.run("ip", "link", "set", outer, "up")
             ns.run("ip", "addr", "add", f"{address}/16", "dev", "eth0")
             ns.run("ip", "link", "set", "eth0", "up")
-            self.hosts[name] = LabHost(name, ns.name, address, ns, agent_user(name))
+            self.hosts[name] = LabHost(name, ns.name, address, ns, self._lab_user(agent_user(name)))
         if "lb" in self.hosts:
             lb = self.hosts["lb"].ns
             # Namespace-local sysctls: they vanish with the namespace.
@@ -407,10 +470,17 @@ class FleetLab:
         return self._nats is not None and self._nats.poll() is None
 
     # -- agents ----------------------------------------------------------------------------------------
-    def _agent_config(self, host: LabHost, scoped: bool = True) -> str:
+    def _agent_login(self, host: LabHost, nkey_seed: bytes | None) -> str:
+        """The [fleet] keys that say how the agent logs in to NATS."""
+        if isinstance(host.user, NkeyUser):
+            return f'nkey_seed_file = "{self.seed_file(host.user, nkey_seed)}"\n'
+        assert nkey_seed is None, "nkey_seed needs FleetLab(auth='nkey')"
         password_file = self.workdir / f"{host.name}.password"
         password_file.write_text(host.user.password + "\n")
         password_file.chmod(0o600)
+        return f'user = "{host.user.user}"\npassword_file = "{password_file}"\n'
+
+    def _agent_config(self, host: LabHost, scoped: bool = True, nkey_seed: bytes | None = None) -> str:
         return (
             "[agent]\n"
             'listen = "127.0.0.1:0"\n'
@@ -420,8 +490,7 @@ class FleetLab:
             "[fleet]\n"
             f'url = "{self.nats_url}"\n'
             f'host_id = "{host.name}"\n'
-            f'user = "{host.user.user}"\n'
-            f'password_file = "{password_file}"\n'
+            f"{self._agent_login(host, nkey_seed)}"
             f'controller_key = "{self.controller_public_key_text}"\n'
             f'controller_key_id = "{self.key_id}"\n'
             f'netns = "{host.netns if scoped else ""}"\n'
@@ -432,17 +501,23 @@ class FleetLab:
         )
 
     def start_agent(
-        self, name: str, wait: bool = True, timeout: float = 30, scoped: bool = True
+        self,
+        name: str,
+        wait: bool = True,
+        timeout: float = 30,
+        scoped: bool = True,
+        nkey_seed: bytes | None = None,
     ) -> AgentProcess:
         """Start (or restart) a host's agent. `scoped=False`: an agent for the whole machine, as on a real
         host (no `fleet.netns`): its tasks are confined to the namespaces their scope names, or to the
-        agent's own (the root namespace) when the scope names none."""
+        agent's own (the root namespace) when the scope names none. `nkey_seed` (auth="nkey" labs): log in
+        with that seed instead of the host's own, e.g. one the server does not list."""
         host = self.hosts[name]
         agent = self._agents.get(name)
         if agent is not None and agent.running():
             return agent
         config_path = self.workdir / f"agent-{name}.toml"
-        config_path.write_text(self._agent_config(host, scoped))
+        config_path.write_text(self._agent_config(host, scoped, nkey_seed))
         agent = AgentProcess(
             name, config_path, self.workdir / f"agent-{name}.log", self.workdir / f"{name}.ready"
         )

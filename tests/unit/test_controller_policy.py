@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,46 @@ def test_config_mistakes_are_one_sentence(tmp_path: Path, change: dict[str, Any]
     with pytest.raises(UsageError) as raised:
         _config(tmp_path, change)
     assert words in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_nats_nkey_seed_file(tmp_path: Path) -> None:
+    """nats.nkey_seed_file: relative to the config's directory, checked at load (exists, owner-only, a user
+    seed), the only login method given; one sentence for each mistake."""
+    import nkeys
+
+    seed = tmp_path / "controller.nk"
+    seed.write_bytes(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER) + b"\n")
+    seed.chmod(0o600)
+    config = _config(tmp_path, {"nats": {"url": "nats://n:4222", "nkey_seed_file": "controller.nk"}})
+    assert config.nats.nkey_seed_file == str(tmp_path / "controller.nk")
+    assert config.nats.user is None and config.nats.password is None and config.nats.creds_file is None
+    (tmp_path / "open.nk").write_bytes(seed.read_bytes())
+    (tmp_path / "open.nk").chmod(0o644)
+    (tmp_path / "junk.nk").write_text("SUnot-a-seed\n")
+    (tmp_path / "junk.nk").chmod(0o600)
+    (tmp_path / "pw").write_text("secret\n")
+    for nats, words in [
+        (
+            {"nkey_seed_file": "missing.nk"},
+            "nats.nkey_seed_file " + str(tmp_path / "missing.nk") + ": No such",
+        ),
+        ({"nkey_seed_file": "open.nk"}, "readable by other users"),
+        ({"nkey_seed_file": "junk.nk"}, "does not hold an nkey seed"),
+        ({"nkey_seed_file": ""}, "nats.nkey_seed_file must be a non-empty string"),
+        ({"nkey_seed_file": "controller.nk", "password": "x"}, "nats takes one of password, password_file"),
+        ({"nkey_seed_file": "controller.nk", "creds_file": "c.creds"}, "(got creds_file and nkey_seed_file)"),
+        ({"password": "x", "password_file": "pw"}, "(got password and password_file)"),
+        (
+            {"nkey_seed_file": "controller.nk", "user": "c"},
+            "nats.user goes with a password, not with nats.nkey",
+        ),
+        ({"creds_file": "c.creds", "user": "c"}, "nats.user goes with a password, not with nats.creds_file"),
+    ]:
+        with pytest.raises(UsageError) as raised:
+            _config(tmp_path, {"nats": nats})
+        assert words in str(raised.value) and "\n" not in str(raised.value), (nats, str(raised.value))
+    # A password login is unchanged.
+    assert _config(tmp_path, {"nats": {"user": "c", "password_file": "pw"}}).nats.password == "secret"
 
 
 def test_config_file_that_is_not_toml(tmp_path: Path) -> None:

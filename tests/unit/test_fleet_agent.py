@@ -394,6 +394,52 @@ def test_fleet_section(tmp_path: Path) -> None:
         parse_config({"fleet": fleet})
 
 
+def test_fleet_nkey_seed_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed is checked when the config is read (a private key: owner-only, and a user seed), so a bad
+    file is one sentence at start-up, not a retry loop or a traceback in the fleet thread."""
+    import importlib.util
+
+    import nkeys
+
+    def seed_file(name: str, text: bytes, mode: int = 0o600) -> str:
+        path = tmp_path / name
+        path.write_bytes(text)
+        path.chmod(mode)
+        return str(path)
+
+    user_seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    fleet: dict[str, Any] = {
+        "url": "nats://n:4222",
+        "host_id": "node-a",
+        "nkey_seed_file": seed_file("a.nk", user_seed + b"\n"),
+        "controller_key": public_key_to_text(KEY.public_key()),
+    }
+    config = parse_config({"fleet": fleet}).fleet
+    assert config is not None and config.nkey_seed_file == tmp_path / "a.nk" and config.password() is None
+    account_seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_ACCOUNT)
+    bad: list[tuple[str, str]] = [
+        (str(tmp_path / "missing.nk"), "fleet.nkey_seed_file .*missing.nk: No such file or directory"),
+        (seed_file("open.nk", user_seed, 0o644), "readable by other users: chmod 600 it"),
+        (seed_file("empty.nk", b""), "is empty"),
+        (seed_file("junk.nk", b"not-a-seed"), "does not hold an nkey seed"),
+        (seed_file("acct.nk", account_seed), "seed of an nkey of kind account, not of a user"),
+    ]
+    for path, message in bad:
+        with pytest.raises(UsageError, match=message) as raised:
+            parse_config({"fleet": {**fleet, "nkey_seed_file": path}})
+        assert "\n" not in str(raised.value)
+    with pytest.raises(UsageError, match="takes one of"):
+        parse_config({"fleet": {**fleet, "creds_file": "/etc/x.creds"}})
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "nkeys" else real_find_spec(name, *rest),
+    )
+    with pytest.raises(UsageError, match=r"fleet.nkey_seed_file needs the Python package nkeys \(pip"):
+        parse_config({"fleet": fleet})
+
+
 def test_packaged_nats_config_is_the_generated_one_and_valid() -> None:
     packaged = REPO / "packaging" / "nats-server.conf"
     assert packaged.read_text() == example_server_config()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from netsleuth.errors import UsageError
+from netsleuth.fleet.link_config import nkey_public_key
 
 __all__ = [
     "ControllerConfig",
@@ -43,6 +44,7 @@ class NatsConfig:
     user: str | None = None
     password: str | None = None
     creds_file: str | None = None
+    nkey_seed_file: str | None = None  # a NATS user nkey seed (SU...): the server lists its public key
 
 
 @dataclass(frozen=True)
@@ -152,10 +154,20 @@ def _http(data: dict[str, Any]) -> HttpConfig:
 
 
 def _nats(data: dict[str, Any], base: Path) -> NatsConfig:
-    _check_keys(data, "nats", {"url", "user", "password", "password_file", "creds_file"})
+    _check_keys(data, "nats", {"url", "user", "password", "password_file", "creds_file", "nkey_seed_file"})
     url = _string(data, "url", "nats", "nats://127.0.0.1:4222")
     if not url.startswith(("nats://", "tls://")):
         raise UsageError(f"nats.url must start with nats:// or tls:// (got {url!r})")
+    # One way to log in (or none, for a server without authorization): given two, which one counts would be
+    # the server's choice; a user name beside a key file is a leftover that silently does nothing.
+    logins = [key for key in ("password", "password_file", "creds_file", "nkey_seed_file") if key in data]
+    if len(logins) > 1:
+        raise UsageError(
+            "nats takes one of password, password_file, creds_file or nkey_seed_file "
+            f"(got {' and '.join(logins)})"
+        )
+    if "user" in data and logins and logins[0] in ("creds_file", "nkey_seed_file"):
+        raise UsageError(f"nats.user goes with a password, not with nats.{logins[0]}: remove it")
     password = _optional_string(data, "password", "nats")
     password_file = _optional_string(data, "password_file", "nats")
     if password_file is not None:
@@ -165,8 +177,16 @@ def _nats(data: dict[str, Any], base: Path) -> NatsConfig:
         except OSError as error:
             raise UsageError(f"nats.password_file {path}: {error.strerror}") from error
     creds = _optional_string(data, "creds_file", "nats")
+    seed = _optional_string(data, "nkey_seed_file", "nats")
+    seed_path = base / seed if seed is not None else None
+    if seed_path is not None:
+        nkey_public_key(seed_path, "nats.nkey_seed_file")  # missing, unreadable or not a seed: say so now
     return NatsConfig(
-        url=url, user=_optional_string(data, "user", "nats"), password=password, creds_file=creds
+        url=url,
+        user=_optional_string(data, "user", "nats"),
+        password=password,
+        creds_file=creds,
+        nkey_seed_file=str(seed_path) if seed_path is not None else None,
     )
 
 

@@ -51,6 +51,8 @@ async def connect_nats(config: ControllerConfig) -> NatsClient:
         options["password"] = config.nats.password or ""
     if config.nats.creds_file is not None:
         options["user_credentials"] = config.nats.creds_file
+    if config.nats.nkey_seed_file is not None:
+        options["nkeys_seed"] = config.nats.nkey_seed_file
 
     async def on_error(error: Exception) -> None:
         _log.warning("NATS: %s", error)

@@ -15,7 +15,8 @@
     zone = "a"
 
 No `[fleet]` section: the agent never dials out. Secrets are read from files (never inline) and a file other
-users can read is refused, like sessions.token_file.
+users can read is refused, like sessions.token_file. An nkey seed file must hold a NATS user seed (`SU...`,
+e.g. from `nk -gen user` or nsc); the server lists the user by its public key (`U...`).
 """
 
 from __future__ import annotations
@@ -27,12 +28,37 @@ from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from netsleuth.errors import UsageError
 from netsleuth.fleet.protocol import ProtocolError, public_key_from_text, validate_host_id
 
 if TYPE_CHECKING:
     from netsleuth.agent.config import _Table
 
-__all__ = ["FleetConfig", "parse_fleet"]
+__all__ = ["FleetConfig", "nkey_public_key", "parse_fleet"]
+
+_NKEYS_MISSING = "needs the Python package nkeys (pip install nkeys)"
+_NKEY_KINDS = {"A": "account", "O": "operator", "N": "server", "C": "cluster"}
+
+
+def nkey_public_key(path: Path, key: str) -> str:
+    """The public key (U...) of the NATS user nkey whose seed `path` holds, or a one-sentence UsageError
+    naming `key`. The seed is a private key: read like the other secrets (owner-only, not empty)."""
+    # nats-py signs the server's nonce with the `nkeys` package, an optional dependency of nats-py.
+    if importlib.util.find_spec("nkeys") is None:
+        raise UsageError(f"{key} {_NKEYS_MISSING}")
+    import nkeys
+
+    from netsleuth.agent.config import read_secret  # agent.config imports this module
+
+    seed = read_secret(path, key)
+    try:
+        public = bytes(nkeys.from_seed(bytearray(seed.encode())).public_key).decode()
+    except (nkeys.NkeysError, ValueError):
+        raise UsageError(f"{key} {path} does not hold an nkey seed (SU..., from `nk -gen user`)") from None
+    if not public.startswith("U"):
+        kind = _NKEY_KINDS.get(public[:1], "non-user")
+        raise UsageError(f"{key} {path} holds the seed of an nkey of kind {kind}, not of a user (SU...)")
+    return public
 
 
 @dataclass(frozen=True)
@@ -87,9 +113,8 @@ def parse_fleet(table: _Table) -> FleetConfig | None:
     if sum(1 for path in files.values() if path is not None) > 1:
         raise table.error("fleet", "takes one of password_file, creds_file or nkey_seed_file")
     for name in ("creds_file", "nkey_seed_file"):
-        # nats-py signs the server's nonce with the `nkeys` package, an optional dependency of nats-py.
         if files[name] is not None and importlib.util.find_spec("nkeys") is None:
-            raise table.error(f"fleet.{name}", "needs the Python package nkeys (pip install nkeys)")
+            raise table.error(f"fleet.{name}", _NKEYS_MISSING)
     labels_table = table.table("labels")
     labels = []
     for name in list(labels_table._raw):
@@ -110,5 +135,8 @@ def parse_fleet(table: _Table) -> FleetConfig | None:
         max_task_lifetime=table.number("max_task_lifetime", 300.0, 1, 3600, "seconds"),
     )
     table.finish()
-    config.password()  # an unreadable secret is a config error now, not at the first connect
+    # An unreadable secret is a config error now, not at the first connect.
+    config.password()
+    if config.nkey_seed_file is not None:
+        nkey_public_key(config.nkey_seed_file, "fleet.nkey_seed_file")
     return config
