@@ -1,7 +1,8 @@
 """The fleet's nkey login against a real nats-server: the server's authorization lists the controller and each
 agent by the public key of an nkey (generated here, with the permissions the lab gives its password users),
 each logs in by signing the server's nonce with the seed in its `nkey_seed_file`, and a real session runs
-over those connections; an agent whose seed the server does not list is refused with one sentence.
+over those connections. An agent whose seed the server does not list is refused with one log line (and keeps
+retrying); a controller whose seed it does not list ends its start-up with one sentence.
 
 JWT/.creds logins (`creds_file`) need an operator and account set up with nsc and are not tested here.
 """
@@ -129,3 +130,32 @@ def test_an_agent_with_an_unknown_nkey_is_refused_with_one_sentence(lab: FleetLa
     finally:
         lab.stop_agent("stranger")
     print(f"refused and said so {elapsed:.1f} s after the agent was started: {lines[0]}")
+
+
+def test_a_controller_with_an_unknown_nkey_stops_at_start_up_with_one_sentence(lab: FleetLab) -> None:
+    """nats-py retries a refused first login for ever (the controller reconnects without limit): start-up
+    must end instead, saying which key was refused, rather than hang before it listens."""
+    unknown_seed = new_nkey_seed()
+    unknown_key = nkey_of(NkeyUser("x", "", None, unknown_seed))
+    assert isinstance(lab.controller_user, NkeyUser)
+    other_file = lab.seed_file(lab.controller_user, unknown_seed)
+
+    class StrangerController(ControllerProcess):
+        def _config(self) -> str:
+            own = lab.controller_credentials["nkeys_seed"]
+            return super()._config().replace(f'"{own}"', f'"{other_file}"')
+
+    controller = StrangerController(lab)
+    controller.log_path = controller.workdir / "stranger-controller.log"  # not the first controller's log
+    started = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match="the controller exited"):
+            controller.start(timeout=REFUSAL_BOUND_S)
+        elapsed = time.monotonic() - started
+        assert controller.process is not None and controller.process.wait(5) == 1
+    finally:
+        controller.stop()  # (a no-op once it has exited by itself)
+    log = controller.log_text()
+    assert f"refused the login of nkey {unknown_key} (nats.nkey_seed_file {other_file})" in log, log
+    assert "Traceback" not in log and len(log.strip().splitlines()) == 1, log
+    print(f"the controller exited {elapsed:.1f} s after its start: {log.strip()}")

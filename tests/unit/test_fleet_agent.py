@@ -440,6 +440,23 @@ def test_fleet_nkey_seed_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         parse_config({"fleet": fleet})
 
 
+def test_nats_login_refusals_and_lone_resets_are_told_apart() -> None:
+    """What the agent and the controller log while NATS refuses their login: the refusal, not the resets
+    that come with it (the server closes with the client's PING unread)."""
+    from nats.errors import AuthorizationError
+    from nats.errors import Error as NatsError
+
+    from netsleuth.fleet.link_config import login_refused, lone_reset
+
+    refusal = NatsError("nats: 'Authorization Violation'")  # as nats-py raises it on a first connect
+    reset = ConnectionResetError(104, "Connection reset by peer")
+    assert login_refused(refusal) and login_refused(AuthorizationError())
+    assert not login_refused(reset) and not login_refused(ConnectionRefusedError(111, "refused"))
+    assert lone_reset(reset, None) and lone_reset(reset, refusal)
+    assert not lone_reset(reset, reset)  # a server that only resets is reported
+    assert not lone_reset(ConnectionRefusedError(111, "refused"), None)
+
+
 def test_packaged_nats_config_is_the_generated_one_and_valid() -> None:
     packaged = REPO / "packaging" / "nats-server.conf"
     assert packaged.read_text() == example_server_config()

@@ -12,17 +12,19 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+from pathlib import Path
 from typing import Any
 
-import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
 
-from netsleuth.controller.config import ControllerConfig
+from netsleuth.controller.config import ControllerConfig, NatsConfig
+from netsleuth.errors import UsageError
 from netsleuth.fleet.host_registry import ensure_hosts_bucket
+from netsleuth.fleet.link_config import login_refused, lone_reset, nkey_public_key
 from netsleuth.fleet.protocol import (
     AUDIT_STREAM,
     AUDIT_SUBJECTS,
@@ -31,13 +33,33 @@ from netsleuth.fleet.protocol import (
     SESSIONS_SUBJECTS,
 )
 
-__all__ = ["connect_nats", "ensure_streams", "read_stream"]
+__all__ = ["LoginRefused", "connect_nats", "ensure_streams", "read_stream"]
 
 _log = logging.getLogger("netsleuth.controller")
 
 
+class LoginRefused(Exception):
+    """NATS said no to the controller's credentials on its first connect."""
+
+
+def _identity(nats_config: NatsConfig) -> str:
+    """Who the controller logs in as, in the words of its config (never a secret)."""
+    if nats_config.nkey_seed_file is not None:
+        seed_file = nats_config.nkey_seed_file
+        try:
+            public = nkey_public_key(Path(seed_file), "nats.nkey_seed_file")
+        except UsageError as error:  # checked at load: only a file changed since can fail here
+            return f"the nkey of nats.nkey_seed_file ({error})"
+        return f"nkey {public} (nats.nkey_seed_file {seed_file})"
+    if nats_config.creds_file is not None:
+        return f"the credentials of nats.creds_file {nats_config.creds_file}"
+    return f"user {nats_config.user!r}" if nats_config.user is not None else "an anonymous client"
+
+
 async def connect_nats(config: ControllerConfig) -> NatsClient:
     """Connects once (raises on failure, so start-up says why) and then reconnects forever by itself."""
+    connected = False
+    last_error: Exception | None = None  # nats-py's, for on_error
     options: dict[str, Any] = {
         "servers": [config.nats.url],
         "name": "netsleuth-controller",
@@ -55,12 +77,27 @@ async def connect_nats(config: ControllerConfig) -> NatsClient:
         options["nkeys_seed"] = config.nats.nkey_seed_file
 
     async def on_error(error: Exception) -> None:
-        _log.warning("NATS: %s", error)
+        nonlocal last_error
+        before, last_error = last_error, error
+        if not connected and login_refused(error):
+            # nats-py retries a refused first login for ever (max_reconnect_attempts=-1): raised from here, it
+            # ends connect(), and start-up says which identity was refused instead of hanging.
+            raise LoginRefused(f"it refused the login of {_identity(config.nats)}") from error
+        if not lone_reset(error, before):
+            _log.warning("NATS: %s", error)
 
     async def on_reconnect() -> None:
         _log.info("NATS: reconnected to %s", config.nats.url)
 
-    return await nats.connect(error_cb=on_error, reconnected_cb=on_reconnect, **options)
+    client = NatsClient()
+    try:
+        await client.connect(error_cb=on_error, reconnected_cb=on_reconnect, **options)
+    except LoginRefused:
+        with contextlib.suppress(Exception):
+            await client.close()
+        raise
+    connected = True
+    return client
 
 
 async def _ensure_stream(js: JetStreamContext, stream: js_api.StreamConfig) -> None:

@@ -27,7 +27,6 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import AuthorizationError
 from nats.errors import Error as NatsError
 
 from netsleuth.agent.config import SessionLimits
@@ -38,7 +37,7 @@ from netsleuth.fleet.admission import TaskAdmission, TaskRefused
 from netsleuth.fleet.clock import OffsetEstimator, parse_nats_time
 from netsleuth.fleet.diagnostic_source import catalogue, open_diagnostic, validate_config
 from netsleuth.fleet.host_registry import host_entry, probe_features
-from netsleuth.fleet.link_config import FleetConfig, nkey_public_key
+from netsleuth.fleet.link_config import FleetConfig, login_refused, lone_reset, nkey_public_key
 from netsleuth.fleet.protocol import (
     HOSTS_BUCKET,
     Control,
@@ -60,12 +59,6 @@ __all__ = ["FleetLink"]
 
 _LOG = logging.getLogger("netsleuth.agent.fleet")
 _RECONNECT_WAIT_S = 1.0
-
-
-def _login_refused(error: Exception) -> bool:
-    """nats-py reports a refused CONNECT as a plain Error("nats: 'Authorization Violation'") while it first
-    connects, and as AuthorizationError on an established connection."""
-    return isinstance(error, AuthorizationError) or "authorization violation" in str(error).lower()
 
 
 class FleetLink:
@@ -103,7 +96,7 @@ class FleetLink:
         self._stopping: asyncio.Event | None = None
         self._register_now: asyncio.Event | None = None
         self.last_error: str | None = None
-        self._login_refused = False  # NATS said no to our credentials and we have not been let in since
+        self._previous_error: Exception | None = None  # nats-py's last error (_on_error)
         self.registrations = 0
         self.connected = threading.Event()
         self._stop_requested = threading.Event()  # stop() may come before the loop made its own event
@@ -219,7 +212,6 @@ class FleetLink:
         if nc is None:
             return
         self._nc = nc
-        self._login_refused = False
         self.connected.set()
         host = self.config.host_id
         await nc.subscribe(task_subject(host), cb=self._on_task)
@@ -311,22 +303,21 @@ class FleetLink:
         self._set_error("disconnected from NATS; reconnecting")
 
     async def _on_reconnected(self) -> None:
-        self._login_refused = False
         _LOG.info("fleet: reconnected to NATS; registering again")
         if self._register_now is not None:
             self._register_now.set()
 
     async def _on_error(self, error: Exception) -> None:
-        if _login_refused(error):
+        previous, self._previous_error = self._previous_error, error
+        if login_refused(error):
             # nats-py keeps trying (the server's authorization may be fixed without restarting the agent).
-            self._login_refused = True
             self._set_error(
                 f"NATS at {', '.join(self.config.urls)} refused the login of {self._identity()}: "
                 f"is it listed in the server's authorization? (retrying every {_RECONNECT_WAIT_S:g} s)"
             )
             return
-        if self._login_refused and isinstance(error, ConnectionResetError):
-            return  # the server hangs up right after each refusal: the refusal is the news, not the reset
+        if lone_reset(error, previous):
+            return
         self._set_error(f"NATS: {error or type(error).__name__}")
 
     def _identity(self) -> str:

@@ -34,7 +34,7 @@ from netsleuth.fleet.protocol import ProtocolError, public_key_from_text, valida
 if TYPE_CHECKING:
     from netsleuth.agent.config import _Table
 
-__all__ = ["FleetConfig", "nkey_public_key", "parse_fleet"]
+__all__ = ["FleetConfig", "login_refused", "lone_reset", "nkey_public_key", "parse_fleet"]
 
 _NKEYS_MISSING = "needs the Python package nkeys (pip install nkeys)"
 _NKEY_KINDS = {"A": "account", "O": "operator", "N": "server", "C": "cluster"}
@@ -59,6 +59,19 @@ def nkey_public_key(path: Path, key: str) -> str:
         kind = _NKEY_KINDS.get(public[:1], "non-user")
         raise UsageError(f"{key} {path} holds the seed of an nkey of kind {kind}, not of a user (SU...)")
     return public
+
+
+def login_refused(error: BaseException) -> bool:
+    """Whether a nats-py error is the server refusing our credentials. nats-py reports it as a plain
+    Error("nats: 'Authorization Violation'") while it first connects, as AuthorizationError later."""
+    return type(error).__name__ == "AuthorizationError" or "authorization violation" in str(error).lower()
+
+
+def lone_reset(error: BaseException, previous: BaseException | None) -> bool:
+    """A connection reset after anything but another reset: not worth a log line. A server refusing a login
+    closes the connection with our PING unread, so the reset can reach us instead of its -ERR (or right after
+    it); nats-py tries again within a second and that attempt says what it was. Two in a row are news."""
+    return isinstance(error, ConnectionResetError) and not isinstance(previous, ConnectionResetError)
 
 
 @dataclass(frozen=True)
