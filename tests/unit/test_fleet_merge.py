@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from netsleuth.fleet.merge import MergedTimeline, parse_time_ns
+from netsleuth.fleet.merge import MergedTimeline, iso_from_ns, parse_time_ns
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "fleet" / "dnat_drop_session.json"
 
@@ -125,3 +125,32 @@ def test_the_dnat_bypass_is_named_from_a_recorded_session() -> None:
     )
     # The events the client's conn report carried about the server's namespace sit on the server.
     assert hops[5]["detail"] == "dropped on host server: NOT_SPECIFIED at tcp_v4_rcv+0x91 (x2)"
+
+
+def test_a_dropped_reset_comes_after_the_reset_whatever_the_clocks_say() -> None:
+    """The server drops the client's RST (its half-open connection ends there). Seen on two hosts whose
+    corrected clocks differ by more than the gap between the two events, the drop can be stamped before the
+    reset that sent it: the verdict still tells them in causal order (conn's timeline carries tcp_flags)."""
+    data: dict[str, Any] = json.loads((FIXTURE.parent / "dnat_bypass_session.json").read_text())
+    for item in data["records"]:
+        record = item["record"]
+        for event in record.get("timeline", []):
+            if event["event"] == "drop":
+                event["tcp_flags"] = event["text"].split("[", 1)[1].split("]", 1)[0]
+                if event["tcp_flags"] == "RST":  # 0.3 ms early: as a clock-offset error would put it
+                    stamped = parse_time_ns(event["time"]) - 300_000  # type: ignore[operator]
+                    event["time"] = iso_from_ns(stamped)
+    merged = MergedTimeline(data["hostnames"], netns_owner=data["netns_owner"])
+    for host, offset in data["offsets"].items():
+        merged.set_offset(host, offset)
+    for item in data["records"]:
+        merged.add(item["host"], item["record"])
+    [verdict] = merged.verdicts({host: {"state": "ended"} for host in ("client", "lb", "server")})
+    assert [(hop["host"], hop["event"]) for hop in verdict["hops"]] == [
+        ("client", "sent"), ("lb", "nat"), ("client", "bypass"), ("client", "reset"), ("client", "drop"),
+        ("server", "drop"),
+    ]  # fmt: skip
+    server_drop = verdict["hops"][5]
+    assert server_drop["detail"] == "dropped on host server: NOT_SPECIFIED at tcp_v4_rcv+0x91 (x2)"
+    # Its time is still what was seen (corrected), not moved: only the telling follows causality.
+    assert parse_time_ns(server_drop["time"]) < parse_time_ns(verdict["hops"][3]["time"])  # type: ignore[operator]

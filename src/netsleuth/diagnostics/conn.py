@@ -610,6 +610,8 @@ class ConnTracker:
             }
             if item.reason_inferred:
                 data["reason_inferred"] = True
+            if packet.tcp_flags is not None:  # the fleet merge places a dropped RST after its reset
+                data["tcp_flags"] = tcp_flags_text(packet.tcp_flags)
             conn.add(
                 TimelineEntry(
                     item.time,

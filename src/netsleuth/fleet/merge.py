@@ -139,6 +139,12 @@ def _drop_text(record: Mapping[str, Any], host: str) -> str:
     return f"dropped on host {host}: {reason}{location}"
 
 
+def _carries_rst(record: Mapping[str, Any]) -> bool:
+    """Is the dropped packet a TCP reset (`tcp_flags` as drops and conn write them: `RST`, `RST|ACK`)?"""
+    flags = record.get("tcp_flags")
+    return isinstance(flags, str) and "RST" in flags.split("|")
+
+
 @dataclass(frozen=True)
 class _Observation:
     """One thing one host saw of one flow, on the controller's clock."""
@@ -149,6 +155,9 @@ class _Observation:
     kind: str  # sent | retransmit | drop | reset | established
     text: str
     directed: bool = False  # `flow` is known to be client -> server (a SYN sent, a conn report)
+    # A drop of an RST segment: the consequence of a reset sent, on another host often, and placed after
+    # it whatever the clocks say (hosts' corrected times are only as close as their offsets are known).
+    of_reset: bool = False
 
 
 class MergedTimeline:
@@ -242,7 +251,8 @@ class MergedTimeline:
         elif event == "state" and new_state == "ESTABLISHED":
             observation = _Observation(host, time_ns, flow, "established", f"established on host {host}")
         elif event == "drop" and record.get("reason") not in _BENIGN_DROPS:
-            observation = _Observation(host, time_ns, flow, "drop", _drop_text(record, host))
+            text = _drop_text(record, host)
+            observation = _Observation(host, time_ns, flow, "drop", text, of_reset=_carries_rst(record))
         elif event == "reset" and kind == "reset":
             verb = "sent by" if record.get("direction") in ("sent", "out", "tx") else "received on"
             observation = _Observation(
@@ -385,6 +395,7 @@ class MergedTimeline:
                 chosen[key] = (observation, -1.0 if observation.kind == "sent" else position)
         rank = {"sent": 0, "retransmit": 1}
         for key, (observation, position) in chosen.items():
+            order = 3 if observation.of_reset else rank.get(observation.kind, 2)
             detail = observation.text + (f" (x{counts[key]})" if counts[key] > 1 else "")
             hop = {
                 "host": observation.host,
@@ -392,7 +403,7 @@ class MergedTimeline:
                 "detail": detail,
                 "time": iso_from_ns(observation.time_ns),
             }
-            rows.append((position, rank.get(observation.kind, 2), observation.time_ns, hop))
+            rows.append((position, order, observation.time_ns, hop))
         if isinstance(identity, FlowTuple):
             for number, nat in enumerate(index.path(identity).hops):
                 # Between the tuple it came in with (position n) and the one it leaves with (n + 1).
