@@ -63,6 +63,37 @@ def test_config_mistakes_are_one_sentence(tmp_path: Path, change: dict[str, Any]
     assert words in str(raised.value) and "\n" not in str(raised.value)
 
 
+_CREDS = """-----BEGIN NATS USER JWT-----
+eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.c2ln
+------END NATS USER JWT------
+
+-----BEGIN USER NKEY SEED-----
+SUAEXAMPLEONLYNOTAREALSEED
+------END USER NKEY SEED------
+"""
+
+
+def test_nats_creds_file(tmp_path: Path) -> None:
+    """nats.creds_file: relative to the config's directory like the other files, and checked at load."""
+    creds = tmp_path / "controller.creds"
+    creds.write_text(_CREDS)
+    creds.chmod(0o600)
+    config = _config(tmp_path, {"nats": {"url": "nats://n:4222", "creds_file": "controller.creds"}})
+    assert config.nats.creds_file == str(creds)
+    (tmp_path / "open.creds").write_text(_CREDS)
+    (tmp_path / "open.creds").chmod(0o644)
+    (tmp_path / "seed.creds").write_text("SUAEXAMPLEONLYNOTAREALSEED\n")
+    (tmp_path / "seed.creds").chmod(0o600)
+    for name, words in [
+        ("missing.creds", f"nats.creds_file {tmp_path / 'missing.creds'}: No such file or directory"),
+        ("open.creds", "readable by other users: chmod 600 it"),
+        ("seed.creds", f"nats.creds_file {tmp_path / 'seed.creds'} is not a NATS .creds file"),
+    ]:
+        with pytest.raises(UsageError) as raised:
+            _config(tmp_path, {"nats": {"url": "nats://n:4222", "creds_file": name}})
+        assert words in str(raised.value) and "\n" not in str(raised.value)
+
+
 def test_nats_nkey_seed_file(tmp_path: Path) -> None:
     """nats.nkey_seed_file: relative to the config's directory, checked at load (exists, owner-only, a user
     seed), the only login method given; one sentence for each mistake."""

@@ -394,6 +394,29 @@ def test_fleet_section(tmp_path: Path) -> None:
         parse_config({"fleet": fleet})
 
 
+def test_fleet_creds_file(tmp_path: Path) -> None:
+    """A .creds file holds the user's JWT and seed: owner-only, and a NATS .creds file, checked at load."""
+    good = tmp_path / "a.creds"
+    good.write_text("-----BEGIN NATS USER JWT-----\neyJ0.e30.c2ln\n------END NATS USER JWT------\n")
+    good.chmod(0o600)
+    fleet: dict[str, Any] = {
+        "url": "nats://n:4222",
+        "host_id": "node-a",
+        "creds_file": str(good),
+        "controller_key": public_key_to_text(KEY.public_key()),
+    }
+    config = parse_config({"fleet": fleet}).fleet
+    assert config is not None and config.creds_file == good
+    wrong = tmp_path / "b.creds"
+    wrong.write_text("user:password\n")
+    wrong.chmod(0o600)
+    with pytest.raises(UsageError, match=r"fleet.creds_file .*b.creds is not a NATS .creds file"):
+        parse_config({"fleet": {**fleet, "creds_file": str(wrong)}})
+    good.chmod(0o644)
+    with pytest.raises(UsageError, match="readable by other users"):
+        parse_config({"fleet": fleet})
+
+
 def test_fleet_nkey_seed_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The seed is checked when the config is read (a private key: owner-only, and a user seed), so a bad
     file is one sentence at start-up, not a retry loop or a traceback in the fleet thread."""

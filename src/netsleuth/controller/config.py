@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from netsleuth.errors import UsageError
-from netsleuth.fleet.link_config import nkey_public_key
+from netsleuth.fleet.link_config import check_creds_file, nkey_public_key
 
 __all__ = [
     "ControllerConfig",
@@ -177,6 +177,9 @@ def _nats(data: dict[str, Any], base: Path) -> NatsConfig:
         except OSError as error:
             raise UsageError(f"nats.password_file {path}: {error.strerror}") from error
     creds = _optional_string(data, "creds_file", "nats")
+    creds_path = base / creds if creds is not None else None
+    if creds_path is not None:
+        check_creds_file(creds_path, "nats.creds_file")
     seed = _optional_string(data, "nkey_seed_file", "nats")
     seed_path = base / seed if seed is not None else None
     if seed_path is not None:
@@ -185,7 +188,7 @@ def _nats(data: dict[str, Any], base: Path) -> NatsConfig:
         url=url,
         user=_optional_string(data, "user", "nats"),
         password=password,
-        creds_file=creds,
+        creds_file=str(creds_path) if creds_path is not None else None,
         nkey_seed_file=str(seed_path) if seed_path is not None else None,
     )
 

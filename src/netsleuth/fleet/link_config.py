@@ -74,6 +74,16 @@ def lone_reset(error: BaseException, previous: BaseException | None) -> bool:
     return isinstance(error, ConnectionResetError) and not isinstance(previous, ConnectionResetError)
 
 
+def check_creds_file(path: Path, key: str) -> None:
+    """A NATS .creds file (the user's JWT and nkey seed, as `nsc generate creds` writes it) is a secret like
+    the others: it must exist, be owner-only and hold the JWT block nats-py sends; else one sentence naming
+    `key`. Checked when the config loads, so a typo is not found at the first connect."""
+    from netsleuth.agent.config import read_secret  # agent.config imports this module
+
+    if "-----BEGIN NATS USER JWT-----" not in read_secret(path, key):
+        raise UsageError(f"{key} {path} is not a NATS .creds file (no NATS USER JWT block)")
+
+
 @dataclass(frozen=True)
 class FleetConfig:
     urls: tuple[str, ...]
@@ -152,4 +162,6 @@ def parse_fleet(table: _Table) -> FleetConfig | None:
     config.password()
     if config.nkey_seed_file is not None:
         nkey_public_key(config.nkey_seed_file, "fleet.nkey_seed_file")
+    if config.creds_file is not None:
+        check_creds_file(config.creds_file, "fleet.creds_file")
     return config
