@@ -10,7 +10,7 @@ from netsleuth.kernel.tracefs import TracefsState, ensure_tracefs, trace_event_e
 
 def test_a_mounted_tracefs_is_used_as_it_is(tmp_path: Path) -> None:
     (tmp_path / "tracing" / "events" / "syscalls" / "sys_exit_openat").mkdir(parents=True)
-    state = ensure_tracefs(roots=(tmp_path / "absent", tmp_path / "tracing"), target=tmp_path / "absent")
+    state = ensure_tracefs(target=tmp_path / "tracing", legacy=tmp_path / "absent")
     assert state == TracefsState(tmp_path / "tracing" / "events")
     assert state.note is None
     assert trace_event_exists(state.events, "syscalls/sys_exit_openat")
@@ -18,8 +18,14 @@ def test_a_mounted_tracefs_is_used_as_it_is(tmp_path: Path) -> None:
     assert not trace_event_exists(None, "syscalls/sys_exit_openat")
 
 
+def test_a_kernel_before_4_1_has_it_under_debugfs_only(tmp_path: Path) -> None:
+    (tmp_path / "debug" / "tracing" / "events" / "syscalls").mkdir(parents=True)
+    state = ensure_tracefs(target=tmp_path / "absent", legacy=tmp_path / "debug" / "tracing")
+    assert state == TracefsState(tmp_path / "debug" / "tracing" / "events")
+
+
 def test_without_a_place_to_mount_it_the_problem_is_one_sentence(tmp_path: Path) -> None:
-    state = ensure_tracefs(roots=(tmp_path / "tracing",), target=tmp_path / "tracing")
+    state = ensure_tracefs(target=tmp_path / "tracing", legacy=tmp_path / "absent")
     assert state.events is None and not state.mounted_now
     assert state.problem == f"this kernel has no {tmp_path / 'tracing'} to mount tracefs on (CONFIG_TRACING)"
 

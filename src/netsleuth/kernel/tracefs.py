@@ -13,14 +13,15 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["TRACEFS", "TracefsState", "ensure_tracefs", "trace_event_exists"]
 
 TRACEFS = Path("/sys/kernel/tracing")
-_ROOTS = (TRACEFS, Path("/sys/kernel/debug/tracing"))  # the second: kernels before 4.1 (debugfs)
+# Before 4.1 tracefs was only reachable under debugfs. libbpf looks there only when /sys/kernel/tracing does
+# not exist, so that is the one place a kernel with /sys/kernel/tracing must have it mounted.
+_LEGACY = Path("/sys/kernel/debug/tracing")
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,6 @@ class TracefsState:
         return None
 
 
-def _events_dir(roots: Iterable[Path]) -> Path | None:
-    for root in roots:
-        if (root / "events").is_dir():
-            return root / "events"
-    return None
-
-
 def _mount_tracefs(target: Path) -> int:
     """mount(2) tracefs on `target`; 0 or the errno."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -56,13 +50,14 @@ def _mount_tracefs(target: Path) -> int:
     return ctypes.get_errno()
 
 
-def ensure_tracefs(roots: Iterable[Path] = _ROOTS, target: Path = TRACEFS) -> TracefsState:
-    """The trace events' directory, mounting tracefs on `target` first when no root has it."""
-    roots = tuple(roots)
-    found = _events_dir(roots)
-    if found is not None:
-        return TracefsState(found)
+def ensure_tracefs(target: Path = TRACEFS, legacy: Path = _LEGACY) -> TracefsState:
+    """The trace events' directory where libbpf will look for them, mounting tracefs on `target` first when
+    it is not mounted there."""
+    if (target / "events").is_dir():
+        return TracefsState(target / "events")
     if not target.is_dir():
+        if (legacy / "events").is_dir():
+            return TracefsState(legacy / "events")
         return TracefsState(None, problem=f"this kernel has no {target} to mount tracefs on (CONFIG_TRACING)")
     number = _mount_tracefs(target)
     if number == errno.EBUSY:  # mounted meanwhile (another process, an automount): look again
@@ -73,10 +68,9 @@ def ensure_tracefs(roots: Iterable[Path] = _ROOTS, target: Path = TRACEFS) -> Tr
             problem=f"tracefs is not mounted and mounting it on {target} failed ({os.strerror(number)}); "
             f"mount it with: mount -t tracefs nodev {target}",
         )
-    found = _events_dir(roots)
-    if found is None:
+    if not (target / "events").is_dir():
         return TracefsState(None, problem=f"tracefs mounted on {target} lists no trace events")
-    return TracefsState(found, mounted_now=True)
+    return TracefsState(target / "events", mounted_now=True)
 
 
 def trace_event_exists(events: Path | None, event: str) -> bool:
