@@ -6,6 +6,7 @@ exactly as the kernel reports it to the consumer (PERF_RECORD_LOST)."""
 from __future__ import annotations
 
 import collections
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -36,6 +37,19 @@ def _connections(server: socket.socket, count: int) -> None:
         accepted, _ = server.accept()
         client.close()
         accepted.close()
+
+
+def _connection_on_every_cpu(server: socket.socket) -> None:
+    """One connection from each CPU in turn. On loopback a connection's transitions are traced on the CPU
+    that makes it, and the kernel reports a CPU's perf-buffer losses only with that CPU's next record: left
+    to the scheduler, this thread can stay on one CPU while the other's losses wait unreported."""
+    allowed = os.sched_getaffinity(0)
+    try:
+        for cpu in sorted(allowed):
+            os.sched_setaffinity(0, {cpu})
+            _connections(server, 1)
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def _session(port: int, perf: bool) -> TcpSession:
@@ -90,12 +104,13 @@ def test_perf_buffer_losses_are_counted_exactly(listener: socket.socket) -> None
         # ~9 transitions of ~250 bytes per connection, not read while they happen: far beyond 256 KiB per CPU.
         _connections(listener, 1500)
         events: list[RawTcpEvent] = perf.drain()
-        # The kernel reports a CPU's losses before the next record that fits there: one more connection.
-        _connections(listener, 1)
+        # The kernel reports a CPU's losses before the next record that fits there: one more connection on
+        # every CPU.
+        _connection_on_every_cpu(listener)
         totals = _collect(perf, events)
         deadline = time.monotonic() + 10
         while perf.perf_lost != totals.lost and time.monotonic() < deadline:
-            _connections(listener, 1)
+            _connection_on_every_cpu(listener)
             totals = _collect(perf, events)
         assert totals.lost > 0
         assert perf.perf_lost == totals.lost
