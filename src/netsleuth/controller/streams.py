@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client as NatsClient
@@ -21,10 +20,9 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
 
-from netsleuth.controller.config import ControllerConfig, NatsConfig
-from netsleuth.errors import UsageError
+from netsleuth.controller.config import ControllerConfig
 from netsleuth.fleet.host_registry import ensure_hosts_bucket
-from netsleuth.fleet.link_config import login_refused, lone_reset, nkey_public_key
+from netsleuth.fleet.link_config import login_identity, login_refused, lone_reset
 from netsleuth.fleet.protocol import (
     AUDIT_STREAM,
     AUDIT_SUBJECTS,
@@ -40,20 +38,6 @@ _log = logging.getLogger("netsleuth.controller")
 
 class LoginRefused(Exception):
     """NATS said no to the controller's credentials on its first connect."""
-
-
-def _identity(nats_config: NatsConfig) -> str:
-    """Who the controller logs in as, in the words of its config (never a secret)."""
-    if nats_config.nkey_seed_file is not None:
-        seed_file = nats_config.nkey_seed_file
-        try:
-            public = nkey_public_key(Path(seed_file), "nats.nkey_seed_file")
-        except UsageError as error:  # checked at load: only a file changed since can fail here
-            return f"the nkey of nats.nkey_seed_file ({error})"
-        return f"nkey {public} (nats.nkey_seed_file {seed_file})"
-    if nats_config.creds_file is not None:
-        return f"the credentials of nats.creds_file {nats_config.creds_file}"
-    return f"user {nats_config.user!r}" if nats_config.user is not None else "an anonymous client"
 
 
 async def connect_nats(config: ControllerConfig) -> NatsClient:
@@ -82,7 +66,9 @@ async def connect_nats(config: ControllerConfig) -> NatsClient:
         if not connected and login_refused(error):
             # nats-py retries a refused first login for ever (max_reconnect_attempts=-1): raised from here, it
             # ends connect(), and start-up says which identity was refused instead of hanging.
-            raise LoginRefused(f"it refused the login of {_identity(config.nats)}") from error
+            login = config.nats
+            identity = login_identity("nats", login.user, login.creds_file, login.nkey_seed_file)
+            raise LoginRefused(f"it refused the login of {identity}") from error
         if not lone_reset(error, before):
             _log.warning("NATS: %s", error)
 

@@ -32,12 +32,11 @@ from nats.errors import Error as NatsError
 from netsleuth.agent.config import SessionLimits
 from netsleuth.agent.programs import ProgramLedger
 from netsleuth.agent.session_diagnostics import DiagnosticContext
-from netsleuth.errors import UsageError
 from netsleuth.fleet.admission import TaskAdmission, TaskRefused
 from netsleuth.fleet.clock import OffsetEstimator, parse_nats_time
 from netsleuth.fleet.diagnostic_source import catalogue, open_diagnostic, validate_config
 from netsleuth.fleet.host_registry import host_entry, probe_features
-from netsleuth.fleet.link_config import FleetConfig, login_refused, lone_reset, nkey_public_key
+from netsleuth.fleet.link_config import FleetConfig, login_identity, login_refused, lone_reset
 from netsleuth.fleet.protocol import (
     HOSTS_BUCKET,
     Control,
@@ -310,30 +309,19 @@ class FleetLink:
     async def _on_error(self, error: Exception) -> None:
         previous, self._previous_error = self._previous_error, error
         if login_refused(error):
+            config = self.config
+            identity = login_identity(
+                "fleet", config.user, config.creds_file, config.nkey_seed_file, config.password_file
+            )
             # nats-py keeps trying (the server's authorization may be fixed without restarting the agent).
             self._set_error(
-                f"NATS at {', '.join(self.config.urls)} refused the login of {self._identity()}: "
+                f"NATS at {', '.join(self.config.urls)} refused the login of {identity}: "
                 f"is it listed in the server's authorization? (retrying every {_RECONNECT_WAIT_S:g} s)"
             )
             return
         if lone_reset(error, previous):
             return
         self._set_error(f"NATS: {error or type(error).__name__}")
-
-    def _identity(self) -> str:
-        """Who this agent logs in as, in the words of its config (never a secret)."""
-        config = self.config
-        if config.password_file is not None:
-            return f"user {config.user!r} (fleet.password_file)"
-        if config.creds_file is not None:
-            return f"the credentials of fleet.creds_file {config.creds_file}"
-        if config.nkey_seed_file is not None:
-            try:
-                public = nkey_public_key(config.nkey_seed_file, "fleet.nkey_seed_file")
-            except UsageError as error:  # changed since the config was read
-                return f"the nkey of fleet.nkey_seed_file ({error})"
-            return f"nkey {public} (fleet.nkey_seed_file {config.nkey_seed_file})"
-        return f"user {config.user!r}" if config.user else "an anonymous client"
 
     # -- messages --------------------------------------------------------------------------------------
     def publish_threadsafe(self, subject: str, data: bytes) -> None:

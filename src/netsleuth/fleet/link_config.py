@@ -61,6 +61,28 @@ def nkey_public_key(path: Path, key: str) -> str:
     return public
 
 
+def login_identity(
+    section: str,
+    user: str | None,
+    creds_file: Path | str | None,
+    nkey_seed_file: Path | str | None,
+    password_file: Path | str | None = None,
+) -> str:
+    """Who an agent (`section` "fleet") or the controller ("nats") logs in to NATS as, in the words of its
+    config and never a secret: what a refused login names. The config allows one login method at most."""
+    if nkey_seed_file is not None:
+        try:
+            public = nkey_public_key(Path(nkey_seed_file), f"{section}.nkey_seed_file")
+        except UsageError as error:  # checked at load: only a file changed since can fail here
+            return f"the nkey of {section}.nkey_seed_file ({error})"
+        return f"nkey {public} ({section}.nkey_seed_file {nkey_seed_file})"
+    if creds_file is not None:
+        return f"the credentials of {section}.creds_file {creds_file}"
+    if password_file is not None:
+        return f"user {user!r} ({section}.password_file)"
+    return f"user {user!r}" if user else "an anonymous client"
+
+
 def login_refused(error: BaseException) -> bool:
     """Whether a nats-py error is the server refusing our credentials. nats-py reports it as a plain
     Error("nats: 'Authorization Violation'") while it first connects, as AuthorizationError later."""
