@@ -265,13 +265,13 @@ def main() -> int:
         "--baseline", type=Path, metavar="SRC", help="also time netsleuth from this source tree (before)"
     )
     args = parser.parse_args()
-    from bench.harness import mount_tracefs_for_bpftrace
-
-    mount_tracefs_for_bpftrace()
     if args.baseline is not None and not (args.baseline / "netsleuth" / "__main__.py").is_file():
         sys.exit(f"--baseline {args.baseline}: not a source tree with netsleuth/ in it")
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark loads BPF programs")
+    from bench.harness import mount_tracefs_for_bpftrace
+
+    mount_tracefs_for_bpftrace()
     if not shutil.which("bpftrace"):
         sys.exit("bpftrace is needed for the comparison: apt install bpftrace")
     with tempfile.TemporaryDirectory(prefix="netsleuth-attach-") as directory:

@@ -304,11 +304,11 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(choices), help=f"comma-separated, of {', '.join(choices)}")
     parser.add_argument("--profile", metavar="PATH", help="also profile `drops --json > file` into PATH")
     args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root: the benchmark loads BPF programs and builds network namespaces")
     from bench.harness import mount_tracefs_for_bpftrace
 
     mount_tracefs_for_bpftrace()
-    if os.geteuid() != 0:
-        sys.exit("run as root: the benchmark loads BPF programs and builds network namespaces")
     wanted = args.only.split(",")
     lab = Lab()
     work = Path(tempfile.mkdtemp(prefix="netsleuth-delivery-"))

@@ -97,9 +97,9 @@ def main() -> int:
         "--pace-seconds", type=float, default=2.0, help="length of each paced storm (sampling threshold)"
     )
     args = parser.parse_args()
-    mount_tracefs_for_bpftrace()
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark loads BPF programs and builds network namespaces")
+    mount_tracefs_for_bpftrace()
     if not shutil.which("bpftrace"):
         sys.exit("bpftrace is needed for the comparison: apt install bpftrace")
     netsleuth = [sys.executable, "-m", "netsleuth"]

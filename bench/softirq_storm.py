@@ -34,9 +34,18 @@ from bench.harness import Tracer, mount_tracefs_for_bpftrace, print_rates, progr
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 SENDER_CPU, TRACER_CPU = "0", "1"
-FLOOR_PROGRAMS = ("sirq_raise_floor", "sirq_entry_floor", "sirq_exit_floor", "napi_poll_floor")
-# The floor plus one clock read at raise, entry and exit: what timing the three (as we do) cannot avoid.
-CLOCK_PROGRAMS = ("sirq_raise_clk", "sirq_entry_clk", "sirq_exit_clk", "napi_poll_floor")
+# bench/floor.bpf.c programs per floor configuration, and what each one is.
+FLOORS: dict[str, tuple[tuple[str, ...], str]] = {
+    "floor": (
+        ("sirq_raise_floor", "sirq_entry_floor", "sirq_exit_floor", "napi_poll_floor"),
+        "programs that do nothing",
+    ),
+    # What timing raise, entry and exit (as we do) cannot avoid.
+    "floor + clocks": (
+        ("sirq_raise_clk", "sirq_entry_clk", "sirq_exit_clk", "napi_poll_floor"),
+        "one clock read at raise, entry, exit",
+    ),
+}
 # Whole names (tp_btf and raw_tp builds), not a "sirq_" prefix another experiment's programs may share.
 NETSLEUTH_PROGRAMS = tuple(
     f"sirq_{hook}_{build}" for hook in ("raise", "entry", "exit", "napi") for build in "br"
@@ -123,9 +132,9 @@ def traced_by_netsleuth(storms: Storms, scratch: Path, round_number: int, costs:
 
 
 def traced_by_floor(
-    storms: Storms, floor: Path, scratch: Path, round_number: int, costs: Costs, label: str = "floor"
+    storms: Storms, floor: Path, scratch: Path, round_number: int, costs: Costs, label: str
 ) -> float:
-    programs = FLOOR_PROGRAMS if label == "floor" else CLOCK_PROGRAMS
+    programs = FLOORS[label][0]
     ready = scratch / f"{label}-ready-{round_number}"
     tracer = Tracer(floor_argv(floor, ready, programs), ready.exists, scratch / "floor.out", TRACER_CPU)
     rate = storms.rate()[0]
@@ -150,16 +159,10 @@ def print_costs(costs: Costs) -> None:
         )
         for program, values in sorted(costs.per_program.items()):
             print(f"    {program:<16} {statistics.median(values):6.0f} ns per run")
-    if "floor" in costs.ns_per_event:
-        print(
-            f"  floor (programs that do nothing): {statistics.median(costs.ns_per_event['floor']):.0f} ns "
-            "per event (bpf_stats)"
-        )
-    if "floor + clocks" in costs.ns_per_event:
-        print(
-            f"  floor + clocks (one clock read at raise, entry, exit): "
-            f"{statistics.median(costs.ns_per_event['floor + clocks']):.0f} ns per event (bpf_stats)"
-        )
+    for label, (_programs, what) in FLOORS.items():
+        if label in costs.ns_per_event:
+            cost = statistics.median(costs.ns_per_event[label])
+            print(f"  {label} ({what}): {cost:.0f} ns per event (bpf_stats)")
     for line in costs.exact:
         print(f"  exact: {line}")
 
@@ -194,9 +197,8 @@ def main() -> int:
             storms = Storms(sender, receiver, flood, options.count)
             for round_number in range(options.repeat):
                 rates["untraced"].append(storms.rate()[0])
-                rates["floor"].append(traced_by_floor(storms, floor, scratch, round_number, costs))
-                clocked = traced_by_floor(storms, floor, scratch, round_number, costs, "floor + clocks")
-                rates["floor + clocks"].append(clocked)
+                for label in FLOORS:
+                    rates[label].append(traced_by_floor(storms, floor, scratch, round_number, costs, label))
                 rates["netsleuth"].append(traced_by_netsleuth(storms, scratch, round_number, costs))
                 rates["bpftrace"].append(traced_by_bpftrace(storms, scratch, round_number))
         finally:

@@ -119,9 +119,9 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=50_000, help="connections per storm")
     parser.add_argument("--repeat", type=int, default=3, help="storms per configuration (median is kept)")
     args = parser.parse_args()
-    mount_tracefs_for_bpftrace()
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark loads BPF programs and builds network namespaces")
+    mount_tracefs_for_bpftrace()
     if not shutil.which("bpftrace"):
         sys.exit("bpftrace is needed for the comparison: apt install bpftrace")
     netsleuth = [sys.executable, "-m", "netsleuth"]
