@@ -81,10 +81,15 @@ class Lab:
         right_addrs: Sequence[str],
         names: tuple[str, str] = ("veth0", "veth0"),
         mtu: int | None = None,
+        queues: int | None = None,
     ) -> None:
-        """A veth pair between two hosts, each end named and addressed (CIDR strings, v4 or v6)."""
+        """A veth pair between two hosts, each end named and addressed (CIDR strings, v4 or v6); `queues`:
+        that many receive and transmit queues on each end (each receive queue its own NAPI instance)."""
         tmp_left, tmp_right = f"{self.prefix}a{len(self.hosts)}", f"{self.prefix}b{len(self.hosts)}"
-        run("ip", "link", "add", tmp_left[:15], "type", "veth", "peer", "name", tmp_right[:15])
+        sizes = ["numtxqueues", str(queues), "numrxqueues", str(queues)] if queues else []
+        run(
+            "ip", "link", "add", tmp_left[:15], *sizes, "type", "veth", "peer", "name", tmp_right[:15], *sizes
+        )
         for tmp, host, name, addrs in (
             (tmp_left, left, names[0], left_addrs),
             (tmp_right, right, names[1], right_addrs),

@@ -21,21 +21,29 @@ from tests.tracerun import TraceRun, bpftool_netsleuth_programs, diagnose_verdic
 pytestmark = pytest.mark.privileged
 
 
-@pytest.fixture
-def napi_pair(pair: Pair, udpflood: str) -> Iterator[Pair]:
+def receive_through_napi(a: Host, b: Host, b4: str, udpflood: str) -> None:
     """b receives through veth NAPI: GRO on b's end, TSO off on a's (veth_skb_is_eligible_for_gro)."""
-    pair.b.run("ethtool", "-K", "veth0", "gro", "on")
-    pair.a.run("ethtool", "-K", "veth0", "tso", "off")
+    b.run("ethtool", "-K", "veth0", "gro", "on")
+    a.run("ethtool", "-K", "veth0", "tso", "off")
     # No IPv6 chatter (router solicitations, MLD reports) on the link: the storm is all b receives.
-    for host in (pair.a, pair.b):
+    for host in (a, b):
         host.run("sysctl", "-qw", "net.ipv6.conf.veth0.disable_ipv6=1")
     # Resolve ARP before any trace starts, so the storm is the only traffic on b's device.
-    pair.a.run(udpflood, pair.b4, "9", "1")
+    a.run(udpflood, b4, "9", "1")
+
+
+@pytest.fixture
+def napi_pair(pair: Pair, udpflood: str) -> Iterator[Pair]:
+    receive_through_napi(pair.a, pair.b, pair.b4, udpflood)
     yield pair
 
 
+def host_rx_packets(host: Host) -> int:
+    return int(host.run("cat", "/sys/class/net/veth0/statistics/rx_packets").stdout)
+
+
 def rx_packets(pair: Pair) -> int:
-    return int(pair.b.run("cat", "/sys/class/net/veth0/statistics/rx_packets").stdout)
+    return host_rx_packets(pair.b)
 
 
 def flood_from_both_cpus(pair: Pair, udpflood: str, count: int) -> None:
@@ -199,42 +207,17 @@ def test_more_instances_than_cache_entries_are_each_counted_exactly(udpflood: st
     lab = Lab()
     try:
         a, b = lab.host("a"), lab.host("b")
-        queues = ["numtxqueues", "16", "numrxqueues", "16"]
-        run(
-            "ip",
-            "link",
-            "add",
-            f"{lab.prefix}q"[:15],
-            *queues,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            f"{lab.prefix}r"[:15],
-            *queues,
-        )
-        for end, host, addr in (
-            (f"{lab.prefix}q"[:15], a, "198.18.0.1/24"),
-            (f"{lab.prefix}r"[:15], b, "198.18.0.2/24"),
-        ):
-            run("ip", "link", "set", end, "netns", host.name)
-            host.run("ip", "link", "set", end, "name", "veth0")
-            host.run("ip", "addr", "add", addr, "dev", "veth0")
-            host.run("ip", "link", "set", "veth0", "up")
-        b.run("ethtool", "-K", "veth0", "gro", "on")
-        a.run("ethtool", "-K", "veth0", "tso", "off")
-        for host in (a, b):
-            host.run("sysctl", "-qw", "net.ipv6.conf.veth0.disable_ipv6=1")
-        a.run(udpflood, "198.18.0.2", "9", "1")
+        lab.link(a, b, ["198.18.0.1/24"], ["198.18.0.2/24"], queues=16)
+        receive_through_napi(a, b, "198.18.0.2", udpflood)
         session = SoftirqDiagnostic(SoftirqConfig(netns=b.inode))
         try:
             session.start()
-            before = int(b.run("cat", "/sys/class/net/veth0/statistics/rx_packets").stdout)
+            before = host_rx_packets(b)
             queue_packets_before = queue_packets(b)
             # Each sender is one socket, one flow, hashed to one of the 16 queues; two CPUs take turns.
             for flow in range(32):
                 a.run("taskset", "-c", str(flow % 2), udpflood, "198.18.0.2", "9", "500")
-            received = int(b.run("cat", "/sys/class/net/veth0/statistics/rx_packets").stdout) - before
+            received = host_rx_packets(b) - before
             queue_packets_after = queue_packets(b)
             instances = [napi for napi in session.napi_instances() if napi.dev == "veth0"]
         finally:
