@@ -416,9 +416,7 @@ class SnoopDiagnostic:
         ]
         needed = "syscalls/sys_exit_openat" if self.config.mode == "open" else "syscalls/sys_exit_execve"
         if not trace_event_exists(tracefs.events, needed):
-            raise MissingFeature(
-                f"the syscall trace events ({needed}; CONFIG_FTRACE_SYSCALLS, tracefs mounted)", "4.17"
-            )
+            raise MissingFeature(f"the syscall trace events ({needed}; CONFIG_FTRACE_SYSCALLS)", "4.17")
         self._programs.start(programs, ("cfg", self._kernel_config()), ring="events")
         self._context.prepare(self.config.netns)
         self._namer = SnoopNamer(self._context)
