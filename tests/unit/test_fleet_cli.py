@@ -4,6 +4,10 @@ the controller's answers become exit codes."""
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -81,3 +85,80 @@ def test_a_missing_token_or_bad_url_is_a_usage_error(monkeypatch: pytest.MonkeyP
     args.controller = "ftp://x"
     with pytest.raises(UsageError, match="must be an http"):
         fleet._Client(args)
+
+
+def test_summary_lines_count_what_each_diagnostic_totals() -> None:
+    """conn and diagnose summaries carry their totals per kind, not at the top: the line sums them (it
+    printed `total ?` for both)."""
+    totals = {"seen": 9, "total": 4, "emitted": 4, "sampled": 1, "lost": 2, "ungrouped": 0}
+    conn = {
+        "type": "summary", "host": "client", "diagnostic": "conn", "connections": 2,
+        "outcomes": {"reset": 1, "timeout": 1}, "drops": totals,
+        "events": {"state": {**totals, "total": 5, "lost": 0}, "reset_sent": {**totals, "total": 1}},
+    }  # fmt: skip
+    line = fleet._record_line(conn)
+    assert line.endswith("connections 2 (reset 1, timeout 1)  total 10  lost 4  sampled 3"), line
+    diagnose = {"type": "summary", "host": "server", "diagnostic": "diagnose", "verdicts": 3, "drops": totals}
+    assert fleet._record_line(diagnose).endswith("verdicts 3  total 4  lost 2  sampled 1")
+    assert "?" not in line + fleet._record_line(diagnose)
+
+
+class _FakeController:
+    """The two calls `fleet run` makes, answered from memory; `lose` makes the event stream fail as httpx
+    does when the controller goes away."""
+
+    def __init__(self, lose: bool = False) -> None:
+        self.lose = lose
+
+    def request(self, method: str, path: str, **kwargs: object) -> httpx.Response:
+        if method == "POST":
+            return httpx.Response(201, json={"id": "5e551011", "hosts": {"a": {}, "b": {}}})
+        return httpx.Response(200, json={"id": "5e551011", "state": "ended", "partial": False, "hosts": {}})
+
+    def stream_events(self, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        yield "status", {"host": "a", "state": "running"}
+        if self.lose:
+            raise EnvironmentProblem("lost the controller at http://127.0.0.1:1: Server disconnected")
+        yield "end", {"state": "ended"}
+
+
+def _run_args(*extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    fleet.add_arguments(parser)
+    return parser.parse_args(["run", "conn", "--hosts", "a,b", "--duration", "2", *extra])
+
+
+def test_run_json_writes_the_session_id_first(capsys: pytest.CaptureFixture[str]) -> None:
+    assert fleet._run(_run_args("--json"), _FakeController()) == 0  # type: ignore[arg-type]
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert first == {"type": "session", "id": "5e551011", "diagnostic": "conn", "hosts": ["a", "b"],
+                     "duration": 2.0}  # fmt: skip
+
+
+def test_losing_the_controller_names_the_session() -> None:
+    for extra in ((), ("--json",)):
+        with pytest.raises(EnvironmentProblem) as raised:
+            fleet._run(_run_args(*extra), _FakeController(lose=True))  # type: ignore[arg-type]
+        assert "session 5e551011" in str(raised.value)
+        assert "netsleuth fleet show 5e551011" in str(raised.value)
+
+
+def test_new_key_prints_the_settings_under_the_names_agents_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What `controller new-key` prints, pasted into an agent's [fleet] table, is what the agent loads."""
+    import tomllib
+
+    from netsleuth.agent.config import parse_config
+    from netsleuth.cli import main
+    from netsleuth.fleet.protocol import private_key_from_text, public_key_to_text
+
+    assert main(["controller", "new-key", "--out", str(tmp_path / "signing.key")]) == 0
+    printed = capsys.readouterr().out
+    fleet_table = '[fleet]\nurl = "nats://127.0.0.1:4222"\nhost_id = "node-a"\n' + "\n".join(
+        line for line in printed.splitlines() if not line.startswith("#")
+    )
+    config = parse_config(tomllib.loads(fleet_table))
+    assert config.fleet is not None
+    private = private_key_from_text((tmp_path / "signing.key").read_text())
+    assert public_key_to_text(config.fleet.controller_key) == public_key_to_text(private.public_key())

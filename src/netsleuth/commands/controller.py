@@ -70,7 +70,12 @@ def _new_key(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot create {out}: {error.strerror}") from error
     with os.fdopen(descriptor, "w") as handle:
         handle.write(private_key_to_text(key) + "\n")
-    sys.stdout.write(f'controller_public_key = "{public_key_to_text(key.public_key())}"   # for the agents\n')
+    # The lines as each agent's [fleet] table reads them (fleet/link_config.py), ready to paste.
+    sys.stdout.write(
+        "# in each agent's [fleet] section:\n"
+        f'controller_key = "{public_key_to_text(key.public_key())}"\n'
+        'controller_key_id = "controller-1"   # the same as this controller\'s signing.key_id\n'
+    )
     return 0
 
 

@@ -177,6 +177,35 @@ def _host_line(host: str, view: dict[str, Any]) -> str:
     )
 
 
+def _totals_of(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The exact totals a summary holds (EventTotals.to_json): at its top (drops, resets, tcp), under `drops`
+    (diagnose, conn) and per event kind under `events` (conn)."""
+    found = [entry] if isinstance(entry.get("total"), int) else []
+    if isinstance(entry.get("drops"), dict):
+        found.append(entry["drops"])
+    events = entry.get("events")
+    if isinstance(events, dict):
+        found.extend(value for value in events.values() if isinstance(value, dict))
+    return [totals for totals in found if isinstance(totals.get("total"), int)]
+
+
+def _summary_text(entry: dict[str, Any]) -> str:
+    """A host's summary line, whatever the diagnostic: what it found (connections by outcome, verdicts),
+    then its exact totals summed over the kinds it counts."""
+    found = []
+    if isinstance(entry.get("connections"), int):
+        outcomes = entry.get("outcomes") or {}
+        detail = ", ".join(f"{name} {count}" for name, count in sorted(outcomes.items()))
+        found.append(f"connections {entry['connections']}" + (f" ({detail})" if detail else ""))
+    if isinstance(entry.get("verdicts"), int):
+        found.append(f"verdicts {entry['verdicts']}")
+    totals = _totals_of(entry)
+    if totals:
+        sums = {key: sum(int(t.get(key) or 0) for t in totals) for key in ("total", "lost", "sampled")}
+        found.append("total {total}  lost {lost}  sampled {sampled}".format(**sums))
+    return "  ".join(found) or "no totals"
+
+
 def _record_line(entry: dict[str, Any]) -> str:
     time_text = str(entry.get("time", ""))[11:26]
     kind = entry.get("type", "?")
@@ -194,8 +223,7 @@ def _record_line(entry: dict[str, Any]) -> str:
         rule = f'  rule "{netfilter["rule"]}"' if netfilter.get("rule") else ""
         what = f"{entry.get('reason')} {entry.get('tcp_flags') or ''} at {entry.get('location')}{rule}"
     elif kind == "summary":
-        counts = (entry.get("total", "?"), entry.get("lost", 0), entry.get("sampled", 0))
-        what = "total {}  lost {}  sampled {}".format(*counts)
+        what = _summary_text(entry)
     elif kind == "conn":
         what = f"{entry.get('outcome')}: {entry.get('verdict')}"
     else:
@@ -213,6 +241,30 @@ def _print_end(session: dict[str, Any]) -> None:
     _out(f"session {session.get('id')} {session.get('state')}{partial}{spread_text}")
     for host, view in (session.get("hosts") or {}).items():
         _out(_host_line(host, view))
+
+
+def _lost(error: EnvironmentProblem, session_id: str) -> EnvironmentProblem:
+    """The controller went away during a session: the sentence names the session, which the agents finish
+    on their own, so the user can look it up once the controller is back."""
+    return EnvironmentProblem(
+        f"{str(error).rstrip('.')}; session {session_id} goes on on its hosts until its deadline: "
+        f"`netsleuth fleet show {session_id}` once the controller answers again"
+    )
+
+
+def _events_of(client: _Client, session_id: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    try:
+        yield from client.stream_events(f"/api/v1/sessions/{session_id}/events")
+    except EnvironmentProblem as error:
+        raise _lost(error, session_id) from error
+
+
+def _session_after_stream(client: _Client, session_id: str) -> dict[str, Any]:
+    try:
+        session: dict[str, Any] = client.request("GET", f"/api/v1/sessions/{session_id}").json()
+    except EnvironmentProblem as error:
+        raise _lost(error, session_id) from error
+    return session
 
 
 def _run(args: argparse.Namespace, client: _Client) -> int:
@@ -238,14 +290,18 @@ def _run(args: argparse.Namespace, client: _Client) -> int:
         body["selector"] = selector
     created = client.request("POST", "/api/v1/sessions", json=body).json()
     session_id = created["id"]
-    if not args.json:
+    if args.json:
+        # First, so a reader that loses the stream (or is interrupted) can still look the session up.
+        _out(json.dumps({"type": "session", "id": session_id, "diagnostic": args.diagnostic,
+                         "hosts": list(created.get("hosts", {})), "duration": args.duration}))  # fmt: skip
+    else:
         _out(
             f"session {session_id}: {args.diagnostic} on {', '.join(created.get('hosts', {}))} "
             f"for {args.duration:g} s"
         )
     final: dict[str, Any] = {}
     try:
-        for name, data in client.stream_events(f"/api/v1/sessions/{session_id}/events"):
+        for name, data in _events_of(client, session_id):
             if args.json:
                 if name == "session":
                     continue
@@ -268,7 +324,7 @@ def _run(args: argparse.Namespace, client: _Client) -> int:
             client.request("POST", f"/api/v1/sessions/{session_id}/cancel")
         sys.stderr.write(f"netsleuth: session {session_id} cancelled\n")
         return 130
-    session = client.request("GET", f"/api/v1/sessions/{session_id}").json()
+    session = _session_after_stream(client, session_id)
     if not args.json:
         _print_end(session)
     state = session.get("state", final.get("state"))
