@@ -37,7 +37,6 @@ _COMMAND_MODULES = {
     "controller": "netsleuth.commands.controller",
     "fleet": "netsleuth.commands.fleet",
     "route": "netsleuth.commands.route",
-    "snoop": "netsleuth.commands.snoop",
     "softirq": "netsleuth.commands.softirq",
     "profile": "netsleuth.commands.profile",
 }
@@ -46,13 +45,36 @@ _COMMAND_MODULES = {
 # the probes are attached: for them collection is held off from here to there (netsleuth.startup_gc). Every
 # other command runs with it on. tests/unit/test_cli_startup.py checks this list against the modules.
 _ATTACHING_COMMANDS = frozenset(
-    {"diagnose", "drops", "resets", "tcp", "conn", "dns", "route", "snoop", "softirq", "profile"}
+    {"diagnose", "drops", "resets", "tcp", "conn", "dns", "route", "softirq", "profile"}
 )
 
 
+def _diagnostic_words(with_plugins: bool) -> list[str]:
+    """The CLI words of the registered diagnostics that have no hand-written command: each is derived from
+    its spec (commands/diagnostic.py)."""
+    from netsleuth.diagnostics.registry import DIAGNOSTIC_MODULES, diagnostic_modules
+
+    names = diagnostic_modules() if with_plugins else DIAGNOSTIC_MODULES
+    words = dict.fromkeys(name.split(".", 1)[0] for name in names)
+    return [word for word in words if word not in _COMMAND_MODULES]
+
+
+def _attaching(word: str | None) -> bool:
+    if word is None:
+        return False
+    return word in _ATTACHING_COMMANDS or word in _diagnostic_words(with_plugins=False)
+
+
 def _command(name: str) -> Command:
-    command: Command = importlib.import_module(_COMMAND_MODULES[name]).COMMAND
-    return command
+    module = _COMMAND_MODULES.get(name)
+    if module is not None:
+        command: Command = importlib.import_module(module).COMMAND
+        return command
+    from netsleuth.commands.diagnostic import diagnostic_command
+    from netsleuth.diagnostics.registry import diagnostic_modules, get_diagnostic
+
+    specs = [get_diagnostic(each) for each in diagnostic_modules() if each.split(".", 1)[0] == name]
+    return diagnostic_command(name, specs)
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -80,10 +102,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     arguments = list(argv)
     before_command = arguments[: arguments.index(chosen)] if chosen is not None else arguments
     top_level_help = "-h" in before_command or "--help" in before_command
-    if chosen is not None and chosen in _COMMAND_MODULES and not top_level_help:
+    builtin = [*_COMMAND_MODULES, *_diagnostic_words(with_plugins=False)]
+    if chosen is not None and chosen in builtin and not top_level_help:
         names = [chosen]
     else:
-        names = list(_COMMAND_MODULES)
+        # Plug-in diagnostics are looked up only here (reading the installed distributions costs time).
+        names = [*_COMMAND_MODULES, *_diagnostic_words(with_plugins=True)]
     for name in names:
         command = _command(name)
         sub = subparsers.add_parser(name, help=command.help, description=command.help)
@@ -100,7 +124,7 @@ def _chosen_command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if _chosen_command(arguments) in _ATTACHING_COMMANDS:
+    if _attaching(_chosen_command(arguments)):
         pause_collection()
     else:
         resume_collection()  # the launcher (netsleuth/__main__.py) paused it before knowing the command

@@ -205,7 +205,7 @@ def test_nothing_stays_attached_after_exit() -> None:
     [
         (["exec", "--dport", "53"], "unrecognized arguments"),
         (["open", "--pid", "abc"], "is not a process id"),
-        (["exec", "--comm", "a-name-longer-than-fifteen"], "must be 1 to 15 characters"),
+        (["exec", "--comm", "a-name-longer-than-fifteen"], "is not a name of 1 to 15 characters"),
         (["open", "--cgroup", "/no/such/cgroup/here"], "is not a cgroup"),
         (["fork"], "invalid choice"),
     ],

@@ -17,12 +17,13 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, TypedDict, Union
 
+import msgspec
+
 from netsleuth.diagnostics.dns_json import DNS_RECORD_TYPES
 from netsleuth.diagnostics.profile_json import PROFILE_RECORD_TYPES
 from netsleuth.diagnostics.record_parts import Clock, Owner, Totals
 from netsleuth.diagnostics.route_json import ROUTE_RECORD_TYPES
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
-from netsleuth.diagnostics.snoop_json import SNOOP_RECORD_TYPES
 from netsleuth.diagnostics.softirq_json import SOFTIRQ_RECORD_TYPES
 
 __all__ = ["RECORD_TYPES", "json_schema", "markdown", "schema_for"]
@@ -410,7 +411,6 @@ RECORD_TYPES: dict[str, type] = {
     "summary:diagnose": DiagnoseSummaryJson,
     **DNS_RECORD_TYPES,
     **ROUTE_RECORD_TYPES,
-    **SNOOP_RECORD_TYPES,
     **SOFTIRQ_RECORD_TYPES,
     **PROFILE_RECORD_TYPES,
 }
@@ -487,9 +487,33 @@ def json_schema(record_type: str) -> dict[str, Any]:
     }
 
 
+def typed_record_types() -> dict[str, type[Any]]:
+    """The record classes of the diagnostics whose specs declare typed records (netsleuth.spec), by the same
+    names as RECORD_TYPES ("exec", "summary:snoop.exec")."""
+    from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
+
+    found: dict[str, type[Any]] = {}
+    for name in diagnostic_names():
+        for kind in getattr(get_diagnostic(name), "records", ()):
+            if isinstance(kind, type):
+                tag = kind.record_type()  # type: ignore[attr-defined]
+                found[f"summary:{name}" if tag == "summary" else tag] = kind
+    return found
+
+
+def _typed_record(record_type: str, diagnostic: object) -> type[Any] | None:
+    name = f"summary:{diagnostic}" if record_type == "summary" else record_type
+    return typed_record_types().get(name)
+
+
 def schema_for(record: Mapping[str, Any]) -> dict[str, Any]:
     """The schema a printed record must match: by its "type", and for a summary by its "diagnostic"."""
     record_type = str(record.get("type"))
+    typed = _typed_record(record_type, record.get("diagnostic"))
+    if typed is not None:
+        from netsleuth.spec.schemas import record_schema
+
+        return record_schema(typed)
     if record_type == "summary":
         record_type = f"summary:{record.get('diagnostic')}"
     if record_type not in RECORD_TYPES:
@@ -517,6 +541,14 @@ def markdown() -> str:
         required = set(_required_keys(declaration))
         for key, value in hints.items():
             lines.append(f"| `{key}` | {_type_text(value)} | {'yes' if key in required else 'no'} |")
+        lines.append("")
+    from netsleuth.spec.schemas import record_key_rows
+
+    for record_type, kind in typed_record_types().items():
+        version = next(field.default for field in msgspec.structs.fields(kind) if field.name == "v")
+        lines += [f"## `{record_type}` (v{version})", "", "| key | type | always |", "| --- | --- | --- |"]
+        for key, words, always in record_key_rows(kind):
+            lines.append(f"| `{key}` | `{words}` | {'yes' if always else 'no'} |")
         lines.append("")
     return "\n".join(lines)
 

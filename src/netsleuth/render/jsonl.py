@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any, NoReturn, TextIO
 
 import orjson
+from msgspec import Struct as _Struct
 
 __all__ = ["JsonLinesWriter", "encode_line", "record_blob", "record_lines"]
 
@@ -47,14 +48,24 @@ def encode_line(obj: Mapping[str, Any]) -> bytes:
     return line
 
 
+def _record_line(record: Any) -> bytes:
+    """A typed record's line: a msgspec record encodes itself (netsleuth.spec.records); a record that
+    still writes its own `to_json` goes through `encode_line`."""
+    if isinstance(record, _Struct):
+        from netsleuth.spec.records import encode
+
+        return encode(record) + b"\n"
+    return encode_line(record.to_json())
+
+
 def record_lines(records: Sequence[Any]) -> Iterable[bytes]:
-    """The line of each record (`encode_line(record.to_json())`); a batch that builds its own lines (one
-    encoding per kind of record, e.g. netsleuth.diagnostics.drop_batch) gives them directly."""
+    """The line of each record; a batch that builds its own lines (one encoding per kind of record, e.g.
+    netsleuth.diagnostics.drop_batch) gives them directly."""
     build = getattr(records, "json_lines", None)
     if build is not None:
         lines: list[bytes] = build()
         return lines
-    return (encode_line(record.to_json()) for record in records)
+    return (_record_line(record) for record in records)
 
 
 def record_blob(records: Sequence[Any]) -> bytes:
@@ -63,7 +74,7 @@ def record_blob(records: Sequence[Any]) -> bytes:
     if build is not None:
         blob: bytes = build()
         return blob
-    return b"".join(encode_line(record.to_json()) for record in records)
+    return b"".join(_record_line(record) for record in records)
 
 
 class JsonLinesWriter:

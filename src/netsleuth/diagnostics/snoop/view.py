@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import shlex
+import sys
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from netsleuth.diagnostics.snoop import ExecRecord, ExitRecord, OpenRecord, open_flags_text
+from netsleuth.diagnostics.snoop.records import ExecRecord, ExitRecord, OpenRecord
+from netsleuth.diagnostics.totals import EventTotals
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.snoop import SnoopGroup, SnoopRecord, SnoopSummary
+    from rich.console import Console
 
-__all__ = ["print_snoop_summary", "snoop_line", "snoop_lines", "snoop_totals_line"]
+    from netsleuth.diagnostics.snoop.records import SnoopGroup, SnoopRecord, SnoopSummary
+
+__all__ = ["SnoopView", "print_snoop_summary", "snoop_line", "snoop_lines", "snoop_totals_line"]
 
 
 def _clock(when: float) -> str:
@@ -39,8 +40,8 @@ def _body(record: SnoopRecord) -> str:
         how = f"signal {record.signal}" if record.signal else f"code {record.exit_code}"
         return f"EXIT {how:<7} {record.comm}[{record.pid}] after {record.runtime_ms:.1f} ms"
     assert isinstance(record, OpenRecord)
-    result = record.error or f"fd {record.ret}"
-    return f"OPEN {result:<7} {record.comm}[{record.pid}]  {record.path}  {open_flags_text(record.flags)}"
+    result = record.error or f"fd {record.fd}"
+    return f"OPEN {result:<7} {record.comm}[{record.pid}]  {record.path}  {record.flags}"
 
 
 def snoop_line(record: SnoopRecord) -> str:
@@ -64,7 +65,10 @@ def _group_row(group: SnoopGroup) -> tuple[str, str, str, str, str]:
 
 
 def print_snoop_summary(console: Console, summary: SnoopSummary) -> None:
-    table = Table(title=f"snoop {summary.mode}: by process name, path and result")
+    from rich.table import Table
+
+    mode = summary.diagnostic.removeprefix("snoop.")
+    table = Table(title=f"snoop {mode}: by process name, path and result")
     for column in ("count", "kind", "comm", "result", "path"):
         table.add_column(column, justify="right" if column == "count" else "left")
     for group in summary.groups:
@@ -74,5 +78,27 @@ def print_snoop_summary(console: Console, summary: SnoopSummary) -> None:
 
 
 def snoop_totals_line(summary: SnoopSummary) -> str:
-    parts = [f"{totals.matched} {kind}s" for kind, totals in summary.by_kind.items()]
-    return f"{', '.join(parts)}; {summary.totals.lost} lost"
+    parts = [f"{totals.total} {kind}s" for kind, totals in summary.by_kind.items()]
+    return f"{', '.join(parts)}; {summary.lost} lost"
+
+
+class SnoopView:
+    """How `snoop` reads on a terminal (the run loop's TextView)."""
+
+    def __init__(self, mode: str) -> None:
+        self.noun = "execs" if mode == "exec" else "opens"
+
+    def lines(self, records: Sequence[SnoopRecord]) -> str:
+        return snoop_lines(records)
+
+    def finish(self, summary: SnoopSummary, totals: EventTotals, show_groups: bool) -> None:
+        from rich.console import Console
+
+        out = sys.stdout
+        if show_groups:
+            print_snoop_summary(Console(file=out, width=None if out.isatty() else 200), summary)
+        else:
+            out.write(snoop_totals_line(summary) + "\n")
+
+    def loss_line(self, totals: EventTotals) -> str:
+        return f"{totals.sampled} {self.noun} not printed (sampled), {totals.lost} lost"

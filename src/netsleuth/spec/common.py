@@ -1,0 +1,117 @@
+"""The config fields most diagnostics share, declared once: how a run goes (`RunConfig`), which processes a
+process diagnostic watches (`TaskConfig`), which packets a packet diagnostic watches (`PacketConfig`).
+
+A diagnostic's config subclasses one of them (msgspec Structs take one base with fields), so `--dport`,
+`--netns` and `--sample` are the same field, with the same checks and sentences, everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from netsleuth.spec.configs import Config, ConfigError
+from netsleuth.spec.options import FILTERS, Comm, IpNetwork, NetnsRef, Opt, Pid, Port, Proto, Sample, Seconds
+
+if TYPE_CHECKING:
+    from netsleuth.diagnostics.filters import PacketFilter, TaskSelection
+    from netsleuth.kernel.netns import NetnsNames
+
+__all__ = ["PacketConfig", "RunConfig", "TaskConfig"]
+
+_NETNS_HELP = "network namespace: inode, `ip netns` name, or /proc/PID/ns/net"
+
+
+class RunConfig(Config, frozen=True, kw_only=True):
+    """How a run goes, whatever it traces."""
+
+    summary: Annotated[bool, Opt("count in the kernel, report groups at the end, print no events")] = False
+    sample: Annotated[Sample, Opt("print one event in N (totals stay exact)", metavar="N")] = 1
+    duration: Annotated[Seconds | None, Opt("stop after this long", metavar="SECONDS")] = None
+
+
+class TaskConfig(RunConfig, frozen=True, kw_only=True):
+    """Which tasks a process diagnostic watches (profile, snoop)."""
+
+    pid: Annotated[Pid | None, Opt("process id", group=FILTERS)] = None
+    comm: Annotated[Comm | None, Opt("process name (as in /proc/PID/comm)", group=FILTERS)] = None
+    netns: Annotated[NetnsRef | None, Opt(_NETNS_HELP, group=FILTERS)] = None
+    cgroup: Annotated[
+        str | None, Opt("cgroup v2 path (e.g. /system.slice/nginx.service) or id", group=FILTERS)
+    ] = None
+
+    def task_selection(self, names: NetnsNames | None = None) -> TaskSelection:
+        """The selection resolved on this host: the namespace and cgroup as the kernel knows them."""
+        from netsleuth.diagnostics.filters import TaskSelection
+        from netsleuth.kernel.cgroups import resolve_cgroup_arg
+        from netsleuth.kernel.netns import resolve_netns_arg
+
+        return TaskSelection(
+            pid=self.pid,
+            comm=self.comm,
+            netns=resolve_netns_arg(self.netns, names) if self.netns is not None else None,
+            cgroup_id=resolve_cgroup_arg(self.cgroup) if self.cgroup is not None else None,
+        )
+
+
+class PacketConfig(RunConfig, frozen=True, kw_only=True):
+    """Which packets a packet diagnostic watches; every filter is applied in the kernel."""
+
+    proto: Annotated[
+        Proto | None, Opt("L4 protocol: tcp, udp, icmp, icmpv6, sctp or a number", group=FILTERS)
+    ] = None
+    host: Annotated[
+        tuple[IpNetwork, ...], Opt("either address (repeatable)", metavar="ADDR[/LEN]", group=FILTERS)
+    ] = ()
+    src: Annotated[
+        tuple[IpNetwork, ...], Opt("source address (repeatable)", metavar="ADDR[/LEN]", group=FILTERS)
+    ] = ()
+    dst: Annotated[
+        tuple[IpNetwork, ...], Opt("destination address (repeatable)", metavar="ADDR[/LEN]", group=FILTERS)
+    ] = ()
+    port: Annotated[Port | None, Opt("either port", group=FILTERS)] = None
+    sport: Annotated[Port | None, Opt("source port", label="source port", group=FILTERS)] = None
+    dport: Annotated[Port | None, Opt("destination port", label="destination port", group=FILTERS)] = None
+    pid: Annotated[
+        Pid | None, Opt("process id: the sending task or the owner of the packet's socket", group=FILTERS)
+    ] = None
+    comm: Annotated[Comm | None, Opt("process name (as in /proc/PID/comm)", group=FILTERS)] = None
+    netns: Annotated[NetnsRef | None, Opt(_NETNS_HELP, label="network namespace", group=FILTERS)] = None
+    dev: Annotated[Comm | None, Opt("interface name", label="interface", group=FILTERS)] = None
+    family: Annotated[
+        Literal[4, 6] | None,
+        Opt("IP version only", label="IP version", consts={"-4": 4, "-6": 6}, group=FILTERS),
+    ] = None
+
+    def check(self) -> None:
+        # -6 with an IPv4 address (or -4 with an IPv6 one) would match nothing, silently: say so instead.
+        for name in ("host", "src", "dst"):
+            for network in getattr(self, name):
+                if self.family is not None and network.version != self.family:
+                    raise ConfigError(
+                        "family",
+                        f"contradicts the IPv{network.version} address {network}: drop one of them",
+                        flag=f"-{self.family}",
+                    )
+
+    def packet_filter(self, names: NetnsNames | None = None) -> PacketFilter:
+        """The filter resolved on this host (the namespace as an inode, the protocol as a number): what each
+        program's loader writes into its kernel config."""
+        from netsleuth.diagnostics.filters import PacketFilter
+        from netsleuth.kernel.netns import resolve_netns_arg
+        from netsleuth.packet import proto_number
+
+        proto = self.proto if isinstance(self.proto, int) or self.proto is None else proto_number(self.proto)
+        return PacketFilter(
+            proto=proto,
+            hosts=self.host,
+            sources=self.src,
+            destinations=self.dst,
+            port=self.port,
+            sport=self.sport,
+            dport=self.dport,
+            pid=self.pid,
+            comm=self.comm,
+            netns=resolve_netns_arg(self.netns, names) if self.netns is not None else None,
+            dev=self.dev,
+            family=self.family,
+        )

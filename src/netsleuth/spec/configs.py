@@ -1,0 +1,245 @@
+"""Typed configs: one msgspec Struct per diagnostic, read by the same code from CLI flags, an agent session's
+JSON, a fleet task and the web form, with the same one-sentence errors.
+
+`read_config(Type, values, speaker)` validates with msgspec (types, ranges, lengths, choices, unknown keys),
+then the config's own `check()` (what involves two fields: `-6` with an IPv4 address). A failure is a
+`ConfigError`: a UsageError (exit 2, HTTP 400) that also carries the field, so the web form marks the field
+and words it with the field's label while the CLI names its flag. Nothing here looks at the running host:
+names that only mean something there (a network namespace, a device) are resolved when the diagnostic opens
+(netsleuth.spec.scope), so a controller can check a config meant for another host.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, TypeVar
+
+import msgspec
+from msgspec import inspect as mi
+
+from netsleuth.errors import UsageError
+from netsleuth.spec.options import Opt
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "Speaker",
+    "config_fields",
+    "read_config",
+]
+
+C = TypeVar("C", bound="Config")
+
+
+class Speaker(enum.Enum):
+    """Who gave the values, so an error names the field as that person wrote it."""
+
+    CLI = "cli"  # --dport
+    JSON = "json"  # dport (an agent session, a fleet task, the controller's API)
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every diagnostic's config. Subclasses declare fields as `Annotated[type, Meta(...), Opt(...)]`
+    and may override `check` for rules that span fields; `v` is the config's schema version."""
+
+    VERSION: ClassVar[int] = 1
+
+    def check(self) -> None:
+        """Raise `ConfigError` for a combination of values that cannot work; each field alone is valid."""
+
+
+class ConfigError(UsageError):
+    """A config value that cannot be used: `field` (None for the config as a whole), the problem in words,
+    and the value given. str() is the sentence for the speaker it was raised for."""
+
+    def __init__(
+        self, field: str | None, problem: str, *, speaker: Speaker = Speaker.CLI, flag: str = ""
+    ) -> None:
+        self.field = field
+        self.problem = problem
+        self.speaker = speaker
+        self.flag = flag
+        name = flag if speaker is Speaker.CLI and flag else field
+        super().__init__(f"{name} {problem}" if name else problem)
+
+
+def config_fields(config_type: type[Config]) -> tuple[mi.Field, ...]:
+    """The config's fields with their types and constraints (msgspec's own view, cached by msgspec)."""
+    info = mi.type_info(config_type)
+    assert isinstance(info, mi.StructType)
+    return info.fields
+
+
+def field_opts(config_type: type[Config]) -> dict[str, Opt]:
+    """Each field's Opt (a field without one is JSON-only: the CLI and the form leave it out)."""
+    return _OPTS.get(config_type) or _OPTS.setdefault(config_type, _read_opts(config_type))
+
+
+_OPTS: dict[type[Config], dict[str, Opt]] = {}
+
+
+def _read_opts(config_type: type[Config]) -> dict[str, Opt]:
+    import typing
+
+    hints = typing.get_type_hints(config_type, include_extras=True)
+    opts: dict[str, Opt] = {}
+    for name in config_type.__struct_fields__:
+        for meta in getattr(hints.get(name), "__metadata__", ()):
+            if isinstance(meta, Opt):
+                opts[name] = meta
+    return opts
+
+
+def _dec_hook(kind: type, value: Any) -> Any:
+    if kind in (ipaddress.IPv4Network, ipaddress.IPv6Network):
+        if not isinstance(value, str):
+            raise TypeError("expected text")
+        return kind(value, strict=False)
+    raise NotImplementedError
+
+
+_AT = re.compile(r" - at `\$\.?([A-Za-z_][A-Za-z0-9_]*)?(.*)`$")
+_UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
+_MISSING = re.compile(r"Object missing required field `([^`]*)`")
+
+
+def read_config(
+    config_type: type[C], values: Mapping[str, Any], speaker: Speaker = Speaker.JSON, what: str = ""
+) -> C:
+    """`values` (a JSON object, or the CLI's given flags) as a `config_type`, checked. `what` names the
+    diagnostic in errors about the config as a whole."""
+    what = what or config_type.__name__
+    if not isinstance(values, Mapping):
+        raise ConfigError(None, f"the {what} config must be a JSON object", speaker=speaker)
+    version = values.get("v", config_type.VERSION)
+    if version != config_type.VERSION:
+        raise ConfigError(
+            "v",
+            f"is {version!r}: this netsleuth reads version {config_type.VERSION} of the {what} config",
+            speaker=speaker,
+        )
+    given = {key: value for key, value in values.items() if key != "v"}
+    try:
+        config = msgspec.convert(given, config_type, strict=False, dec_hook=_dec_hook)
+    except msgspec.ValidationError as error:
+        raise _sentence(config_type, given, str(error), speaker, what) from None
+    try:
+        config.check()
+    except ConfigError as error:
+        if error.speaker is not speaker:
+            raise _respoken(config_type, error, speaker) from None
+        raise
+    return config
+
+
+def _respoken(config_type: type[Config], error: ConfigError, speaker: Speaker) -> ConfigError:
+    flag = error.flag or (_flag(config_type, error.field) if error.field else "")
+    return ConfigError(error.field, error.problem, speaker=speaker, flag=flag)
+
+
+def _flag(config_type: type[Config], name: str) -> str:
+    opt = field_opts(config_type).get(name)
+    if opt is None:
+        return "--" + name.replace("_", "-")
+    if opt.positional:
+        return name.upper()
+    return opt.flag_for(name)
+
+
+def _sentence(
+    config_type: type[Config], given: Mapping[str, Any], message: str, speaker: Speaker, what: str
+) -> ConfigError:
+    unknown = _UNKNOWN.match(message)
+    if unknown:
+        name = unknown.group(1)
+        known = sorted(field.encode_name for field in config_fields(config_type))
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; it knows {', '.join(known)}"
+        return ConfigError(name, f"is not an option of {what}{hint}", speaker=speaker, flag=name)
+    missing = _MISSING.match(message)
+    if missing:
+        name = missing.group(1)
+        return ConfigError(name, "is required", speaker=speaker, flag=_flag(config_type, name))
+    at = _AT.search(message)
+    name = at.group(1) if at else None
+    if name is None:
+        return ConfigError(None, f"the {what} config is invalid: {message}", speaker=speaker)
+    fields = {field.encode_name: field for field in config_fields(config_type)}
+    field = fields.get(name)
+    value = given.get(name)
+    if at and at.group(2).startswith("[") and isinstance(value, list | tuple):
+        index = int(at.group(2)[1:].split("]", 1)[0])
+        value = value[index] if index < len(value) else value
+    flag = _flag(config_type, name)
+    if field is None:
+        return ConfigError(name, message, speaker=speaker, flag=flag)
+    words = _words(field.type)
+    if words is not None and value is not None and not isinstance(value, list | tuple | dict):
+        return ConfigError(name, f"{value!r} is not {words}", speaker=speaker, flag=flag)
+    shown = f" (got {value!r})" if value is not None else ""
+    return ConfigError(name, f"must be {describe(field.type)}{shown}", speaker=speaker, flag=flag)
+
+
+def _words(kind: mi.Type) -> str | None:
+    """How a reusable type names itself in an error (its Meta's extra `words`)."""
+    if isinstance(kind, mi.UnionType):
+        named = [_words(member) for member in kind.types if not isinstance(member, mi.NoneType)]
+        return named[0] if len(named) == 1 else None
+    if isinstance(kind, mi.Metadata):
+        words = (kind.extra or {}).get("words")
+        return str(words) if words else _words(kind.type)
+    if isinstance(kind, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
+        return _words(kind.item_type)
+    if isinstance(kind, mi.CustomType) and kind.cls in (ipaddress.IPv4Network, ipaddress.IPv6Network):
+        return "an IP address or CIDR (e.g. 198.18.0.1, 198.18.0.0/15, 2001:db8::/32)"
+    return None
+
+
+def describe(kind: mi.Type, *, item: bool = False) -> str:
+    """A type as a person reads it: 'a whole number from 1 to 65535', 'one of tcp, udp'."""
+    if isinstance(kind, mi.UnionType):
+        parts = [describe(member) for member in kind.types if not isinstance(member, mi.NoneType)]
+        return " or ".join(dict.fromkeys(parts))
+    if isinstance(kind, mi.Metadata):
+        words = (kind.extra or {}).get("words")
+        return str(words) if words else describe(kind.type)
+    if isinstance(kind, mi.IntType):
+        return "a whole number" + _bounds(kind.ge, kind.gt, kind.le, kind.lt)
+    if isinstance(kind, mi.FloatType):
+        if kind.gt == 0 and kind.ge is None and kind.le is None and kind.lt is None:
+            return "a positive number"
+        return "a number" + _bounds(kind.ge, kind.gt, kind.le, kind.lt)
+    if isinstance(kind, mi.BoolType):
+        return "true or false"
+    if isinstance(kind, mi.StrType):
+        if kind.min_length and kind.max_length:
+            return f"{kind.min_length} to {kind.max_length} characters"
+        return "text"
+    if isinstance(kind, mi.LiteralType):
+        return "one of " + ", ".join(str(value) for value in kind.values)
+    if isinstance(kind, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
+        return describe(kind.item_type, item=True) + ("" if item else " (one or more)")
+    if isinstance(kind, mi.CustomType) and kind.cls in (ipaddress.IPv4Network, ipaddress.IPv6Network):
+        return "an IP address or CIDR (e.g. 198.18.0.1, 198.18.0.0/15, 2001:db8::/32)"
+    return "valid"
+
+
+def _bounds(ge: float | None, gt: float | None, le: float | None, lt: float | None) -> str:
+    low = ge if ge is not None else gt
+    high = le if le is not None else lt
+    if ge is not None and le is not None:
+        return f" from {ge:g} to {le:g}"
+    text = ""
+    if low is not None:
+        text += f" of {low:g} or more" if ge is not None else f" over {low:g}"
+    if high is not None:
+        text += (" and" if text else "") + (f" up to {high:g}" if le is not None else f" under {high:g}")
+    return text
+
+
+def known_fields(config_type: type[Config]) -> Iterable[str]:
+    return (field.encode_name for field in config_fields(config_type))

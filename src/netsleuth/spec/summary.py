@@ -1,0 +1,49 @@
+"""The closing record every session ends with, and the parts of it every diagnostic shares."""
+
+from __future__ import annotations
+
+import msgspec
+
+from netsleuth.diagnostics.totals import EventTotals
+from netsleuth.spec.records import Record
+
+__all__ = ["ClockPart", "Summary"]
+
+
+class ClockPart(msgspec.Struct, frozen=True, kw_only=True):
+    """CLOCK_MONOTONIC and the wall clock read at one moment: every record's time is monotonic + offset."""
+
+    monotonic_ns: int
+    wall_ns: int
+    offset_ns: int
+
+
+class Summary(Record, frozen=True, tag="summary"):
+    """Exact totals of a run: every matched event was emitted, sampled away or lost (`total` = matched)."""
+
+    diagnostic: str
+    seen: int
+    total: int  # every event that matched the filters: exact
+    emitted: int
+    sampled: int
+    lost: int
+    ungrouped: int
+    attach: str
+    interrupted: bool
+    clock: ClockPart
+
+    @property
+    def totals(self) -> EventTotals:
+        return EventTotals(self.seen, self.total, self.emitted, self.sampled, self.lost, self.ungrouped)
+
+    @staticmethod
+    def totals_fields(totals: EventTotals) -> dict[str, int]:
+        """The totals as this record's fields: `Summary(**Summary.totals_fields(t), ...)`."""
+        return {
+            "seen": totals.seen,
+            "total": totals.matched,
+            "emitted": totals.emitted,
+            "sampled": totals.sampled,
+            "lost": totals.lost,
+            "ungrouped": totals.ungrouped,
+        }
