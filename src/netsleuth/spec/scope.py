@@ -10,9 +10,13 @@ narrowed at all; records say which of their fields name a namespace or an addres
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import types
+import typing
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
-from typing import Annotated, NamedTuple
+from typing import Annotated, NamedTuple, cast
 
 from netsleuth.spec.options import IpNetwork
 
@@ -20,9 +24,11 @@ __all__ = [
     "AddressField",
     "Netns",
     "NetnsField",
+    "RecordScope",
     "Scope",
     "ScopeRole",
     "ScopeTraits",
+    "scoped_values",
 ]
 
 
@@ -97,3 +103,83 @@ class ScopeTraits:
     address_field: str | None = "host"
     host_wide_only: str | None = None
     joins_conntrack: bool = False
+
+
+class RecordScope:
+    """The last line of a scope on the way out: whether a typed record stays inside it, read from the fields
+    its class marks as naming a namespace (`NetnsField`) or an address (`AddressField`) - at any depth of
+    nested records, optional parts and lists of parts - never from key names.
+
+    A record that names a namespace must name only the scope's; a record that carries addresses must have
+    one inside the scope's ranges ("either address", as the kernel filter); a record that carries neither
+    (a profile stack) passes only a host-wide scope.
+    """
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+    def allows(self, record: object) -> bool:
+        if self.scope.host_wide:
+            return True
+        netns = list(scoped_values(record, "netns"))
+        addresses = [value for value in scoped_values(record, "address") if value]
+        if not netns and not addresses:
+            return False
+        if not all(isinstance(inode, int) and self.scope.holds_netns(inode) for inode in netns):
+            return False
+        return not addresses or any(
+            isinstance(text, str) and self.scope.holds_address(text) for text in addresses
+        )
+
+
+def scoped_values(record: object, role: str) -> Iterator[object]:
+    """Every value of `record` whose field type is marked with ScopeRole(role), depth first."""
+    for name, inner_role, nested in _scoped_fields(cast(Hashable, type(record))):
+        value = getattr(record, name, None)
+        if value is None:
+            continue
+        if inner_role == role:
+            yield value
+        elif nested:
+            for item in value if isinstance(value, list | tuple) else (value,):
+                yield from scoped_values(item, role)
+
+
+@functools.cache
+def _scoped_fields(kind: Hashable) -> tuple[tuple[str, str | None, bool], ...]:
+    """(field, role or None, may hold nested records) of a Struct class; fields that can hold neither a
+    marked value nor a Struct are left out, so checking a record costs only what it can hold."""
+    import msgspec
+
+    if not (isinstance(kind, type) and issubclass(kind, msgspec.Struct)):
+        return ()
+    hints = typing.get_type_hints(kind, include_extras=True)
+    fields: list[tuple[str, str | None, bool]] = []
+    for name in kind.__struct_fields__:
+        hint = hints.get(name)
+        role = _role(hint)
+        if role is not None:
+            fields.append((name, role, False))
+        elif _holds_struct(hint):
+            fields.append((name, None, True))
+    return tuple(fields)
+
+
+def _role(hint: object) -> str | None:
+    for meta in getattr(hint, "__metadata__", ()):
+        if isinstance(meta, ScopeRole):
+            return meta.role
+    for argument in typing.get_args(hint):
+        if typing.get_origin(hint) is not typing.Annotated:
+            role = _role(argument)
+            if role is not None and typing.get_origin(hint) in (types.UnionType, typing.Union):
+                return role
+    return None
+
+
+def _holds_struct(hint: object) -> bool:
+    import msgspec
+
+    if isinstance(hint, type):
+        return issubclass(hint, msgspec.Struct)
+    return any(_holds_struct(argument) for argument in typing.get_args(hint))
