@@ -12,9 +12,11 @@ BPF_SOURCES := $(wildcard bpf/*.bpf.c)
 BPF_CFLAGS := -O2 -g -target bpf -fdebug-prefix-map=$(CURDIR)=. -D__TARGET_ARCH_$(ARCH) -Ibpf/include -Ibpf
 BPF_OBJECTS := $(patsubst bpf/%.bpf.c,src/netsleuth/_generated/%.bpf.o,$(BPF_SOURCES))
 # Debian packages: clang/llvm build the BPF objects, libbpf1 loads them, the rest are what tests and
-# benchmarks drive (firewalls, captures, bpftrace for comparison, Prometheus for the exporter).
+# benchmarks drive (firewalls, captures, bpftrace for comparison, Prometheus for the exporter, a containerd
+# with its CRI plugin, runc, the CNI plugins and umoci for the pod tests, gcc and a static libc for their image).
 DEB_PACKAGES := clang llvm libbpf1 libbpf-dev bpftool bpftrace tshark iptables nftables conntrack iproute2 \
-	ethtool kmod procps prometheus util-linux systemd chromium bind9-dnsutils nats-server
+	ethtool kmod procps prometheus util-linux systemd chromium bind9-dnsutils nats-server \
+	containerd runc containernetworking-plugins umoci gcc libc6-dev
 RUN_DURATION ?= 5
 
 .PHONY: all setup deps venv bpf check-bpf lint typecheck unit privileged test run bench clean fleet-demo
