@@ -81,6 +81,19 @@ static __always_inline __u32 log2_bucket(__u64 value)
 	return bucket;
 }
 
+/* A count of packets: bucket 0 holds 0, bucket b >= 1 holds [2^(b-1), 2^b) (bpftrace's hist() buckets), so a
+ * run or poll of 1 packet is in the bucket whose lower edge is 1, and userspace labels each bucket by that edge
+ * (diagnostics/softirq.py CountHistogram). Counts past 2^30 share the last bucket. */
+static __always_inline __u32 count_bucket(__u64 count)
+{
+	__u32 bucket;
+
+	if (!count)
+		return 0;
+	bucket = log2_bucket(count) + 1;
+	return bucket < SIRQ_BUCKETS ? bucket : SIRQ_BUCKETS - 1;
+}
+
 static __always_inline struct softirq_cpu_state *state(void)
 {
 	__u32 zero = 0;
@@ -177,7 +190,7 @@ static __always_inline int on_exit(__u32 vec)
 		s->netrx[NETRX_RUNS]++;
 		s->netrx[NETRX_POLLS] += s->run_polls;
 		s->netrx[NETRX_WORK] += s->run_work;
-		s->netrx_work_hist[log2_bucket(s->run_work + 1) & (SIRQ_BUCKETS - 1)]++;
+		s->netrx_work_hist[count_bucket(s->run_work) & (SIRQ_BUCKETS - 1)]++;
 		/* net_rx_action stops when its packet budget is spent or time_limit passed (net/core/dev.c). */
 		if (cfg.budget_packets && s->run_work >= cfg.budget_packets)
 			s->netrx[NETRX_BUDGET_RUNS]++;
@@ -273,7 +286,7 @@ static __always_inline int on_napi_poll(const bool direct, struct napi_struct *n
 		stats->exhausted++;
 	if ((__u64)work > stats->max_work)
 		stats->max_work = work;
-	stats->work_hist[log2_bucket(work + 1) & (SIRQ_BUCKETS - 1)]++;
+	stats->work_hist[count_bucket(work) & (SIRQ_BUCKETS - 1)]++;
 	return 0;
 }
 

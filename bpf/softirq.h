@@ -8,7 +8,8 @@
 
 enum softirq_limits {
 	SIRQ_MAX_VECTORS = 16,	/* NR_SOFTIRQS is 10 since 4.x; room for more (userspace names them) */
-	SIRQ_BUCKETS = 32,	/* log2 buckets of nanoseconds / packets: bucket b holds [2^b, 2^(b+1)) */
+	SIRQ_BUCKETS = 32,	/* log2 buckets: of nanoseconds, b holds [2^b, 2^(b+1)) (0 also in bucket 0); of packets,
+				 * 0 holds 0 and b >= 1 holds [2^(b-1), 2^b) (softirq.bpf.c count_bucket) */
 	SIRQ_MAX_NAPI = 1024,	/* NAPI instances tracked (per CPU: slots of napi_polls) */
 	SIRQ_NAPI_CACHE = 8,	/* per CPU: NAPI instances whose slot it remembers (a power of two) */
 	SIRQ_NET_RX = 3,	/* NET_RX_SOFTIRQ (include/linux/interrupt.h; unchanged since 2.6) */
@@ -81,7 +82,7 @@ struct napi_stats {
 	__u64 max_work;
 	__u32 budget;		/* the budget of the last poll (the NAPI weight, usually 64) */
 	__u32 pad;
-	__u64 work_hist[SIRQ_BUCKETS]; /* polls by log2(work + 1) */
+	__u64 work_hist[SIRQ_BUCKETS]; /* polls by packets (count_bucket) */
 };
 
 /* Everything one CPU keeps (the single entry of the per-CPU `cpu_state` array): the state between the hooks
@@ -95,7 +96,7 @@ struct softirq_cpu_state {
 	__u64 counts[SIRQ_MAX_VECTORS * SIRQ_COUNTERS];
 	__u64 hist[SIRQ_MAX_VECTORS * SIRQ_HIST_KINDS * SIRQ_BUCKETS];
 	__u64 netrx[NETRX_COUNTERS];
-	__u64 netrx_work_hist[SIRQ_BUCKETS]; /* NET_RX runs by log2(packets + 1) */
+	__u64 netrx_work_hist[SIRQ_BUCKETS]; /* NET_RX runs by packets (count_bucket) */
 	/* The NAPI instances this CPU polled last, by napi_id modulo SIRQ_NAPI_CACHE, and their napi_polls
 	 * slots plus one (0: nothing cached; SIRQ_MAX_NAPI + 1: not counted, filtered out by --dev or no slot
 	 * left). A CPU polls the same few instances over and over, and comparing a key costs far less than a

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -89,6 +90,50 @@ def test_udp_storm_polls_and_packets_counted_exactly(napi_pair: Pair, udpflood: 
     assert vectors["NET_RX"]["runs"] >= 30000 // 300
     assert vectors["NET_RX"]["latency"]["count"] > 0 and vectors["NET_RX"]["duration"]["count"] > 0
     assert vectors["NET_RX"]["latency"]["p99_ns"] >= vectors["NET_RX"]["latency"]["p50_ns"]
+
+
+SPACED_SENDER = """
+import socket, sys, time
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(int(sys.argv[2])):
+    sock.sendto(b"x" * 100, (sys.argv[1], 9))
+    time.sleep(0.01)
+"""
+
+
+def packets_within_buckets(histogram: dict[str, int], packets: int) -> bool:
+    """Each bucket labelled by its lower edge L holds counts in [L, 2L) (L = 0: just 0), so the packets of all
+    runs or polls lie between the sum of the lower edges and the sum of the upper ones: true of any
+    distribution, and false when a bucket is labelled with any other edge."""
+    lowest = sum(int(edge) * count for edge, count in histogram.items())
+    highest = sum((2 * int(edge) - 1 if int(edge) else 0) * count for edge, count in histogram.items())
+    return lowest <= packets <= highest
+
+
+def test_packet_histograms_are_labelled_by_the_lower_edge_of_their_bucket(napi_pair: Pair) -> None:
+    """50 datagrams 10 ms apart: b's NAPI polls each one alone, so every poll that received is a 1-packet
+    poll, listed under "1" (bpf/softirq.bpf.c count_bucket); the NET_RX runs of all CPUs and devices obey the
+    bucket bounds whatever else the host received meanwhile."""
+    pair = napi_pair
+    sent = 50
+    trace = TraceRun("softirq", "--netns", pair.b.name, "--dev", "veth0")
+    try:
+        trace.wait_ready()
+        before = rx_packets(pair)
+        pair.a.run(sys.executable, "-c", SPACED_SENDER, pair.b4, str(sent))
+        received = rx_packets(pair) - before
+    finally:
+        trace.stop()
+    assert received == sent
+    (summary,) = trace.records()
+    (napi,) = napi_of(summary, pair.b.name)
+    assert napi["packets"] == sent and napi["max_packets"] == 1
+    histogram = napi["packets_per_poll_histogram"]
+    assert histogram.get("1") == sent and set(histogram) <= {"0", "1"}, histogram
+    assert packets_within_buckets(histogram, napi["packets"])
+    net_rx = summary["net_rx"]
+    assert packets_within_buckets(net_rx["packets_per_run_histogram"], net_rx["packets"])
+    assert net_rx["packets_per_run_histogram"].get("1", 0) > 0
 
 
 @pytest.fixture

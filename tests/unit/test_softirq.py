@@ -7,6 +7,7 @@ from pathlib import Path
 
 from netsleuth.diagnose.softirq_rules import net_rx_budget_verdicts
 from netsleuth.diagnostics.softirq import (
+    CountHistogram,
     Histogram,
     NapiInstance,
     NetRxRuns,
@@ -47,6 +48,23 @@ def hist(**buckets: int) -> Histogram:
     return Histogram(tuple(counts))
 
 
+def counts(**buckets: int) -> CountHistogram:
+    return CountHistogram(hist(**buckets).buckets)
+
+
+def test_packet_counts_are_labelled_by_the_lower_edge_the_kernel_bucketed() -> None:
+    # bpf/softirq.bpf.c count_bucket: 0 packets in bucket 0, 1 in bucket 1, 2-3 in bucket 2, 4-7 in bucket 3,
+    # 64-127 in bucket 7: runs of 1 packet are listed under "1", not under "2".
+    runs = counts(b0=3, b1=50, b2=7, b3=2, b7=4)
+    assert runs.to_json() == {"0": 3, "1": 50, "2": 7, "4": 2, "64": 4}
+    assert runs.percentile(0.5) == 1  # 1-packet runs hold the median: the largest count in their bucket
+    assert runs.percentile(0.9) == 3
+    assert runs.percentile(1.0) == 127
+    assert counts(b0=2).percentile(0.5) == 0
+    assert (counts(b1=1) + counts(b1=2)).to_json() == {"1": 3}
+    assert isinstance(counts(b1=1) + counts(b2=1), CountHistogram)
+
+
 def test_percentiles_are_upper_bucket_edges() -> None:
     # 90 values in [512, 1024) ns, 9 in [8192, 16384), 1 in [2^20, 2^21).
     latencies = hist(b9=90, b13=9, b20=1)
@@ -68,12 +86,12 @@ def _summary(
     budget_runs: tuple[int, int], time_runs: tuple[int, int], seconds: float = 10.0
 ) -> SoftirqSummary:
     net_rx = tuple(
-        NetRxRuns(cpu, 1000, 2000, 300_000, budget_runs[cpu], time_runs[cpu], 400, hist(b8=1000))
+        NetRxRuns(cpu, 1000, 2000, 300_000, budget_runs[cpu], time_runs[cpu], 400, counts(b9=1000))
         for cpu in (0, 1)
     )
     napi = NapiInstance(
         netns=0, netns_name=None, dev="eth0", ifindex=2, napi_id=8193, budget=64, polls_by_cpu={0: 2000},
-        work=300_000, exhausted=400, idle=0, max_work=64, work_per_poll=hist(b6=2000),
+        work=300_000, exhausted=400, idle=0, max_work=64, work_per_poll=counts(b7=2000),
     )  # fmt: skip
     return SoftirqSummary(
         seconds=seconds,

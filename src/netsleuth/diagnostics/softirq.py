@@ -3,8 +3,8 @@ NAPI instance, polls and work against budget; per NET_RX run, whether it stopped
 time limit (bpf/softirq.bpf.c). Everything is counted in per-CPU maps in the kernel: the counts are exact,
 and nothing is sent per event.
 
-Histograms are log2 buckets of nanoseconds; a percentile is reported as the upper edge of the bucket it
-falls in (an upper bound within a factor of two).
+Histograms are log2 buckets of nanoseconds (and of packets, CountHistogram); a percentile is reported as the
+upper edge of the bucket it falls in (an upper bound within a factor of two).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from netsleuth._generated.softirq_abi import (
     COUNTERS,
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DIAGNOSTIC",
+    "CountHistogram",
     "Histogram",
     "NapiInstance",
     "NetRxRuns",
@@ -141,17 +142,38 @@ class Histogram:
         for bucket, count in enumerate(self.buckets):
             seen += count
             if count and seen >= needed:
-                return int(2 ** (bucket + 1))
-        return int(2 ** len(self.buckets))
+                return self.upper_edge(bucket)
+        return self.upper_edge(len(self.buckets) - 1)
 
-    def __add__(self, other: Histogram) -> Histogram:
-        return Histogram(tuple(a + b for a, b in zip(self.buckets, other.buckets, strict=True)))
+    def __add__(self, other: Self) -> Self:
+        return type(self)(tuple(a + b for a, b in zip(self.buckets, other.buckets, strict=True)))
+
+    @staticmethod
+    def lower_edge(bucket: int) -> int:
+        return 0 if bucket == 0 else 1 << bucket
+
+    @staticmethod
+    def upper_edge(bucket: int) -> int:
+        return 1 << (bucket + 1)
 
     def to_json(self) -> dict[str, int]:
         """{lower edge: count} of the non-empty buckets."""
-        return {
-            str(0 if bucket == 0 else 2**bucket): count for bucket, count in enumerate(self.buckets) if count
-        }
+        return {str(self.lower_edge(bucket)): count for bucket, count in enumerate(self.buckets) if count}
+
+
+@dataclass(frozen=True)
+class CountHistogram(Histogram):
+    """Packets per run or per poll, as the kernel buckets them (bpf/softirq.bpf.c count_bucket): bucket 0
+    holds 0, bucket b >= 1 holds [2^(b-1), 2^b), so 1 packet is under 1, 2-3 under 2, 4-7 under 4. A
+    percentile is the largest count of its bucket."""
+
+    @staticmethod
+    def lower_edge(bucket: int) -> int:
+        return 0 if bucket == 0 else 1 << (bucket - 1)
+
+    @staticmethod
+    def upper_edge(bucket: int) -> int:
+        return 0 if bucket == 0 else (1 << bucket) - 1
 
 
 @dataclass(frozen=True)
@@ -216,7 +238,7 @@ class NetRxRuns:
     budget_runs: int  # stopped with netdev_budget packets done
     time_runs: int  # lasted netdev_budget_usecs or longer
     exhausted_polls: int  # NAPI polls that used their whole budget (weight)
-    work_per_run: Histogram
+    work_per_run: CountHistogram
 
     def __add__(self, other: NetRxRuns) -> NetRxRuns:
         return NetRxRuns(
@@ -257,7 +279,7 @@ class NapiInstance:
     exhausted: int
     idle: int
     max_work: int
-    work_per_poll: Histogram
+    work_per_poll: CountHistogram
 
     @property
     def polls(self) -> int:
@@ -441,7 +463,7 @@ class SoftirqDiagnostic:
                 cpu_counts[NetRxCounter.BUDGET_RUNS],
                 cpu_counts[NetRxCounter.TIME_RUNS],
                 cpu_counts[NetRxCounter.EXHAUSTED_POLLS],
-                Histogram(tuple(cpu_hist)),
+                CountHistogram(tuple(cpu_hist)),
             )
             for cpu, (cpu_counts, cpu_hist) in enumerate(counts_and_hists)
         ]
@@ -475,7 +497,7 @@ class SoftirqDiagnostic:
         instances = []
         for key, ifname, by_cpu in self._napi_per_cpu():
             per_cpu = list(by_cpu.values())
-            work_hist = Histogram(
+            work_hist = CountHistogram(
                 tuple(sum(stats.work_hist[b] for stats in per_cpu) for b in range(SIRQ_BUCKETS))
             )
             instances.append(
