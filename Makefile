@@ -11,33 +11,58 @@ BPF_SOURCES := $(wildcard bpf/*.bpf.c)
 # byte-identical objects.
 BPF_CFLAGS := -O2 -g -target bpf -fdebug-prefix-map=$(CURDIR)=. -D__TARGET_ARCH_$(ARCH) -Ibpf/include -Ibpf
 BPF_OBJECTS := $(patsubst bpf/%.bpf.c,src/netsleuth/_generated/%.bpf.o,$(BPF_SOURCES))
-# Debian packages: clang/llvm build the BPF objects, libbpf1 loads them, the rest are what tests and
-# benchmarks drive (firewalls, captures, bpftrace for comparison, Prometheus for the exporter, a containerd
-# with its CRI plugin, runc, the CNI plugins and umoci for the pod tests, gcc and a static libc for their image).
-DEB_PACKAGES := clang llvm libbpf1 libbpf-dev bpftool bpftrace tshark iptables nftables conntrack iproute2 \
-	ethtool kmod procps prometheus util-linux systemd chromium bind9-dnsutils nats-server \
-	containerd runc containernetworking-plugins umoci gcc libc6-dev
+# Debian packages. `make run` (a `netsleuth diagnose`) needs only the first list: libbpf1 loads the programs,
+# iptables/nftables name the rule behind a NETFILTER_DROP, iproute2 names namespaces, python3-venv makes .venv.
+DEB_RUN_PACKAGES := libbpf1 iproute2 iptables nftables procps python3-venv
+# `make test` adds what builds and checks the BPF objects (clang/llvm, bpftool), what tests and benchmarks drive
+# (firewalls, captures, bpftrace for comparison, Prometheus for the exporter, nats-server for the fleet,
+# Chromium for the web UI, a containerd with its CRI plugin, runc, the CNI plugins and umoci for the pod tests,
+# gcc and a static libc for their image) and what builds and runs the OCI image (mmdebstrap, umoci, podman).
+DEB_PACKAGES := $(DEB_RUN_PACKAGES) clang llvm libbpf-dev bpftool bpftrace tshark conntrack ethtool kmod \
+	prometheus util-linux systemd chromium bind9-dnsutils nats-server \
+	containerd runc containernetworking-plugins umoci gcc libc6-dev mmdebstrap podman
+KUBECTL ?= kubectl
 RUN_DURATION ?= 5
 
-.PHONY: all setup deps venv bpf check-bpf lint typecheck unit privileged test run bench clean fleet-demo
+.PHONY: all setup deps deps-run venv venv-core bpf check-bpf lint typecheck unit privileged test run bench clean fleet-demo
 
 all: bpf
 
-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# apt-get only the packages of $(1) that are not installed. kubectl (for the Kubernetes manifests) is wanted as
+# a command: Debian's kubernetes-client provides it when no other package (e.g. google-cloud-cli's) does.
+define install_missing
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	$(if $(2),command -v $(KUBECTL) >/dev/null 2>&1 || missing="$$missing kubernetes-client";) \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
-		$(if $(filter 0,$(shell id -u)),,sudo) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -qq $$missing >/dev/null; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	fi
+endef
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-$(BIN)/netsleuth: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+deps-run:
+	$(call install_missing,$(DEB_RUN_PACKAGES))
+
+deps:
+	$(call install_missing,$(DEB_PACKAGES),kubectl)
+
+# Two installs into one .venv: the core (what `make run` needs: the CLI and the agent's exporter) and
+# everything (`make test`: the fleet and controller extras, the test and lint tools).
+$(VENV)/.core-installed: pyproject.toml
+	@if [ $(VENV)/.dev-installed -nt pyproject.toml ]; then touch $@; exit 0; fi; \
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV); \
+	$(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q -e . && touch $@
+
+$(VENV)/.dev-installed: pyproject.toml
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $@
 
-venv: $(BIN)/netsleuth
+venv-core: $(VENV)/.core-installed
+
+venv: $(VENV)/.dev-installed
 
 setup: deps venv
 
@@ -82,7 +107,7 @@ privileged: setup
 test: setup check-bpf lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
-run: setup
+run: deps-run venv-core
 	$(BIN)/netsleuth diagnose --duration $(RUN_DURATION)
 
 bench: setup

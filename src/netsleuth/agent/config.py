@@ -14,11 +14,13 @@ import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from netsleuth.errors import UsageError
-from netsleuth.fleet.link_config import FleetConfig, parse_fleet
 from netsleuth.packet import endpoint_text
+
+if TYPE_CHECKING:
+    from netsleuth.fleet.link_config import FleetConfig
 
 __all__ = [
     "AgentConfig",
@@ -280,6 +282,20 @@ def _sessions(table: _Table) -> SessionLimits:
     return limits
 
 
+def _fleet(table: _Table) -> FleetConfig | None:
+    """The [fleet] section; the fleet link (nats-py, cryptography) is in the `fleet` extra, and an agent
+    without that section needs none of it."""
+    if not table._raw:
+        table.finish()
+        return None
+    from netsleuth.extras import require_extra
+
+    require_extra("fleet", "the agent's [fleet] section")
+    from netsleuth.fleet.link_config import parse_fleet
+
+    return parse_fleet(table)
+
+
 def parse_config(raw: dict[str, Any], source: str = "defaults") -> AgentConfig:
     """A parsed TOML document -> AgentConfig, or a UsageError naming the first bad key."""
     root = _Table(raw, "", source)
@@ -293,7 +309,7 @@ def parse_config(raw: dict[str, Any], source: str = "defaults") -> AgentConfig:
     agent.finish()
     exporter = _exporter(root.table("exporter"))
     sessions = _sessions(root.table("sessions"))
-    fleet = parse_fleet(root.table("fleet"))
+    fleet = _fleet(root.table("fleet"))
     root.finish()
     config = AgentConfig(
         listen=listen,

@@ -80,6 +80,9 @@ def _new_key(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from netsleuth.extras import require_extra
+
+    require_extra("controller", "netsleuth controller")
     if args.action == "hash-token":
         return _hash_token(args)
     if args.action == "new-key":

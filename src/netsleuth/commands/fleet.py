@@ -396,6 +396,9 @@ def _audit(args: argparse.Namespace, client: _Client) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from netsleuth.extras import require_extra
+
+    require_extra("fleet", "netsleuth fleet")
     client = _Client(args)
     handlers = {"run": _run, "hosts": _hosts, "sessions": _sessions, "show": _show, "audit": _audit}
     if args.fleet_action == "cancel":

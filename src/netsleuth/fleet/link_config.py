@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FleetConfig", "login_refused", "lone_reset", "nkey_public_key", "parse_fleet"]
 
-_NKEYS_MISSING = "needs the Python package nkeys (pip install nkeys)"
+_NKEYS_MISSING = "needs the Python package nkeys, from the 'fleet' extra (pip install 'netsleuth[fleet]')"
 _NKEY_KINDS = {"A": "account", "O": "operator", "N": "server", "C": "cluster"}
 
 
