@@ -6,10 +6,16 @@ BIN := $(VENV)/bin
 CLANG ?= clang
 LLVM_STRIP ?= llvm-strip
 ARCH := x86
+# One set of objects serves every architecture a wheel is built for: the programs read the kernel through
+# tracepoints and CO-RE only (no PT_REGS, which -D__TARGET_ARCH_ changes), so each architecture's build is the
+# same bytes, and check-bpf holds them to it. Each one's relocations are checked against that architecture's
+# Debian kernel BTF (tests/unit/test_core_relocations.py).
+BPF_ARCHES := x86 arm64
 BPF_SOURCES := $(wildcard bpf/*.bpf.c)
 # -fdebug-prefix-map keeps the checkout's absolute path out of the BTF line info, so every clone builds
 # byte-identical objects.
-BPF_CFLAGS := -O2 -g -target bpf -fdebug-prefix-map=$(CURDIR)=. -D__TARGET_ARCH_$(ARCH) -Ibpf/include -Ibpf
+bpf_cflags = -O2 -g -target bpf -fdebug-prefix-map=$(CURDIR)=. -D__TARGET_ARCH_$(1) -Ibpf/include -Ibpf
+BPF_CFLAGS := $(call bpf_cflags,$(ARCH))
 BPF_OBJECTS := $(patsubst bpf/%.bpf.c,src/netsleuth/_generated/%.bpf.o,$(BPF_SOURCES))
 # Debian packages. `make run` (a `netsleuth diagnose`) needs only the first list: libbpf1 loads the programs,
 # iptables/nftables name the rule behind a NETFILTER_DROP, iproute2 names namespaces, python3-venv makes .venv.
@@ -24,7 +30,7 @@ DEB_PACKAGES := $(DEB_RUN_PACKAGES) clang llvm libbpf-dev bpftool bpftrace tshar
 KUBECTL ?= kubectl
 RUN_DURATION ?= 5
 
-.PHONY: all setup deps deps-run venv venv-core bpf check-bpf lint typecheck unit privileged test run bench clean fleet-demo
+.PHONY: all setup deps deps-run venv venv-core bpf bpf-objects check-bpf wheels lint typecheck unit privileged test run bench clean fleet-demo
 
 all: bpf
 
@@ -77,23 +83,41 @@ src/netsleuth/_generated/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.h bpf/include/*.h
 bpf: $(BPF_OBJECTS) venv
 	$(BIN)/python -m netsleuth.bpf.abigen
 
-# Rebuild into a temporary place and fail when the committed objects differ from their sources.
+# Every object built for $(ARCH) into $(BPF_OUT), in parallel: check-bpf and the wheels (packaging/build_wheels.py)
+# build each architecture's objects this way; `make bpf` writes the committed ones.
+BPF_OUT ?= build/bpf/$(ARCH)
+bpf-objects:
+	@mkdir -p $(BPF_OUT); \
+	for src in $(BPF_SOURCES); do $(CLANG) $(BPF_CFLAGS) -c $$src -o $(BPF_OUT)/$$(basename $$src .c).o & done; \
+	status=0; for job in $$(jobs -p); do wait $$job || status=1; done; [ $$status -eq 0 ] || exit 1; \
+	$(LLVM_STRIP) -g $(patsubst bpf/%.bpf.c,$(BPF_OUT)/%.bpf.o,$(BPF_SOURCES))
+
+# Rebuild into a temporary place, for each architecture, and fail when an object differs from the committed one.
 check-bpf: deps venv
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; status=0; \
-	for src in $(BPF_SOURCES); do \
-		name=$$(basename $$src .bpf.c); \
-		$(CLANG) $(BPF_CFLAGS) -c $$src -o $$tmp/$$name.bpf.o && \
-		$(LLVM_STRIP) -g $$tmp/$$name.bpf.o || exit 1; \
-		if ! cmp -s $$tmp/$$name.bpf.o src/netsleuth/_generated/$$name.bpf.o; then \
-			echo "src/netsleuth/_generated/$$name.bpf.o is stale: run 'make bpf' and commit it"; status=1; \
-		fi; \
+	for arch in $(BPF_ARCHES); do \
+		$(MAKE) -s --no-print-directory bpf-objects ARCH=$$arch BPF_OUT=$$tmp/$$arch || exit 1; \
+		for src in $(BPF_SOURCES); do \
+			name=$$(basename $$src .bpf.c); \
+			if [ $$arch = $(ARCH) ]; then \
+				cmp -s $$tmp/$$arch/$$name.bpf.o src/netsleuth/_generated/$$name.bpf.o || { status=1; \
+					echo "src/netsleuth/_generated/$$name.bpf.o is stale: run 'make bpf' and commit it"; }; \
+			elif ! cmp -s $$tmp/$$arch/$$name.bpf.o $$tmp/$(ARCH)/$$name.bpf.o; then \
+				echo "$$name.bpf.o built for $$arch differs from its $(ARCH) build: one object no longer serves" \
+					"every architecture (see BPF_ARCHES)"; status=1; \
+			fi; \
+		done; \
 	done; \
-	[ $$status -eq 0 ] && echo "BPF objects match their sources ($(words $(BPF_SOURCES)) checked)"; \
+	[ $$status -eq 0 ] && echo "BPF objects match their sources ($(words $(BPF_SOURCES)) checked for $(BPF_ARCHES))"; \
 	$(BIN)/python -m netsleuth.bpf.abigen --check || status=1; exit $$status
 
+# One wheel per architecture in dist/, each holding the objects built for it (packaging/build_wheels.py).
+wheels: deps venv
+	$(BIN)/python packaging/build_wheels.py --out dist
+
 lint: venv
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench packaging
+	$(BIN)/ruff format --check src tests bench packaging
 
 typecheck: venv
 	$(BIN)/mypy

@@ -1,9 +1,12 @@
-"""The committed objects' CO-RE relocations, checked offline against Debian 12's own 6.1 kernel (the types
-its BTF gives them, tests/fixtures/kernel/btf/, recorded by record_debian_btf.py) and the running kernel's.
+"""The committed objects' CO-RE relocations, checked offline against Debian 12's own 6.1 kernels for amd64 and
+arm64 (the types their BTF gives them, tests/fixtures/kernel/btf/, recorded by record_debian_btf.py) and the
+running kernel's. One set of objects serves both architectures: `make check-bpf` builds every object with
+-D__TARGET_ARCH_x86 and -D__TARGET_ARCH_arm64 and requires both to be the committed bytes.
 
 If this fails after a change to bpf/: either that kernel lacks what the new code reads (guard it with
 bpf_core_field_exists and add it to ALLOWED with the reason), or the fixture predates the new field (re-run
-`tests/fixtures/kernel/record_debian_btf.py`, which downloads Debian's 6.1 image and regenerates it).
+`tests/fixtures/kernel/record_debian_btf.py` and `... --arch arm64`, which download Debian's 6.1 images and
+regenerate them).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 KERNEL_FIXTURES = REPO / "tests" / "fixtures" / "kernel"
 DEBIAN_6_1 = "6.1.0-56-cloud-amd64"
 DEBIAN_6_1_BTF = KERNEL_FIXTURES / "btf" / f"{DEBIAN_6_1}.min.btf"
+DEBIAN_6_1_ARM64 = "6.1.0-56-cloud-arm64"
+# Each architecture's Debian 12 kernel, by Debian architecture name.
+DEBIAN_KERNELS = {"amd64": DEBIAN_6_1, "arm64": DEBIAN_6_1_ARM64}
 OBJECTS = {
     path.name.removesuffix(".bpf.o"): path for path in (REPO / "src/netsleuth/_generated").glob("*.bpf.o")
 }
@@ -35,12 +41,30 @@ ALLOWED = {
 
 def test_the_objects_are_there() -> None:
     assert set(OBJECTS) >= {"drops", "tcp"}
-    assert DEBIAN_6_1_BTF.stat().st_size < 16_000  # a minimal BTF, not a kernel's 4 MB
+    for release in DEBIAN_KERNELS.values():
+        assert (KERNEL_FIXTURES / "btf" / f"{release}.min.btf").stat().st_size < 16_000  # not a kernel's 4 MB
 
 
+def test_the_arm64_btf_is_arm64s() -> None:
+    # Recorded from arm64's own kernel, not a copy of amd64's: char is unsigned there (the AAPCS64 ABI).
+    dumps = {
+        arch: subprocess.run(
+            ["bpftool", "btf", "dump", "file", str(KERNEL_FIXTURES / "btf" / f"{release}.min.btf")],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        for arch, release in DEBIAN_KERNELS.items()
+    }
+    assert "INT 'char' size=1 bits_offset=0 nr_bits=8 encoding=SIGNED" in dumps["amd64"]
+    assert "INT 'char' size=1 bits_offset=0 nr_bits=8 encoding=(none)" in dumps["arm64"]
+
+
+@pytest.mark.parametrize("arch", sorted(DEBIAN_KERNELS))
 @pytest.mark.parametrize("name", sorted(OBJECTS))
-def test_relocations_resolve_on_debian_6_1(name: str) -> None:
-    unresolved = unresolved_relocations(DEBIAN_6_1_BTF, OBJECTS[name])
+def test_relocations_resolve_on_debian_6_1(name: str, arch: str) -> None:
+    btf = KERNEL_FIXTURES / "btf" / f"{DEBIAN_KERNELS[arch]}.min.btf"
+    unresolved = unresolved_relocations(btf, OBJECTS[name])
     assert {(relo.kind, relo.target) for relo in unresolved} <= ALLOWED, unresolved
 
 
@@ -52,9 +76,10 @@ def test_relocations_resolve_on_this_kernel(name: str) -> None:
     assert {(relo.kind, relo.target) for relo in unresolved} <= ALLOWED, unresolved
 
 
+@pytest.mark.parametrize("arch", sorted(DEBIAN_KERNELS))
 @pytest.mark.parametrize("name", sorted(OBJECTS))
-def test_every_attached_tracepoint_exists_on_debian_6_1(name: str) -> None:
-    arity = json.loads((KERNEL_FIXTURES / f"tracepoints-{DEBIAN_6_1}.json").read_text())["arity"]
+def test_every_attached_tracepoint_exists_on_debian_6_1(name: str, arch: str) -> None:
+    arity = json.loads((KERNEL_FIXTURES / f"tracepoints-{DEBIAN_KERNELS[arch]}.json").read_text())["arity"]
     # Classic tracepoints are named group/event; syscall events have no btf_trace_ prototype (they are made
     # by CONFIG_FTRACE_SYSCALLS on every kernel since 2.6.33), so only the others are looked up.
     tracepoints = {

@@ -72,7 +72,8 @@ def test_each_extra_names_its_packages_and_controller_includes_fleet() -> None:
     assert set(extra_requirements("fleet", requirements)) == FLEET
     assert set(extra_requirements("controller", requirements)) == CONTROLLER
     assert set(extra_requirements("cri", requirements)) == {"grpcio"}
-    assert set(extra_requirements("dev", requirements)) >= CONTROLLER | {"grpcio", "pytest", "kubernetes-validate"}
+    dev = set(extra_requirements("dev", requirements))
+    assert dev >= CONTROLLER | {"grpcio", "pytest", "kubernetes-validate"}
 
 
 def test_an_agent_without_fleet_runs_on_the_core(tmp_path: Path) -> None:

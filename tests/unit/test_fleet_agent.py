@@ -459,7 +459,9 @@ def test_fleet_nkey_seed_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         "find_spec",
         lambda name, *rest: None if name == "nkeys" else real_find_spec(name, *rest),
     )
-    with pytest.raises(UsageError, match=r"fleet.nkey_seed_file needs the Python package nkeys, from the 'fleet' extra"):
+    with pytest.raises(
+        UsageError, match=r"fleet.nkey_seed_file needs the Python package nkeys, from the 'fleet'"
+    ):
         parse_config({"fleet": fleet})
 
 
