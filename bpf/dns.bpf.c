@@ -11,7 +11,7 @@
  *
  * Counting is exact and in the kernel: per-CPU `dns_stats`, and per (process, server, name, type) groups with
  * answers by rcode and a latency histogram. Answer events are offered to the ring buffer afterwards and may
- * be sampled (counted) or lost (counted). Timeouts are the pending queries userspace finds older than
+ * be filtered out by --rcode/--slow, sampled or lost (each counted apart). Timeouts are the pending queries userspace finds older than
  * --timeout; it deletes them, so a late answer finds nothing and is counted as unmatched, never twice.
  */
 #include "netsleuth.bpf.h"
@@ -466,7 +466,7 @@ static __always_inline void handle_answer(struct __sk_buff *skb, struct dns_pack
 		if (!cfg.emit_events)
 			return;
 		if (!answer_wanted(rcode, latency)) {
-			count(DNS_STAT_SAMPLED);
+			count(DNS_STAT_FILTERED); /* the user's filter, not sampling: no answer is missing */
 			return;
 		}
 		__builtin_memset(event, 0, sizeof(*event));

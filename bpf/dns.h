@@ -25,7 +25,7 @@ enum dns_stat {
 	DNS_STAT_SEEN = 0,	   /* DNS messages at the socket hooks, client or server side, before filters */
 	DNS_STAT_MATCHED = 1,	   /* records after filters: answers (joined or not) and drops */
 	DNS_STAT_EMITTED = 2,	   /* sent to the ring buffer */
-	DNS_STAT_SAMPLED = 3,	   /* left out on purpose: 1-in-N, --rcode/--slow, or the ring more than half full */
+	DNS_STAT_SAMPLED = 3,	   /* left out on purpose: 1-in-N, or the ring more than half full */
 	DNS_STAT_LOST = 4,	   /* the ring buffer had no room */
 	DNS_STAT_UNGROUPED = 5,	   /* a query or answer the summary table had no room for */
 	DNS_STAT_QUERIES = 6,	   /* client queries sent (retransmissions included) */
@@ -34,15 +34,16 @@ enum dns_stat {
 	DNS_STAT_UNTRACKED = 9,	   /* queries not remembered: the pending table was full */
 	DNS_STAT_RETRANSMITS = 10, /* the same id sent again on the same socket before an answer */
 	DNS_STAT_DROPS = 11,	   /* DNS packets the kernel dropped (skb:kfree_skb) */
-	DNS_STAT_COUNT = 12,
+	DNS_STAT_FILTERED = 12,	   /* answers counted but not sent because --rcode or --slow leaves them out */
+	DNS_STAT_COUNT = 13,
 };
 
 /* A second block of ns_stat counters, from DNS_CONTEXT_STATS on: drops in namespaces outside --netns, sent
  * only so that a timeout can be joined with its cause there (a firewall in the server's namespace on this
  * host). Kept apart so the filtered totals stay what they say. */
 enum dns_context_stats {
-	DNS_CONTEXT_STATS = 12,
-	DNS_STATS_SIZE = 18,	   /* DNS_CONTEXT_STATS + NS_STAT_COUNT */
+	DNS_CONTEXT_STATS = 13,
+	DNS_STATS_SIZE = 19,	   /* DNS_CONTEXT_STATS + NS_STAT_COUNT */
 };
 
 enum dns_event_kind {

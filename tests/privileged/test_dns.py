@@ -150,14 +150,29 @@ def test_nxdomain_servfail_refused_counted_exactly_and_filtered_by_rcode(dns_lab
     assert sum(row["queries"] for row in rows) == 14
     shown = of_type(servfail_run, "dns")
     assert [record["name"] for record in shown] == ["servfail.test"] * 3
-    # The kernel still counts every answer, shown or not.
+    # The kernel still counts every answer, shown or not; those --rcode left out are filtered, not sampled.
     assert servfail_run.summary()["answers"] == 14
+    assert servfail_run.summary()["filtered"] == 11 and servfail_run.summary()["sampled"] == 0
     assert dns_lab.server_counts() == {
         "udp NXDOMAIN": 4,
         "udp SERVFAIL": 3,
         "udp REFUSED": 2,
         "udp NOERROR": 5,
     }
+
+
+def test_answers_left_out_by_rcode_are_called_filtered_not_sampled(dns_lab: DnsLab) -> None:
+    """`--rcode TIMEOUT` shows timeouts only: the answers it leaves out are counted as filtered, and the text
+    never calls them sampled (which reads as data lost)."""
+    with DnsTrace("dns", "--netns", dns_lab.client.name, "--rcode", "TIMEOUT", json_output=False) as run:
+        run.wait_ready()
+        for name in ("a.ok.test", "b.ok.test", "nothing.test"):
+            dig(dns_lab.client, dns_lab.pair.b4, name)
+        run.stop()
+        stderr = run.stderr()
+    assert run.returncode == 0
+    assert "3 answers filtered out (--rcode/--slow), 0 shown, 0 sampled, 0 lost" in run.stdout()
+    assert "sampled" not in stderr  # no loss line
 
 
 def test_timeout_from_firewall_dropping_answers_names_the_rule(dns_lab: DnsLab) -> None:

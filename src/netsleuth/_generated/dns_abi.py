@@ -51,10 +51,11 @@ class DnsStat(KernelEnum):
     UNTRACKED = 9
     RETRANSMITS = 10
     DROPS = 11
-    COUNT = enum.nonmember(12)
+    FILTERED = 12
+    COUNT = enum.nonmember(13)
 
 
-DNS_STAT_COUNT = 12
+DNS_STAT_COUNT = 13
 
 
 class DnsEventKind(KernelEnum):
@@ -211,7 +212,7 @@ class DnsPendingKey(ctypes.Structure):
 # max_entries of every map in .maps (ring buffers: bytes).
 MAP_MAX_ENTRIES: dict[str, int] = {
     "dns_groups": 8192,
-    "dns_stats": 18,
+    "dns_stats": 19,
     "dst_filter": 256,
     "events": 8388608,
     "host_filter": 256,

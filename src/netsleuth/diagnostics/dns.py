@@ -586,6 +586,7 @@ class DnsDiagnostic:
             retransmits=sums[DnsStat.RETRANSMITS],
             drops=sums[DnsStat.DROPS],
             timeouts=self._timeouts,
+            filtered=sums[DnsStat.FILTERED],
         )
 
     def groups(self) -> list[DnsGroupStats]:

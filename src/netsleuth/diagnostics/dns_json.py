@@ -117,6 +117,7 @@ class DnsSummaryJson(TypedDict):
     seen: int
     total: int
     emitted: int
+    filtered: int  # answers --rcode/--slow left out (not sampled: nothing is missing)
     sampled: int
     lost: int
     ungrouped: int

@@ -226,10 +226,12 @@ class DnsTotals:
     retransmits: int
     drops: int
     timeouts: int
+    filtered: int = 0  # answers --rcode or --slow left out: counted, not missing
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.events.to_json(),
+            "filtered": self.filtered,
             "queries": self.queries,
             "answers": self.answers,
             "unmatched": self.unmatched,

@@ -108,8 +108,12 @@ def dns_totals_line(summary: DnsSummary) -> str:
     return (
         f"{totals.queries} queries, {totals.answers} answers, {totals.timeouts} timeouts, "
         f"{totals.unmatched} unmatched answers, {totals.drops} DNS packets dropped, "
-        f"{totals.retransmits} retransmits; {events_line(totals.events)}"
+        f"{totals.retransmits} retransmits; {_filtered(totals.filtered)}{events_line(totals.events)}"
     )
+
+
+def _filtered(count: int) -> str:
+    return f"{count} answers filtered out (--rcode/--slow), " if count else ""
 
 
 def events_line(totals: EventTotals) -> str:
