@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -77,8 +78,28 @@ def _command(name: str) -> Command:
     return diagnostic_command(name, specs)
 
 
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse prints the whole usage block on error; we print one line and exit 2."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # A parser with options that look like negative numbers (-4, -6) reads `--duration -1` as an option
+        # without its value ("expected one argument"); given as `--duration=-1`, the value reaches the
+        # command's own check, which says what is wrong with it.
+        given = list(sys.argv[1:] if args is None else args)
+        joined: list[str] = []
+        for token in given:
+            previous = joined[-1] if joined else ""
+            action = self._option_string_actions.get(previous)
+            if action is not None and action.nargs is None and _NEGATIVE_NUMBER.match(token):
+                joined[-1] = f"{previous}={token}"
+            else:
+                joined.append(token)
+        return super().parse_known_args(joined, namespace)
 
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")

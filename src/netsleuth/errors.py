@@ -13,10 +13,25 @@ __all__ = [
     "EnvironmentProblem",
     "NetsleuthError",
     "UsageError",
+    "did_you_mean",
 ]
 
 EXIT_USAGE = 2
 EXIT_ENVIRONMENT = 1
+
+
+def did_you_mean(name: str, known: list[str] | tuple[str, ...]) -> str:
+    """The end of an "unknown NAME" sentence: the (at most three) closest known names by difflib's ratio,
+    never a list of a hundred names. Compared without case, printed as known."""
+    import difflib
+
+    by_upper = {each.upper(): each for each in known}
+    close = difflib.get_close_matches(name.upper(), list(by_upper), n=3, cutoff=0.0)
+    if not close:
+        return ""
+    names = [repr(by_upper[each]) for each in close]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+    return f"; did you mean {listed}?"
 
 
 class NetsleuthError(Exception):

@@ -220,7 +220,7 @@ def test_drops_config_is_the_cli_flags() -> None:
         ("drops", {"dport": [1, 2]}, "--dport must be text or a number"),
         ("resets", {"proto": "udp"}, "--proto can only be tcp"),
         ("tcp.queues", {"summary": "yes"}, "--summary is true or false"),
-        ("diagnose", {"duration": 7200}, "--duration must be between 0 and 3600 seconds"),
+        ("diagnose", {"duration": 7200}, "--duration must be more than 0 and at most 3600 seconds"),
         ("nope", {}, "unknown diagnostic 'nope'"),
     ]
     for name, config_json, expected in cases:

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+from pathlib import Path
 
 import pytest
 
-from netsleuth.diagnostics.filters import add_filter_arguments, packet_filter_from_args
+from netsleuth.diagnostics.filters import (
+    PacketFilter,
+    add_filter_arguments,
+    check_process,
+    missing_device_note,
+    on_this_host,
+    packet_filter_from_args,
+    read_for_another_host,
+)
 from netsleuth.errors import UsageError
+from netsleuth.kernel.netns import NetnsNames
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -18,31 +28,33 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_all_filters_parse() -> None:
-    packet_filter = packet_filter_from_args(
-        parse(
-            "--proto",
-            "udp",
-            "--host",
-            "2001:db8::/32",
-            "--src",
-            "2001:db8::1",
-            "--dst",
-            "2001:db8::2",
-            "--port",
-            "53",
-            "--sport",
-            "1024",
-            "--dport",
-            "80",
-            "--pid",
-            "42",
-            "--comm",
-            "nginx",
-            "--dev",
-            "eth0",
-            "-6",
+    # Read as the controller reads a fleet request: the formats, not whether pid 42 exists here.
+    with read_for_another_host():
+        packet_filter = packet_filter_from_args(
+            parse(
+                "--proto",
+                "udp",
+                "--host",
+                "2001:db8::/32",
+                "--src",
+                "2001:db8::1",
+                "--dst",
+                "2001:db8::2",
+                "--port",
+                "53",
+                "--sport",
+                "1024",
+                "--dport",
+                "80",
+                "--pid",
+                "42",
+                "--comm",
+                "nginx",
+                "--dev",
+                "eth0",
+                "-6",
+            )
         )
-    )
     assert packet_filter.proto == 17
     assert packet_filter.hosts == (ipaddress.ip_network("2001:db8::/32"),)
     assert packet_filter.sources == (ipaddress.ip_network("2001:db8::1/128"),)
@@ -77,3 +89,68 @@ def test_all_filters_parse() -> None:
 def test_bad_filters_are_usage_errors(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         packet_filter_from_args(parse(*argv))
+
+
+def fake_proc(tmp_path: Path, processes: dict[int, int], devices: dict[int, list[str]]) -> Path:
+    """/proc with `processes` (pid -> tgid) whose /proc/PID/net/dev lists `devices[pid]`."""
+    proc = tmp_path / "proc"
+    for pid, tgid in processes.items():
+        (proc / str(pid) / "net").mkdir(parents=True)
+        (proc / str(pid) / "status").write_text(f"Name:\tworker\nTgid:\t{tgid}\nPid:\t{pid}\n")
+        lines = ["Inter-|   Receive", " face |bytes"] + [f"{name}: 0 0 0 0" for name in devices.get(pid, [])]
+        (proc / str(pid) / "net" / "dev").write_text("\n".join(lines) + "\n")
+    return proc
+
+
+def test_a_pid_must_be_a_process_of_this_host(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path, {300: 300, 301: 300}, {})
+    check_process(300, str(proc))
+    with pytest.raises(UsageError) as caught:
+        check_process(999999, str(proc))
+    assert str(caught.value) == "--pid 999999: no process has this id on this host"
+    # The kernel filters on the process (thread group) id: a thread's id would match nothing.
+    with pytest.raises(UsageError) as caught:
+        check_process(301, str(proc))
+    assert str(caught.value) == "--pid 301 is a thread of process 300: give the process id, 300"
+    with read_for_another_host():
+        check_process(999999, str(proc))  # the controller checks formats; the agent checks existence
+
+
+class OneNamespacePerProcess(NetnsNames):
+    """Each fake process in a namespace of its own, inode = pid."""
+
+    def __init__(self, proc: Path) -> None:
+        super().__init__(proc_root=str(proc), netns_dirs=[])
+        self.pids = sorted(int(entry.name) for entry in proc.iterdir())
+
+    def inodes(self) -> list[int]:
+        return self.pids
+
+    def pids_of(self, inode: int) -> list[int]:
+        return [inode]
+
+    def name_of(self, inode: int) -> str | None:
+        return f"ns{inode}"
+
+
+def test_an_interface_no_namespace_has_is_a_note(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path, {300: 300, 400: 400}, {300: ["lo", "eth0"], 400: ["lo", "veth1"]})
+    names = OneNamespacePerProcess(proc)
+    assert missing_device_note("veth1", None, names) is None  # in some namespace
+    assert missing_device_note("veth1", 400, names) is None
+    assert missing_device_note("veth1", 300, names) == (
+        "no interface is named 'veth1' in network namespace ns300 now: its events will show if one appears"
+    )
+    assert missing_device_note("nosuchdev0", None, names) == (
+        "no interface is named 'nosuchdev0' in any network namespace of this host now: its events will show "
+        "if one appears"
+    )
+
+
+def test_the_note_travels_with_the_filter(tmp_path: Path) -> None:
+    names = OneNamespacePerProcess(fake_proc(tmp_path, {300: 300}, {300: ["lo"]}))
+    assert on_this_host(PacketFilter(dev="lo"), names).notes == ()
+    (note,) = on_this_host(PacketFilter(dev="nosuchdev0"), names).notes
+    assert "'nosuchdev0'" in note
+    with read_for_another_host():
+        assert on_this_host(PacketFilter(dev="nosuchdev0"), names).notes == ()

@@ -94,11 +94,30 @@ def test_misses_rescan_at_most_once_per_interval(netns_dir: Path) -> None:
 def test_resolve_netns_arg_forms(netns_dir: Path) -> None:
     names = NetnsNames(netns_dirs=[str(netns_dir)])
     current = current_netns_inode()
-    assert resolve_netns_arg("4026531840") == 4026531840
-    assert resolve_netns_arg(" net:[4026532001] ") == 4026532001
+    assert resolve_netns_arg(str(current), names) == current
+    assert resolve_netns_arg(f" net:[{current}] ", names) == current
     assert resolve_netns_arg(SELF_NET, names) == current
     assert resolve_netns_arg(f"/proc/{os.getpid()}/ns/net", names) == current
     assert resolve_netns_arg("blue", names) == current
+
+
+def test_an_inode_no_namespace_has_is_refused(netns_dir: Path) -> None:
+    names = NetnsNames(netns_dirs=[str(netns_dir)])
+    unused = max(names.inodes()) + 1_000_003  # above every namespace this host holds
+    with pytest.raises(UsageError) as caught:
+        resolve_netns_arg(str(unused), names)
+    assert str(caught.value) == (
+        f"no network namespace has inode {unused} on this host (no `ip netns` name, process or open file "
+        "holds one)"
+    )
+
+
+def test_a_namespace_held_only_by_an_open_file_is_found(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "77" / "fd").mkdir(parents=True)
+    (proc / "77" / "fd" / "5").symlink_to("net:[4026599999]")
+    names = NetnsNames(proc_root=str(proc), netns_dirs=[])
+    assert resolve_netns_arg("4026599999", names) == 4026599999
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,10 @@ def test_config_bounds_and_softirq_names() -> None:
     config = read_profile_config(ConfigInput({"hz": "999", "comm": "nginx", "softirq": "net_rx"}))
     assert (config.hz, config.comm, config.softirq, config.kernel_only) == (999, "nginx", "NET_RX", True)
     assert config.softirq_vector == 3  # NET_RX's place in /proc/softirqs on every kernel since 2.6
+    # A task filter with --softirq selects the interrupted task: the run says so with its figures.
+    (note,) = config.notes
+    assert note.startswith("with --softirq NET_RX, --comm select the tasks the NET_RX softirq interrupted")
+    assert read_profile_config(ConfigInput({"softirq": "NET_RX"})).notes == ()
     for values, words in (
         ({"hz": 0}, "--hz must be between 1 and 10000"),
         ({"hz": 20000}, "--hz must be between 1 and 10000"),

@@ -29,10 +29,18 @@ def test_unknown_values_are_named_not_dropped() -> None:
     assert reasons.name((3 << 16) | 5) == "SUBSYS_3_5"
 
 
-def test_unknown_reason_lists_the_valid_ones() -> None:
+def test_unknown_reason_names_the_closest_ones_not_all() -> None:
     reasons = load_drop_reasons(NO_BTF, [FIXTURES / "kfree_skb_format_6.1.txt"])
-    with pytest.raises(UsageError, match=r"unknown drop reason 'NO_SUCH'.*NETFILTER_DROP"):
-        reasons.parse(["NO_SUCH"])
+    with pytest.raises(UsageError) as caught:
+        reasons.parse(["NETFILTER_DRP"])
+    message = str(caught.value)
+    assert message.startswith("unknown drop reason 'NETFILTER_DRP'; did you mean 'NETFILTER_DROP'")
+    assert message.count("'") == 2 * 4  # the name given and at most three suggestions
+    with pytest.raises(UsageError, match=r"unknown drop reason 'NOSUCH'; did you mean .*'NO_SOCKET'"):
+        reasons.parse(["NOSUCH"])
+    with pytest.raises(UsageError) as caught:
+        reasons.parse(["CONSUMED"])  # a reason of the kernel, but not a drop: never suggested either
+    assert "CONSUMED'" not in str(caught.value).split(";", 1)[1]
 
 
 def test_no_source_at_all_is_an_environment_problem(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netsleuth.agent.function_names import SharedKallsyms
+from netsleuth.diagnostics.filters import filter_notes
 from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 from netsleuth.diagnostics.totals import EventTotals
@@ -65,7 +66,7 @@ class _SharedSymbolsSession:
         return self.session.program_fds()
 
     def notes(self) -> list[str]:
-        return self.session.notes()
+        return [*filter_notes(self.session), *self.session.notes()]
 
     def close(self) -> None:
         self.session.close()

@@ -215,8 +215,8 @@ def require_tracing(ring_buffer: bool = True) -> Features:
     found = features()
     if not found.can_trace:
         raise EnvironmentProblem(
-            "netsleuth needs root (or CAP_BPF + CAP_PERFMON + CAP_NET_ADMIN) to load BPF programs: "
-            "run it with sudo"
+            # The CLI prints errors after "netsleuth: ": the sentence does not name it again.
+            "loading BPF programs needs root (or CAP_BPF + CAP_PERFMON + CAP_NET_ADMIN): run it with sudo"
         )
     if not found.btf:
         raise MissingFeature(

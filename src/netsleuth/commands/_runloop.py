@@ -18,6 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol, TextIO
 
+from netsleuth.diagnostics.filters import filter_notes
 from netsleuth.diagnostics.model import DiagnosticSession, Record, RunOptions
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
@@ -169,6 +170,8 @@ def run_session(
         signals = stack.enter_context(StopSignals())
         stack.callback(session.close)
         session.start()
+        for note in filter_notes(session):  # said now: the run may otherwise look like it sees nothing
+            sys.stderr.write(f"netsleuth: {note}\n")
         write_ready_file(ready_file, session.attach_kind)
         resume_collection()  # held off by the CLI while starting (netsleuth.startup_gc)
         # The JSON encoder loads once attached: attach time is not spent on what comes after.

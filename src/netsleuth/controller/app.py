@@ -33,6 +33,7 @@ from netsleuth.controller.registry import HostRegistry
 from netsleuth.controller.requests import BadRequest, SessionRequest, parse_session_request
 from netsleuth.controller.sessions import FleetSession, SessionManager, SessionSpec
 from netsleuth.controller.streams import connect_nats, ensure_streams
+from netsleuth.diagnostics.filters import read_for_another_host
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 from netsleuth.errors import UsageError
 from netsleuth.fleet.protocol import Scope, private_key_from_text
@@ -459,7 +460,8 @@ def _config_problem(data: SessionRequest) -> str | None:
     if "duration" in spec.keys:
         config.setdefault("duration", data.duration)
     try:
-        spec.config_from_json(config)
+        with read_for_another_host():  # whether a --pid or --dev exists is each agent's to say
+            spec.config_from_json(config)
     except UsageError as error:
         return f"invalid config for {data.diagnostic}: {str(error).rstrip('.')}."
     except Exception as error:  # not ours to judge here (EnvironmentProblem, ...): the agent will

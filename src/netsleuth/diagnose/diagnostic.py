@@ -25,7 +25,7 @@ def read_diagnose_config(values: ConfigInput) -> DiagnoseConfig:
     duration = values.number("duration")
     duration = DEFAULT_DURATION if duration is None else duration
     if not 0 < duration <= _MAX_DURATION:
-        raise UsageError(f"--duration must be between 0 and {_MAX_DURATION:g} seconds")
+        raise UsageError(f"--duration must be more than 0 and at most {_MAX_DURATION:g} seconds")
     packet_filter = read_packet_filter(values)
     netns_name = None
     if packet_filter.netns is not None:

@@ -2,18 +2,34 @@
 
 Bad input is a UsageError with one sentence (exit 2). The parsed `PacketFilter` is what each program's
 loader turns into its in-kernel configuration.
+
+Naming something this host does not have is bad input too: a `--pid` that is no process here (or is a
+thread, while the kernel filters by process), a `--netns` inode nothing holds (kernel/netns.py). An
+interface is different: one may appear during the run (a container's veth), so a `--dev` no namespace has
+now is accepted with a note (`PacketFilter.notes`), printed when the run starts. These checks run wherever a
+config is read on the host that traces it (the CLI, the agent); a controller checking a config meant for
+other hosts reads it under `read_for_another_host()`, which checks formats only.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import ipaddress
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from netsleuth.diagnostics.model import ConfigInput
-from netsleuth.errors import UsageError
+from netsleuth.errors import NetsleuthError, UsageError
 from netsleuth.packet import proto_number
+
+if TYPE_CHECKING:
+    from netsleuth.kernel.netns import NetnsNames
 
 __all__ = [
     "FILTER_KEYS",
@@ -21,9 +37,13 @@ __all__ = [
     "PacketFilter",
     "TaskSelection",
     "add_filter_arguments",
+    "check_process",
+    "filter_notes",
+    "on_this_host",
     "packet_filter_from_args",
     "parse_network",
     "parse_port",
+    "read_for_another_host",
     "read_packet_filter",
     "read_task_selection",
 ]
@@ -61,6 +81,7 @@ class PacketFilter:
     dev: str | None = None
     family: int | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # what the run should know from the start (an interface that does not exist)
 
     @property
     def filters_owner(self) -> bool:
@@ -107,6 +128,100 @@ FILTER_KEYS = (
 )
 
 
+# -- what this host has ------------------------------------------------------------------------------------
+
+_ELSEWHERE: ContextVar[bool] = ContextVar("netsleuth_config_for_another_host", default=False)
+_TGID = re.compile(r"^Tgid:\s*(\d+)$", re.MULTILINE)
+
+
+@contextlib.contextmanager
+def read_for_another_host() -> Iterator[None]:
+    """Configs read inside are meant for other hosts (the controller checking a fleet request): their
+    formats are checked, not whether the process, namespace or interface they name exists here."""
+    token = _ELSEWHERE.set(True)
+    try:
+        yield
+    finally:
+        _ELSEWHERE.reset(token)
+
+
+def check_process(pid: int, proc_root: str = "/proc") -> None:
+    """`--pid` must name a process of this host, by its process id: the kernel filters on the thread group
+    id, so a thread's id would match nothing, silently."""
+    if _ELSEWHERE.get():
+        return
+    try:
+        status = Path(proc_root, str(pid), "status").read_text()
+    except OSError:
+        raise UsageError(f"--pid {pid}: no process has this id on this host") from None
+    found = _TGID.search(status)
+    if found is not None and int(found.group(1)) != pid:
+        process = int(found.group(1))
+        raise UsageError(f"--pid {pid} is a thread of process {process}: give the process id, {process}")
+
+
+def _device_names(netns: int, names: NetnsNames, proc_root: str) -> set[str] | None:
+    """The interfaces of a namespace now: /proc/PID/net/dev of a process inside (no need to enter it), or
+    read from inside when only an `ip netns` name holds it; None when neither can be read."""
+    from netsleuth.kernel.netns_exec import read_file_in_netns
+
+    text: str | None = None
+    for pid in names.pids_of(netns)[:1]:
+        with contextlib.suppress(OSError):
+            text = Path(proc_root, str(pid), "net", "dev").read_text()
+    if text is None:
+        path = names.path_of(netns)
+        if path is None:
+            return None
+        try:
+            text = read_file_in_netns("/proc/self/net/dev", path)
+        except NetsleuthError:
+            return None
+    # /proc/net/dev: two header lines, then "  NAME: counters..." per interface.
+    return {line.split(":", 1)[0].strip() for line in (text or "").splitlines()[2:] if ":" in line}
+
+
+def missing_device_note(dev: str, netns: int | None, names: NetnsNames | None = None) -> str | None:
+    """A note when no interface is named `dev` in `netns` (every namespace of the host when None) now."""
+    from netsleuth.kernel.netns import NetnsNames
+
+    names = names or NetnsNames()
+    proc_root = names.proc_root
+    inodes = [netns] if netns is not None else names.inodes()
+    if not inodes:
+        return None  # no namespace to look into: nothing to say
+    for inode in inodes:
+        devices = _device_names(inode, names, proc_root)
+        if devices is None or dev in devices:
+            return None  # there, or a namespace we cannot look into: nothing to say
+    where = (
+        f"in network namespace {names.name_of(netns) or netns}"
+        if netns is not None
+        else "in any network namespace of this host"
+    )
+    return f"no interface is named {dev!r} {where} now: its events will show if one appears"
+
+
+def on_this_host(packet_filter: PacketFilter, names: NetnsNames | None = None) -> PacketFilter:
+    """`packet_filter` checked against this host: its --pid must be a process here, and a --dev no namespace
+    has now becomes a note. Unchanged under `read_for_another_host()`."""
+    if _ELSEWHERE.get():
+        return packet_filter
+    if packet_filter.pid is not None:
+        check_process(packet_filter.pid)
+    if packet_filter.dev is None:
+        return packet_filter
+    note = missing_device_note(packet_filter.dev, packet_filter.netns, names)
+    return dataclasses.replace(packet_filter, notes=(note,)) if note else packet_filter
+
+
+def filter_notes(session: object) -> list[str]:
+    """The notes of the packet filter a session runs with (its `config.packet_filter`): what the CLI prints
+    as it starts and an agent session reports, for any diagnostic."""
+    packet_filter = getattr(getattr(session, "config", None), "packet_filter", None)
+    return list(packet_filter.notes) if isinstance(packet_filter, PacketFilter) else []
+
+
 def packet_filter_from_args(args: argparse.Namespace) -> PacketFilter:
     return read_packet_filter(ConfigInput.from_args(args))
 
@@ -141,8 +256,11 @@ def read_task_selection(values: ConfigInput) -> TaskSelection:
     from netsleuth.kernel.netns import resolve_netns_arg
 
     netns, cgroup = values.text("netns"), values.text("cgroup")
+    pid = _read_pid(values)
+    if pid is not None:
+        check_process(pid)
     return TaskSelection(
-        pid=_read_pid(values),
+        pid=pid,
         comm=_read_comm(values),
         netns=resolve_netns_arg(netns) if netns is not None else None,
         cgroup_id=resolve_cgroup_arg(cgroup) if cgroup is not None else None,
@@ -189,7 +307,7 @@ def read_packet_filter(
             raise UsageError(
                 f"-{family} contradicts the IPv{network.version} address {network}: drop one of them"
             )
-    return PacketFilter(
+    packet_filter = PacketFilter(
         proto=proto,
         hosts=hosts,
         sources=sources,
@@ -203,3 +321,4 @@ def read_packet_filter(
         dev=dev,
         family=family,
     )
+    return on_this_host(packet_filter)

@@ -74,6 +74,7 @@ class ProfileConfig:
     softirq: str | None = None  # NET_RX, NET_TX...: only samples while it runs
     softirq_vector: int | None = None
     duration: float | None = None
+    notes: tuple[str, ...] = ()  # what the figures mean, said with them (--softirq with a task filter)
 
     @property
     def run_options(self) -> RunOptions:
@@ -101,6 +102,7 @@ def read_profile_config(values: ConfigInput) -> ProfileConfig:
         if softirq not in names:
             raise UsageError(f"--softirq {softirq!r} is not a softirq of this kernel; use NET_RX or NET_TX")
         vector = names.index(softirq)
+    note = _softirq_in_tasks_note(values, softirq) if softirq is not None else None
     return ProfileConfig(
         hz=hz,
         pid=tasks.pid,
@@ -112,6 +114,23 @@ def read_profile_config(values: ConfigInput) -> ProfileConfig:
         softirq=softirq,
         softirq_vector=vector,
         duration=duration,
+        notes=(note,) if note else (),
+    )
+
+
+def _softirq_in_tasks_note(values: ConfigInput, softirq: str) -> str | None:
+    """What a task filter means with --softirq: a softirq runs in whichever task it interrupts (or in
+    ksoftirqd), so the samples are the softirq work done in the selected tasks' time, not the work for their
+    packets. Said with the results, so the figures are not read as the latter."""
+    flags = [
+        values.flag_name(key) for key in ("pid", "comm", "netns", "cgroup") if values.text(key) is not None
+    ]
+    if not flags:
+        return None
+    return (
+        f"with --softirq {softirq}, {' and '.join(flags)} select the tasks the {softirq} softirq interrupted "
+        f"(it runs in whichever task is on the CPU, or in ksoftirqd): these samples are the {softirq} work "
+        "done in their time, not the work for their packets"
     )
 
 
@@ -438,7 +457,7 @@ class ProfileDiagnostic:
 
     def notes(self) -> list[str]:
         totals = self.profile_totals()
-        notes = []
+        notes = list(self.config.notes)
         if totals.kernel_lost or totals.user_lost:
             notes.append(
                 f"{totals.kernel_lost} kernel and {totals.user_lost} user stacks did not fit in the stack "

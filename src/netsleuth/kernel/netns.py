@@ -169,6 +169,29 @@ class NetnsNames:
         return dict(self._names)
 
 
+def _held_open(inode: int, proc_root: str) -> bool:
+    """Whether some process holds the namespace only through an open file descriptor (a runtime that keeps
+    it open without a bind mount or a process inside): the last place a live namespace can be."""
+    wanted = f"net:[{inode}]"
+    try:
+        processes = [name for name in os.listdir(proc_root) if name.isdigit()]
+    except OSError:
+        return False
+    for pid in processes:
+        fd_dir = os.path.join(proc_root, pid, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(os.path.join(fd_dir, fd)) == wanted:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def resolve_netns_arg(text: str, names: NetnsNames | None = None) -> int:
     """A user's `--netns` value → namespace inode. Accepts an inode number (also as `net:[N]`), an `ip netns`
     name, or a namespace file such as /proc/PID/ns/net."""
@@ -176,12 +199,18 @@ def resolve_netns_arg(text: str, names: NetnsNames | None = None) -> int:
     link = _NS_LINK.match(value)
     if link:
         value = link.group(1)
+    names = names or NetnsNames()
     if value.isdigit():
         inode = int(value)
-        if inode > 0:
-            return inode
-        raise UsageError(_UNKNOWN.format(text=text))
-    names = names or NetnsNames()
+        if inode <= 0:
+            raise UsageError(_UNKNOWN.format(text=text))
+        # A number nothing holds names no namespace: filtering on it would show nothing, silently.
+        if names.path_of(inode) is None and not _held_open(inode, names.proc_root):
+            raise UsageError(
+                f"no network namespace has inode {inode} on this host (no `ip netns` name, process or "
+                "open file holds one)"
+            )
+        return inode
     if "/" in value:
         try:
             status = os.stat(value)

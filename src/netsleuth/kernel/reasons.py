@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from netsleuth.errors import EnvironmentProblem, UsageError
+from netsleuth.errors import EnvironmentProblem, UsageError, did_you_mean
 
 __all__ = ["DropReasons", "load_drop_reasons"]
 
@@ -65,10 +65,9 @@ class DropReasons:
         for name in names:
             value = self.value(name)
             if value is None or value in (self.consumed, self.not_dropped):
-                valid = ", ".join(
-                    sorted(n for v, n in self.by_value.items() if v not in (self.consumed, self.not_dropped))
-                )
-                raise UsageError(f"unknown drop reason {name!r}; this kernel knows: {valid}")
+                not_drops = (self.consumed, self.not_dropped)
+                valid = sorted(known for code, known in self.by_value.items() if code not in not_drops)
+                raise UsageError(f"unknown drop reason {name!r}{did_you_mean(name, valid)}")
             values.add(value)
         return values
 

@@ -41,10 +41,12 @@ class TaskConfig(RunConfig, frozen=True, kw_only=True):
 
     def task_selection(self, names: NetnsNames | None = None) -> TaskSelection:
         """The selection resolved on this host: the namespace and cgroup as the kernel knows them."""
-        from netsleuth.diagnostics.filters import TaskSelection
+        from netsleuth.diagnostics.filters import TaskSelection, check_process
         from netsleuth.kernel.cgroups import resolve_cgroup_arg
         from netsleuth.kernel.netns import resolve_netns_arg
 
+        if self.pid is not None:
+            check_process(self.pid)
         return TaskSelection(
             pid=self.pid,
             comm=self.comm,
@@ -96,22 +98,25 @@ class PacketConfig(RunConfig, frozen=True, kw_only=True):
     def packet_filter(self, names: NetnsNames | None = None) -> PacketFilter:
         """The filter resolved on this host (the namespace as an inode, the protocol as a number): what each
         program's loader writes into its kernel config."""
-        from netsleuth.diagnostics.filters import PacketFilter
+        from netsleuth.diagnostics.filters import PacketFilter, on_this_host
         from netsleuth.kernel.netns import resolve_netns_arg
         from netsleuth.packet import proto_number
 
         proto = self.proto if isinstance(self.proto, int) or self.proto is None else proto_number(self.proto)
-        return PacketFilter(
-            proto=proto,
-            hosts=self.host,
-            sources=self.src,
-            destinations=self.dst,
-            port=self.port,
-            sport=self.sport,
-            dport=self.dport,
-            pid=self.pid,
-            comm=self.comm,
-            netns=resolve_netns_arg(self.netns, names) if self.netns is not None else None,
-            dev=self.dev,
-            family=self.family,
+        return on_this_host(
+            PacketFilter(
+                proto=proto,
+                hosts=self.host,
+                sources=self.src,
+                destinations=self.dst,
+                port=self.port,
+                sport=self.sport,
+                dport=self.dport,
+                pid=self.pid,
+                comm=self.comm,
+                netns=resolve_netns_arg(self.netns, names) if self.netns is not None else None,
+                dev=self.dev,
+                family=self.family,
+            ),
+            names,
         )
