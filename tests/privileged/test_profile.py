@@ -105,6 +105,38 @@ def test_cpu_burner_is_the_widest_frame_of_its_flame_graph(pair: Pair, burner: s
     assert "netsleuth_test_burn" in names
 
 
+def test_a_pinned_burner_gets_no_more_samples_than_the_window_holds(burner: str) -> None:
+    """One thread on one CPU at 99 Hz: that CPU's clock fires at most hz x window + 1 times while the events
+    are enabled, so the burner's samples cannot exceed it when the window is the sampling window (the events
+    enabled only once everything is ready, stamped then, and disabled before the stacks are read); and
+    counted = matched - uncounted exactly, from one read of a stopped profile."""
+    hz = 99
+    process = subprocess.Popen(["taskset", "-c", "0", burner, "60"])
+    try:
+        for _ in range(3):
+            trace = TraceRun("profile", "--pid", str(process.pid), "--hz", str(hz), "--duration", "5")
+            try:
+                trace.wait_ready()
+                assert trace.finish(60) == 0, trace.stderr()
+                records = trace.records()
+            finally:
+                trace.stop()
+            summary = records[-1]
+            stacks = of_type(records, "stack")
+            assert (
+                summary["counted"]
+                == summary["matched"] - summary["uncounted"]
+                == sum(stack["count"] for stack in stacks)
+            )
+            assert {stack["pid"] for stack in stacks} <= {process.pid}
+            most = int(hz * summary["seconds"]) + 1
+            assert summary["matched"] <= most, (summary["matched"], summary["seconds"], most)
+            assert summary["matched"] > 0, summary
+    finally:
+        process.kill()
+        process.wait()
+
+
 @pytest.fixture
 def storm_pair(pair: Pair, udpflood: str) -> Iterator[Pair]:
     pair.b.run("ethtool", "-K", "veth0", "gro", "on")

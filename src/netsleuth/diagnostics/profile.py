@@ -5,7 +5,9 @@ stack, user stack), named with kallsyms and the ELF symbols of each process's ma
 
 Counts are exact: every sample that passed the filters is in `matched`; the sum of the stacks' counts equals
 it minus the samples the counts table had no room for (`uncounted`); a stack the stack map could not hold
-is a "[kernel stack lost]"/"[user stack lost]" frame and is counted on its own.
+is a "[kernel stack lost]"/"[user stack lost]" frame and is counted on its own. The window is the sampling
+window: the clocks start after the start is stamped and stop before the end is, and stacks and totals are
+read from stopped clocks, so a process gets at most hz x seconds (+1) samples per CPU it ran on.
 """
 
 from __future__ import annotations
@@ -253,6 +255,8 @@ class ProfileDiagnostic:
         self._scanned = 0.0
         self._pid_heads: list[int] = []  # per CPU: how far `new_pids` was read
         self._stacks: list[ProfileStack] | None = None
+        self._totals: ProfileTotals | None = None  # read with the stacks, once sampling stopped
+        self._clocks: list[int] = []  # each CPU's clock: its perf event fd
         self.attach_kind = ""
         self.outputs: list[str] = []
 
@@ -269,7 +273,9 @@ class ProfileDiagnostic:
         return cfg
 
     def start(self) -> None:
-        from netsleuth.bpf.perf_event import online_cpus, open_cpu_clock
+        """Load and attach with every CPU's clock stopped, get names ready, then stamp the start and start the
+        clocks: the window reported is the one sampled (`drain` stops the clocks before reading)."""
+        from netsleuth.bpf.perf_event import attach_program, enable, online_cpus, open_cpu_clock
 
         require_tracing()
         failure: BpfError | None = None
@@ -289,16 +295,14 @@ class ProfileDiagnostic:
                 for name in softirq_programs:
                     bpf_object.attach(name)
                 self._cpus = online_cpus()
+                sample = bpf_object.program_fd("profile_sample")
                 for cpu in self._cpus:
-                    fd = open_cpu_clock(cpu, self.config.hz)
-                    try:
-                        bpf_object.attach_perf_event("profile_sample", fd)
-                    except BpfError:
-                        import os
-
-                        os.close(fd)
-                        raise
+                    # Opened stopped, and the program set with the bare ioctl: libbpf's attach would start
+                    # each clock at once, before the window begins.
+                    self._clocks.append(open_cpu_clock(cpu, self.config.hz, disabled=True))
+                    attach_program(self._clocks[-1], sample)
             except BpfError as error:
+                self._close_clocks()
                 bpf_object.close()
                 failure = failure or error
                 continue
@@ -310,6 +314,24 @@ class ProfileDiagnostic:
             raise failure
         self._context.prepare(self.config.netns)
         self._started = time.monotonic()
+        for fd in self._clocks:
+            enable(fd)
+
+    def _stop_sampling(self) -> None:
+        """Every CPU's clock stopped, then the end stamped: no sample is taken after it, and none is counted
+        while the stacks and totals are read (one consistent read)."""
+        from netsleuth.bpf.perf_event import disable
+
+        for fd in self._clocks:
+            disable(fd)
+        self._stopped = time.monotonic()
+
+    def _close_clocks(self) -> None:
+        import os
+
+        for fd in self._clocks:
+            os.close(fd)  # the last reference to the event: it and its program's attachment go away
+        self._clocks = []
 
     # -- run -------------------------------------------------------------------------------------------
     def _keys(self) -> list[ProfileKeyC]:
@@ -355,8 +377,9 @@ class ProfileDiagnostic:
     def drain(self) -> list[ProfileStack]:
         """Every distinct stack with its count, largest first (read once, at the end)."""
         if self._stacks is None:
-            self._stopped = time.monotonic()
+            self._stop_sampling()
             self._stacks = self._read_stacks()
+            self._totals = self._read_totals()
         return list(self._stacks)
 
     def _stack_frames(self, stack_id: int) -> list[int]:
@@ -406,6 +429,10 @@ class ProfileDiagnostic:
         return merge_stacks(stacks)
 
     def profile_totals(self) -> ProfileTotals:
+        """The totals so far; once drained, those read with the stacks after the clocks stopped."""
+        return self._totals if self._totals is not None else self._read_totals()
+
+    def _read_totals(self) -> ProfileTotals:
         if self._object is None:
             return ProfileTotals(0, 0, 0, 0, 0, 0)
         stats = self._object.map("profile_stats")
@@ -453,7 +480,10 @@ class ProfileDiagnostic:
     def program_fds(self) -> dict[str, int]:
         if self._object is None:
             return {}
-        return {name: self._object.program_fd(name) for name in set(self._object.attached_programs())}
+        fds = {name: self._object.program_fd(name) for name in set(self._object.attached_programs())}
+        if self._clocks:
+            fds["profile_sample"] = self._object.program_fd("profile_sample")
+        return fds
 
     def notes(self) -> list[str]:
         totals = self.profile_totals()
@@ -470,6 +500,7 @@ class ProfileDiagnostic:
         return notes
 
     def close(self) -> None:
+        self._close_clocks()
         if self._object is not None:
             self._object.close()
             self._object = None
