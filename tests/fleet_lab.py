@@ -238,14 +238,17 @@ class FleetLab:
         agent_settings: str = "",
         workdir: Path | None = None,
         auth: Literal["password", "nkey"] = "password",
+        max_file_store: str = "1G",
     ) -> None:
         """`auth="nkey"`: the controller and the agents log in with nkey seeds (files in the workdir), the
-        server lists them by public key; the lab's own admin user keeps its password."""
+        server lists them by public key; the lab's own admin user keeps its password. `max_file_store`:
+        nats-server's JetStream disk limit (a test that fills the store keeps it small)."""
         self.host_names = tuple(hosts)
         self.auth = auth
         self.start_agents = agents
         self.heartbeat_seconds = heartbeat_seconds
         self.agent_settings = agent_settings  # extra TOML appended to each agent's config (e.g. [sessions])
+        self.max_file_store = max_file_store
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="netsleuth-fleet-lab-"))
         # The pid and a per-process count: two labs at once never share a name, and a lab whose process
@@ -326,7 +329,11 @@ class FleetLab:
         users = [self.admin_user, self.controller_user, *(host.user for host in self.hosts.values())]
         self.nats_config_path.write_text(
             render_server_config(
-                users, self.workdir / "jetstream", port=self.port, monitor_port=self.monitor_port
+                users,
+                self.workdir / "jetstream",
+                port=self.port,
+                monitor_port=self.monitor_port,
+                max_file_store=self.max_file_store,
             )
         )
         self.nats_config_path.chmod(0o600)
@@ -656,8 +663,18 @@ class FleetLab:
         scope: Scope | None = None,
         budgets: Budgets | None = None,
         user: str = "lab",
+        run_id: str | None = None,
     ) -> Task:
+        """A task as the controller would make it: for the run of `host`'s agent now registered (the
+        registry's run_id), unless `run_id` names another."""
         now = time.time()
+        if run_id is None:
+            if self._io is not None and threading.current_thread() is self._io.thread:
+                raise RuntimeError(
+                    "lab.task() reads the registry: call it outside the lab's loop, or pass run_id"
+                )
+            entry = self.registry().get(host)
+            run_id = entry.run_id if entry is not None else ""
         return Task(
             id=new_task_id(),
             session=session,
@@ -670,6 +687,7 @@ class FleetLab:
             deadline_s=deadline_s,
             budgets=budgets or Budgets(),
             user=user,
+            run_id=run_id,
         )
 
     def sign(self, task: Task) -> SignedTask:

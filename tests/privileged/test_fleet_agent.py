@@ -82,9 +82,11 @@ def refused(controller: DirectController, host: str, signed: SignedTask, expect:
     assert status.reason == reply.reason  # the controller audits the same sentence it was told
     # The agent's own audit record, whoever delivered the task.
     wait_for(
-        lambda: any(entry["task_id"] == signed.task.id for entry in controller.audit), 5, "the audit record"
+        lambda: any(entry.get("task_id") == signed.task.id for entry in controller.audit),
+        5,
+        "the audit record",
     )
-    (entry,) = [entry for entry in controller.audit if entry["task_id"] == signed.task.id]
+    (entry,) = [entry for entry in controller.audit if entry.get("task_id") == signed.task.id]
     assert entry["action"] == "task.rejected" and entry["decision"] == "deny" and entry["host"] == host
     assert entry["reason"] == reply.reason and entry["user"] == signed.task.user
     return status
@@ -163,6 +165,8 @@ def test_agent_nats_user_reaches_only_its_own_subjects(lab: FleetLab) -> None:
     from nats.errors import NoRespondersError
     from nats.errors import TimeoutError as NatsTimeout
 
+    signed = lab.sign(lab.task("server", "lateral1"))
+
     async def as_client_agent() -> str:
         errors: list[str] = []
 
@@ -173,7 +177,6 @@ def test_agent_nats_user_reaches_only_its_own_subjects(lab: FleetLab) -> None:
             lab.nats_url, inbox_prefix="_INBOX_client", error_cb=on_error, **lab.agent_credentials("client")
         )
         try:
-            signed = lab.sign(lab.task("server", "lateral1"))
             try:
                 await client.request("netsleuth.host.server.task", signed.encode(), timeout=1)
                 return "delivered"

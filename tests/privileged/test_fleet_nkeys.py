@@ -58,7 +58,7 @@ def test_the_server_lists_nkeys_not_passwords(lab: FleetLab) -> None:
     config = lab.nats_config_path.read_text()
     for user in (lab.controller_user, *(host.user for host in lab.hosts.values())):
         assert f'"nkey": "{nkey_of(user)}"' in config
-        assert user.user not in config  # no user name, no password: the key is the identity
+        assert f'"user": "{user.user}"' not in config  # no user name, no password: the key is the identity
     agent_config = lab.agent("client").config_path.read_text()
     assert "nkey_seed_file" in agent_config and "password" not in agent_config
 

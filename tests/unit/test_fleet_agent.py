@@ -42,6 +42,7 @@ from netsleuth.fleet.session_runner import FleetSession, record_wall_ns
 REPO = Path(__file__).resolve().parents[2]
 KEY = generate_private_key()
 NOW = 1_800_000_000.0
+RUN = "run-0001"  # the run id of the agent under test (its registry entry's)
 
 
 def _task(**changes: Any) -> Task:
@@ -57,6 +58,7 @@ def _task(**changes: Any) -> Task:
         "deadline_s": 5.0,
         "budgets": Budgets(max_events=10, max_bytes=10_000, cpu_percent=50),
         "user": "alice",
+        "run_id": RUN,
     }
     body.update(changes)
     return Task(**body)
@@ -66,6 +68,7 @@ def _admission(host_netns: str = "", clock: list[float] | None = None) -> TaskAd
     now = clock or [NOW]
     return TaskAdmission(
         host_id="node-a",
+        run_id=RUN,
         controller_key=KEY.public_key(),
         catalogue=lambda: ("drops", "conn"),
         limits=SessionLimits(max_events=5, max_duration=60, cpu_budget_percent=2),
@@ -103,6 +106,8 @@ def test_a_namespaced_agent_forces_its_namespace() -> None:
     ("task", "reason"),
     [
         (_task(host="node-b"), "is for host 'node-b'"),
+        (_task(run_id="run-0000"), "earlier run of this agent"),
+        (_task(run_id=""), r"earlier run of this agent \(run none"),
         (_task(issued_at=NOW - 60, expires_at=NOW - 1), "expired"),
         (_task(issued_at=NOW + 120, expires_at=NOW + 130), "in this agent's future"),
         (_task(expires_at=NOW + 3000), "over this agent's maximum"),
@@ -132,6 +137,7 @@ def test_config_is_validated_by_the_diagnostic_before_acceptance() -> None:
 
     admission = TaskAdmission(
         host_id="node-a",
+        run_id=RUN,
         controller_key=KEY.public_key(),
         catalogue=lambda: ("drops",),
         limits=SessionLimits(),
@@ -157,6 +163,39 @@ def test_forged_and_malformed_and_replayed() -> None:
     admission.admit(once)
     with pytest.raises(TaskRefused, match="replay"):
         admission.admit(once)
+
+
+def test_refusals_before_the_signature_verifies_are_marked_unsigned() -> None:
+    with pytest.raises(TaskRefused) as forged:
+        _admission().admit(SignedTask.sign(_task(), generate_private_key(), "k").encode())
+    assert forged.value.task is not None and not forged.value.signed
+    with pytest.raises(TaskRefused) as foreign:
+        _admission().admit(_signed(_task(host="node-b")))
+    assert foreign.value.signed
+
+
+def test_refusal_records_are_bounded_in_size_and_rate() -> None:
+    from netsleuth.fleet.protocol import AGENT_AUDIT_MAX_RECORD
+    from netsleuth.fleet.refusal_audit import RefusalAudit
+
+    clock = [0.0]
+    audit = RefusalAudit("node-a", rate=8, burst=3, clock=lambda: clock[0])  # 1 token each 0.125 s
+    huge = {"action": "task.rejected", "reason": "x" * 50_000, "scope": {"netns": ["n" * 200] * 1024}}
+    written = [audit.admit(huge) for _ in range(5)]
+    assert [data is not None for data in written] == [True, True, True, False, False]
+    first = json.loads(written[0] or b"")
+    assert len(written[0] or b"") <= AGENT_AUDIT_MAX_RECORD and "1024 entries" in first["scope"]["omitted"]
+    assert first["reason"].endswith("(48000 characters cut)")
+    assert audit.summary() is None and audit.pending == 2  # no token yet: the summary waits
+    clock[0] = 0.125  # one token back
+    summary = json.loads(audit.summary() or b"")
+    assert summary["action"] == "refusals.left_out" and summary["count"] == 2 and audit.pending == 0
+    clock[0] = 0.25
+    audit.admit({"action": "a"})
+    assert audit.admit({"action": "b"}) is None
+    clock[0] = 0.375
+    assert json.loads(audit.admit({"action": "c"}) or b"")["left_out_before"] == 1
+    assert (audit.written, audit.left_out) == (6, 3)
 
 
 def test_replay_memory_is_bounded_and_forgets_expired_ids() -> None:
@@ -519,6 +558,7 @@ def test_fleet_metrics() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from netsleuth.fleet.metrics import FleetCollector
+    from netsleuth.fleet.refusal_audit import RefusalAudit
 
     class Link:
         is_connected = True
@@ -528,7 +568,9 @@ def test_fleet_metrics() -> None:
         active_sessions = 1
         clock_offset_ns: int | None = -20_661
         withheld = 4
+        audit = RefusalAudit("node-a")
 
+    Link.audit.written, Link.audit.left_out = 5, 2
     registry = CollectorRegistry()
     registry.register(FleetCollector(Link()))
     text = generate_latest(registry).decode()
@@ -538,6 +580,7 @@ def test_fleet_metrics() -> None:
     assert "netsleuth_fleet_sessions_active 1.0" in text
     assert "netsleuth_fleet_clock_offset_seconds -2.0661e-05" in text
     assert "netsleuth_fleet_records_withheld_total 4.0" in text
+    assert 'netsleuth_fleet_audit_records_total{outcome="left_out"} 2.0' in text
 
 
 def test_credentials_generator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

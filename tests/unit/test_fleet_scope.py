@@ -37,6 +37,7 @@ from netsleuth.kernel.netns import NetnsNames
 
 KEY = generate_private_key()
 NOW = 1_800_000_000.0
+RUN = "run-0001"  # the run id of the agent under test (its registry entry's)
 OWN = os.stat(HOST_NETNS).st_ino  # the scope's namespace in these tests: the one the test runs in
 OTHER = OWN + 7
 
@@ -176,6 +177,7 @@ def _task(**changes: Any) -> Task:
         "deadline_s": 5.0,
         "budgets": Budgets(),
         "user": "alice",
+        "run_id": RUN,
     }
     body.update(changes)
     return Task(**body)
@@ -184,6 +186,7 @@ def _task(**changes: Any) -> Task:
 def _admit(task: Task, host_netns: str = "") -> AcceptedTask:
     admission = TaskAdmission(
         host_id="node-a",
+        run_id=RUN,
         controller_key=KEY.public_key(),
         catalogue=lambda: ("drops", "conn", "softirq", "profile", "snoop.exec"),
         limits=SessionLimits(),

@@ -388,9 +388,15 @@ def _audit(args: argparse.Namespace, client: _Client) -> int:
         what = " ".join(str(x) for x in (record.get("diagnostic"), ",".join(record.get("hosts") or [])) if x)
         reason = f"  {record['reason']}" if record.get("reason") else ""
         outcome = f"  -> {record['outcome']}" if record.get("outcome") else ""
+        # Who wrote it is the subject it was stored under (controller/audit.py), whatever its body claims.
+        writer = (
+            f"agent {record.get('host')}" if record.get("source") == "agent" else str(record.get("source"))
+        )
+        claimed = record.get("claimed")
+        claim = f"  (claimed {', '.join(f'{k} {v}' for k, v in claimed.items())})" if claimed else ""
         _out(
-            f"{str(record.get('time', ''))[:23]}  #{record.get('seq')}  {who:<10} {record.get('action'):<15} "
-            f"{record.get('decision'):<5} {what}{reason}{outcome}"
+            f"{str(record.get('time', ''))[:23]}  #{record.get('seq')}  by {writer:<13} {who:<10} "
+            f"{record.get('action'):<15} {record.get('decision'):<5} {what}{reason}{outcome}{claim}"
         )
     return 0
 

@@ -23,11 +23,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from netsleuth.controller.audit import AuditLog, AuditQuery, AuditUnavailable
 from netsleuth.controller.auth import Authenticator, AuthError, Principal
 from netsleuth.controller.config import ControllerConfig
+from netsleuth.controller.metrics import ControllerMetrics
 from netsleuth.controller.rbac import Denied, Rbac, host_matches
 from netsleuth.controller.registry import HostRegistry
 from netsleuth.controller.requests import BadRequest, SessionRequest, parse_session_request
@@ -79,14 +81,24 @@ def create_app(config: ControllerConfig) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         key = private_key_from_text(config.signing_key_file.read_text())
-        nc = await connect_nats(config)
+        registry: HostRegistry | None = None
+        nc = await connect_nats(config, on_reconnect=lambda: registry.renew() if registry else None)
         js = nc.jetstream()
         await ensure_streams(js, config)
         audit = AuditLog(js)
         registry = HostRegistry(js, config.sessions.stale_after)
         await registry.start()
         manager = SessionManager(
-            nc, js, config.sessions, key, config.key_id, audit, registry.hostnames, registry.netns_owners
+            nc,
+            js,
+            config.sessions,
+            key,
+            config.key_id,
+            audit,
+            registry.hostnames,
+            registry.netns_owners,
+            run_ids=registry.run_ids,
+            metrics=metrics,
         )
         holder["services"] = Services(config, Authenticator(config), Rbac(config), audit, registry, manager)
         try:
@@ -98,6 +110,7 @@ def create_app(config: ControllerConfig) -> FastAPI:
                 await nc.drain()
 
     app = FastAPI(title="netsleuth controller", lifespan=lifespan, docs_url=None, redoc_url=None)
+    metrics = ControllerMetrics()
 
     def services() -> Services:
         return holder["services"]
@@ -419,6 +432,11 @@ def create_app(config: ControllerConfig) -> FastAPI:
                 yield b"".join(chunk)
         finally:
             live.unlisten(queue)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        # Counts only, no host or user names: no token needed (controller/metrics.py).
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/v1/audit")
     async def audit(

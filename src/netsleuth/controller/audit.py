@@ -2,8 +2,15 @@
 
 `record()` returns only once the stream stored the message (a JetStream publish waits for the ack), so a task
 is never sent for a decision that is not on disk. If the audit stream cannot be written the controller refuses
-the request (503): no audit, no diagnosis. Agents report their own refusals on `netsleuth.audit.agent.<host>`
-into the same stream.
+the request (503): no audit, no diagnosis. Agents record their own refusals on `netsleuth.audit.agent.<host>`,
+in a stream of their own (bounded per host: controller/streams.py), and the trail reads back as one.
+
+Who wrote a record is its subject, never its body: only the controller's NATS login may publish on
+`netsleuth.audit.controller.*` and only host H's agent on `netsleuth.audit.agent.H` (fleet/nats_config.py).
+On read-back `source` ("controller" or "agent") and, for an agent's record, `host` and `hosts` are the
+subject's; whatever the body said instead is kept under `claimed`, so a record an agent wrote claiming to be
+the controller's reads back as that agent's, with its claim in plain view. An agent record's `time` is the
+server's (when the stream stored it), its own clock's under `agent_time`.
 """
 
 from __future__ import annotations
@@ -13,14 +20,17 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from netsleuth.controller.streams import read_stream
-from netsleuth.fleet.protocol import AUDIT_STREAM
+from netsleuth.fleet.protocol import AGENT_AUDIT_STREAM, AUDIT_STREAM
 
-__all__ = ["AuditLog", "AuditQuery", "AuditUnavailable"]
+__all__ = ["AuditLog", "AuditQuery", "AuditUnavailable", "audit_record"]
 
 _CONTROLLER_SUBJECT = "netsleuth.audit.controller"
+_STREAMS = (AUDIT_STREAM, AGENT_AUDIT_STREAM)
 
 
 class AuditUnavailable(Exception):
@@ -87,30 +97,75 @@ class AuditLog:
         return int(ack.seq)
 
     async def query(self, query: AuditQuery) -> list[dict[str, Any]]:
+        """The controller's and the agents' records, in the order the server stored them, newest last."""
+        found: list[tuple[datetime.datetime, int, int, dict[str, Any]]] = []
+        for rank, stream in enumerate(_STREAMS):
+            for message in await self._read(stream, query):
+                record = audit_record(message)
+                if query.user is not None and record.get("user") != query.user:
+                    continue
+                if query.decision is not None and record.get("decision") != query.decision:
+                    continue
+                metadata = message.metadata
+                found.append((metadata.timestamp, rank, metadata.sequence.stream, record))
+        found.sort(key=lambda item: item[:3])
+        return [record for *_order, record in found[-query.limit :]]
+
+    async def _read(self, stream: str, query: AuditQuery) -> list[Msg]:
         start_seq = None
-        if query.since is None and query.user is None and query.decision is None:
-            # The newest `limit` records need only the stream's tail, however long the trail is. (A filtered
-            # query reads from `since`: pass one on a long trail.)
-            state = (await self._js.stream_info(AUDIT_STREAM)).state
-            start_seq = max(state.first_seq, state.last_seq - query.limit + 1)
-        messages = await read_stream(
-            self._js, AUDIT_STREAM, "netsleuth.audit.>", since=query.since, start_seq=start_seq
-        )
-        records: list[dict[str, Any]] = []
-        for message in messages:
-            try:
-                body = json.loads(message.data)
-            except ValueError:
-                continue  # not ours (the stream takes anything on netsleuth.audit.>); nothing to show
-            if not isinstance(body, dict):
-                continue
-            if query.user is not None and body.get("user") != query.user:
-                continue
-            if query.decision is not None and body.get("decision") != query.decision:
-                continue
-            body["seq"] = message.metadata.sequence.stream
-            body.setdefault(
-                "source", message.subject.split(".")[2] if message.subject.count(".") >= 2 else ""
+        try:
+            if query.since is None and query.user is None and query.decision is None:
+                # The newest `limit` records need only each stream's tail, however long the trail is. (A
+                # filtered query reads from `since`: pass one on a long trail.)
+                state = (await self._js.stream_info(stream)).state
+                start_seq = max(state.first_seq, state.last_seq - query.limit + 1)
+            return await read_stream(
+                self._js, stream, "netsleuth.audit.>", since=query.since, start_seq=start_seq
             )
-            records.append(body)
-        return records[-query.limit :]
+        except NotFoundError:
+            if stream == AUDIT_STREAM:
+                raise
+            return []  # no agent has a stream of records yet (a controller older than this one made the rest)
+
+
+def _writer(subject: str) -> tuple[str, str | None]:
+    """(source, host) of an audit subject: what the NATS permissions tie to the publisher."""
+    parts = subject.split(".")
+    if len(parts) == 4 and parts[:3] == ["netsleuth", "audit", "agent"]:
+        return "agent", parts[3]
+    if len(parts) >= 3 and parts[:3] == ["netsleuth", "audit", "controller"]:
+        return "controller", None
+    return "unknown", None  # on an audit stream's subjects, but neither (an admin's own publish)
+
+
+def audit_record(message: Msg) -> dict[str, Any]:
+    """One stored message as the trail shows it: who wrote it from its subject, its sequence, and what its
+    body claimed otherwise."""
+    source, host = _writer(message.subject)
+    stored = message.metadata.timestamp.astimezone(datetime.UTC).isoformat(timespec="microseconds")
+    try:
+        body = json.loads(message.data)
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if not isinstance(body, dict):
+        # Shown, not skipped: what an agent wrote is in its trail even when it is not a record.
+        body = {"time": stored, "action": "unreadable", "reason": f"{len(message.data)} bytes that are not a "
+                "JSON object"}  # fmt: skip
+    truth: dict[str, Any] = {"source": source}
+    if host is not None:
+        truth.update(host=host, hosts=[host])
+    claimed = {key: body[key] for key, value in truth.items() if key in body and body[key] != value}
+    if source == "controller":
+        # The controller's records name hosts in `hosts` only; a `host` would be a claim about a writer.
+        claimed.update({"host": body.pop("host")} if "host" in body else {})
+    for key in claimed:
+        body.pop(key, None)
+    record = {**body, **truth}
+    if claimed:
+        record["claimed"] = claimed
+    if source != "controller":
+        if "time" in body and body["time"] != stored:
+            record["agent_time"] = body["time"]
+        record["time"] = stored  # the server's clock: an agent's own may be wrong, or chosen
+    record["seq"] = message.metadata.sequence.stream
+    return record

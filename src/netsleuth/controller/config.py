@@ -17,6 +17,7 @@ from netsleuth.errors import UsageError
 from netsleuth.fleet.link_config import check_creds_file, nkey_public_key
 
 __all__ = [
+    "AuditConfig",
     "ControllerConfig",
     "HttpConfig",
     "NatsConfig",
@@ -87,6 +88,14 @@ class SessionsConfig:
 
 
 @dataclass(frozen=True)
+class AuditConfig:
+    """The bounds of the agents' audit stream (controller/streams.py); the controller's records have none."""
+
+    agent_records_per_host: int = 1000  # each agent's subject keeps its newest this many records
+    agent_max_bytes: int = 256 << 20  # every agent's records together: reserved in nats-server's store
+
+
+@dataclass(frozen=True)
 class ControllerConfig:
     source: str
     signing_key_file: Path
@@ -94,6 +103,7 @@ class ControllerConfig:
     http: HttpConfig = field(default_factory=HttpConfig)
     nats: NatsConfig = field(default_factory=NatsConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
     users: tuple[UserConfig, ...] = ()
     roles: dict[str, RoleConfig] = field(default_factory=dict)
     oidc: OidcConfig | None = None
@@ -216,6 +226,17 @@ def _sessions(data: dict[str, Any]) -> SessionsConfig:
     )
 
 
+def _audit(data: dict[str, Any]) -> AuditConfig:
+    _check_keys(data, "audit", {"agent_records_per_host", "agent_max_bytes"})
+    defaults = AuditConfig()
+    return AuditConfig(
+        agent_records_per_host=_count(
+            data, "agent_records_per_host", "audit", defaults.agent_records_per_host
+        ),
+        agent_max_bytes=_count(data, "agent_max_bytes", "audit", defaults.agent_max_bytes),
+    )
+
+
 def _role(name: str, data: dict[str, Any]) -> RoleConfig:
     where = f"roles.{name}"
     allowed = {"diagnostics", "hosts", "netns", "admin", "max_concurrent", "max_duration", "max_hosts"}
@@ -274,7 +295,7 @@ def _oidc(data: dict[str, Any], base: Path) -> OidcConfig:
 
 def parse_controller_config(data: dict[str, Any], source: str, base: Path) -> ControllerConfig:
     """`base`: where relative file names in the config are resolved (the config file's directory)."""
-    _check_keys(data, "", {"http", "nats", "signing", "sessions", "users", "roles", "oidc"})
+    _check_keys(data, "", {"http", "nats", "signing", "sessions", "audit", "users", "roles", "oidc"})
     signing = _table(data.get("signing"), "signing") if "signing" in data else None
     if signing is None:
         raise UsageError(
@@ -308,6 +329,7 @@ def parse_controller_config(data: dict[str, Any], source: str, base: Path) -> Co
         http=_http(_table(data.get("http", {}), "http")),
         nats=_nats(_table(data.get("nats", {}), "nats"), base),
         sessions=_sessions(_table(data.get("sessions", {}), "sessions")),
+        audit=_audit(_table(data.get("audit", {}), "audit")),
         users=users,
         roles=roles,
         oidc=oidc,

@@ -4,6 +4,10 @@ Watching instead of listing keeps `GET /hosts` and session creation O(1) in NATS
 number of hosts (1,000 agents must not mean 1,000 KV gets per request). An entry whose heartbeat is older
 than `stale_after` is shown as `stale`; sessions can still be tried on it (the agent may just be slow), and
 a dead one then fails with its reason.
+
+After NATS comes back (`renew`, from the connection's reconnect callback) the watch starts again at once: a
+restarted server has lost the watch's consumer, which nats-py would notice only after two missed 5 s
+heartbeats - 7-12 s during which the host list showed the entries from before the restart.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class HostRegistry:
         self._hosts: dict[str, dict[str, Any]] = {}
         self._task: asyncio.Task[None] | None = None
         self._kv: KeyValue | None = None
+        self._renew = asyncio.Event()
         self.synced = asyncio.Event()
 
     async def start(self) -> None:
@@ -47,21 +52,40 @@ class HostRegistry:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def renew(self) -> None:
+        """Watch again from the bucket's current entries, now (NATS reconnected)."""
+        self._renew.set()
+
     async def _watch(self) -> None:
-        assert self._kv is not None
         while True:
+            self._renew.clear()
+            following = asyncio.create_task(self._follow())
+            renewing = asyncio.create_task(self._renew.wait())
             try:
-                watcher = await self._kv.watchall()
-                async for entry in watcher:
-                    if entry is None:  # the initial values are all delivered
-                        self.synced.set()
-                        continue
-                    self._apply(entry.key, entry.value, entry.operation)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # NATS restarting: watch again
-                _log.warning("host registry watch: %s; watching again", error)
-                await asyncio.sleep(1)
+                await asyncio.wait({following, renewing}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (following, renewing):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            if following.done() and not following.cancelled() and following.exception() is not None:
+                # NATS down or JetStream not back yet: try again (at once if it reconnects meanwhile).
+                _log.warning("host registry watch: %s; watching again", following.exception())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._renew.wait(), timeout=1)
+
+    async def _follow(self) -> None:
+        assert self._kv is not None
+        watcher = await self._kv.watchall()
+        try:
+            async for entry in watcher:
+                if entry is None:  # the initial values are all delivered
+                    self.synced.set()
+                    continue
+                self._apply(entry.key, entry.value, entry.operation)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(watcher.stop(), timeout=2)  # type: ignore[no-untyped-call]
 
     def _apply(self, key: str, value: bytes | None, operation: str | None) -> None:
         if operation in ("DEL", "PURGE") or not value:
@@ -103,6 +127,10 @@ class HostRegistry:
                         if namespace.get(key) not in (None, ""):
                             owners.setdefault(str(namespace[key]), host)
         return owners
+
+    def run_ids(self, hosts: Iterable[str]) -> dict[str, str]:
+        """Host id -> the run of its agent now registered (what a task for it must name)."""
+        return {host: str((self._hosts.get(host) or {}).get("run_id") or "") for host in hosts}
 
     def hostnames(self) -> dict[str, str]:
         return {host: str(entry.get("hostname") or host) for host, entry in self._hosts.items()}

@@ -13,7 +13,7 @@ import uvicorn
 
 from netsleuth.controller.app import create_app
 from netsleuth.controller.config import ControllerConfig
-from netsleuth.controller.streams import connect_nats
+from netsleuth.controller.streams import StreamProblem, connect_nats, ensure_streams
 from netsleuth.errors import EnvironmentProblem
 
 __all__ = ["serve"]
@@ -31,7 +31,8 @@ def _bound_address(server: uvicorn.Server) -> tuple[str, int] | None:
 
 
 async def _check_nats(config: ControllerConfig) -> None:
-    """One sentence now rather than uvicorn's "Application startup failed" later."""
+    """One sentence now rather than uvicorn's "Application startup failed" later: NATS reachable, and its
+    streams usable (created if missing)."""
     try:
         nc = await connect_nats(config)
     except Exception as error:  # nats-py raises several unrelated types for "cannot connect"
@@ -39,7 +40,12 @@ async def _check_nats(config: ControllerConfig) -> None:
             f"cannot reach NATS at {config.nats.url} ({error or type(error).__name__}); "
             "is nats-server running with JetStream, and are the controller's credentials right?"
         ) from None
-    await nc.close()
+    try:
+        await ensure_streams(nc.jetstream(), config)
+    except StreamProblem as problem:
+        raise EnvironmentProblem(str(problem)) from None
+    finally:
+        await nc.close()
 
 
 async def _serve(config: ControllerConfig, ready_file: Path | None) -> None:

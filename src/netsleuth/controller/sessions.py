@@ -7,7 +7,14 @@ ready or has failed, pick T0 = now + margin and send `start` to each ready host 
 host's own clock, so all of them watch the same window. Then collect, ping the running hosts every second
 (a host that stops answering is failed while the others go on), and end each host that has not reported its
 end `end_grace` seconds after the deadline. The agents enforce the deadline themselves too: a controller
-that dies mid-session leaves nothing attached anywhere.
+that dies mid-session leaves nothing attached anywhere, and the statuses they publish meanwhile are kept by
+the server (NETSLEUTH_STATUS), so the controller that reads the session back shows each host's end.
+
+A status or record batch belongs to the host whose subject it came on (`netsleuth.session.<id>.<host>.*`,
+which only that host's agent may publish on): a body naming another host or session, a host that is not in
+the session, or a malformed message is refused - counted (on the sender's view and in
+netsleuth_controller_refused_messages_total), logged and audited once per sender, kind and reason (a flood
+of them costs one log line and one audit record, not one each).
 """
 
 from __future__ import annotations
@@ -33,10 +40,12 @@ from nats.js import JetStreamContext
 
 from netsleuth.controller.audit import AuditLog, AuditUnavailable
 from netsleuth.controller.config import SessionsConfig
+from netsleuth.controller.metrics import ControllerMetrics
 from netsleuth.controller.streams import read_stream
 from netsleuth.fleet.merge import MergedTimeline
 from netsleuth.fleet.protocol import (
     SESSIONS_STREAM,
+    STATUS_STREAM,
     Budgets,
     Control,
     HostStatus,
@@ -50,6 +59,7 @@ from netsleuth.fleet.protocol import (
     control_subject,
     decode,
     new_task_id,
+    parse_session_subject,
     ping_subject,
     session_subjects,
     task_subject,
@@ -60,6 +70,7 @@ __all__ = ["FleetSession", "HostView", "SessionManager", "SessionSpec"]
 _log = logging.getLogger("netsleuth.controller")
 _FINAL = frozenset({"ended", "failed", "rejected"})
 _ACTIVE = frozenset({"preparing", "running"})
+_INTERRUPTED = "interrupted"  # the controller stopped before the session ended
 _PINGS = 3  # clock samples per host, the one with the shortest round trip wins ...
 _PINGS_LARGE = 1  # ... but one for large sessions: 3 x 1,000 round trips would delay T0 by a second
 _LARGE_SESSION = 50
@@ -100,6 +111,7 @@ class HostView:
     sampled: int = 0
     records: int = 0
     batch_gaps: int = 0  # record batches that never arrived (seq gaps): their records are unknown
+    refused: int = 0  # messages on this host's subjects that were refused (a body naming another host, ...)
     next_seq: int = 0
     missed_pings: int = 0
     task_id: str = ""
@@ -119,6 +131,7 @@ class HostView:
             "sampled": self.sampled,
             "records": self.records,
             "batch_gaps": self.batch_gaps,
+            "refused": self.refused,
         }
 
 
@@ -130,9 +143,11 @@ class FleetSession:
         hostnames: dict[str, str],
         max_timeline: int,
         netns_owner: dict[str, str] | None = None,
+        runs: dict[str, str] | None = None,
     ) -> None:
         self.id = session_id
         self.spec = spec
+        self.runs = runs or {}  # host -> the agent run its task is signed for (the registry's run_id)
         self.state = "preparing"
         self.created_ns = time.time_ns()
         self.t0_ns: int | None = None
@@ -141,6 +156,8 @@ class FleetSession:
         self.merged = MergedTimeline(hostnames, max_entries=max_timeline, netns_owner=netns_owner)
         self.verdicts: list[dict[str, Any]] = []
         self.cancel_requested = False
+        self.interrupted = False  # the controller is stopping: the agents end the session on their own
+        self.refusals_recorded: set[tuple[str, str, str]] = set()  # (sender, kind, reason) logged and audited
         self.final_json: bytes | None = None  # the whole ended session, serialised once for every reader
         self.status_events = 0
         self._live_cache: tuple[tuple[int, int, str], bytes] | None = None
@@ -233,10 +250,34 @@ def _interrupted(body: dict[str, Any]) -> dict[str, Any]:
         return body
     return {
         **body,
-        "state": "interrupted",
+        "state": _INTERRUPTED,
         "partial": True,
         "reason": "the controller stopped during the session; each agent ended it at its own deadline",
     }
+
+
+def _with_statuses(body: dict[str, Any], messages: Iterable[Msg]) -> dict[str, Any]:
+    """An interrupted session's hosts, each with the last status its agent published (kept by the server
+    while no controller listened). A host the controller had already decided keeps that decision, as live."""
+    hosts = {host: dict(view) for host, view in (body.get("hosts") or {}).items() if isinstance(view, dict)}
+    session_id = body.get("id")
+    for message in messages:
+        parsed = parse_session_subject(message.subject)
+        if parsed is None or parsed[0] != session_id or parsed[1] not in hosts:
+            continue
+        sender = parsed[1]
+        try:
+            status = HostStatus.from_json(decode(message.data, "status"))
+        except ProtocolError:
+            continue
+        view = hosts[sender]
+        if status.host != sender or status.session != session_id or view.get("state") in _FINAL:
+            continue  # the subject names the sender; a body that disagrees is not believed here either
+        view.update(state=status.state, reason=status.reason, totals=dict(status.totals), lost=status.lost,
+                    sampled=status.sampled)  # fmt: skip
+        if status.start_skew_ns is not None:
+            view["start_skew_ns"] = status.start_skew_ns
+    return {**body, "hosts": hosts}
 
 
 def listing_entry(body: dict[str, Any]) -> dict[str, Any]:
@@ -257,6 +298,8 @@ class SessionManager:
         audit: AuditLog,
         hostnames: Callable[[], dict[str, str]],
         netns_owners: Callable[[Iterable[str]], dict[str, str]] | None = None,
+        run_ids: Callable[[Iterable[str]], dict[str, str]] | None = None,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self._nc = nc
         self._js = js
@@ -266,6 +309,8 @@ class SessionManager:
         self._audit = audit
         self._hostnames = hostnames
         self._netns_owners = netns_owners
+        self._run_ids = run_ids
+        self.metrics = metrics or ControllerMetrics()
         self._sessions: OrderedDict[str, FleetSession] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -300,9 +345,23 @@ class SessionManager:
                     SESSIONS_STREAM, f"netsleuth.history.{session_id}.{kind}"
                 )
                 if message.data:
-                    body = _interrupted(json.loads(message.data))
+                    body = await self._recovered(json.loads(message.data))
                     return str(body.get("user")), json.dumps(body).encode()
         return None
+
+    async def _recovered(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A session from the history: if a controller stopped during it, each host's final status."""
+        body = _interrupted(body)
+        if body.get("state") != _INTERRUPTED or not isinstance(body.get("id"), str):
+            return body
+        try:
+            statuses = await read_stream(
+                self._js, STATUS_STREAM, f"netsleuth.session.{body['id']}.*.status", last_per_subject=True
+            )
+        except Exception as error:  # the statuses are a bonus: the session reads back without them
+            _log.warning("session %s: statuses not read back: %s", body["id"], error)
+            return body
+        return _with_statuses(body, statuses)
 
     async def listing(self, user: str | None) -> list[dict[str, Any]]:
         """Newest first; `user` None: everyone's."""
@@ -313,7 +372,7 @@ class SessionManager:
             ):
                 body = json.loads(message.data)
                 if isinstance(body, dict) and isinstance(body.get("id"), str):
-                    found[body["id"]] = _interrupted(body)
+                    found[body["id"]] = await self._recovered(body)
         for session in self._sessions.values():
             found[session.id] = listing_entry(session.snapshot(timeline=False))
         sessions = [s for s in found.values() if user is None or s.get("user") == user]
@@ -328,7 +387,8 @@ class SessionManager:
         """Creates the session and starts it in the background (the caller has authorised and audited it)."""
         hostnames = self._hostnames()
         owners = self._netns_owners(spec.hosts) if self._netns_owners is not None else {}
-        session = FleetSession(session_id, spec, hostnames, self._config.max_timeline, owners)
+        runs = self._run_ids(spec.hosts) if self._run_ids is not None else {}
+        session = FleetSession(session_id, spec, hostnames, self._config.max_timeline, owners, runs)
         self._sessions[session_id] = session
         self._forget_old()
         # Subscribed before any task goes out: a fast agent's "ready" cannot arrive before we listen.
@@ -361,22 +421,70 @@ class SessionManager:
     # -- messages from agents -------------------------------------------------------------------------
     def _on_message(self, session: FleetSession) -> Callable[[Msg], Any]:
         async def handle(message: Msg) -> None:
-            kind = message.subject.rsplit(".", 1)[-1]
+            parsed = parse_session_subject(message.subject)
+            parts = message.subject.split(".")
+            sender = parts[3] if len(parts) > 3 else "?"
+            if parsed is None or parsed[2] not in ("status", "records"):
+                what = f"a message on {message.subject}, which is neither a status nor records"
+                await self._refuse(session, sender, "other", "unknown_kind", what)
+                return
+            _session_id, sender, kind = parsed
+            on = f"a {kind} on host {sender}'s subject"
+            if sender not in session.hosts:
+                await self._refuse(
+                    session, sender, kind, "not_in_session", f"{on}, which is not in this session"
+                )
+                return
             try:
                 body = decode(message.data, f"{kind} message")
-                if kind == "status":
-                    self._on_status(session, HostStatus.from_json(body))
-                elif kind == "records":
-                    self._on_records(session, RecordBatch.from_json(body))
+                received = HostStatus.from_json(body) if kind == "status" else RecordBatch.from_json(body)
             except ProtocolError as error:
-                _log.warning("session %s: ignored a malformed %s message: %s", session.id, kind, error)
+                await self._refuse(session, sender, kind, "malformed", f"a malformed {kind} ({on}): {error}")
+                return
+            # The subject says who sent it (only that host's agent may publish there); the body may not say
+            # otherwise.
+            if received.host != sender:
+                await self._refuse(
+                    session, sender, kind, "other_host", f"{on} that names host {received.host!r}"
+                )
+            elif received.session != session.id:
+                what = f"{on} that names session {received.session!r}"
+                await self._refuse(session, sender, kind, "other_session", what)
+            elif isinstance(received, HostStatus):
+                self._on_status(session, sender, received)
+            else:
+                self._on_records(session, sender, received)
 
         return handle
 
-    def _on_status(self, session: FleetSession, status: HostStatus) -> None:
-        view = session.hosts.get(status.host)
-        if view is None or status.session != session.id or view.state in _FINAL:
-            return  # not ours, or already decided (a late "ended" after we failed it changes nothing)
+    async def _refuse(self, session: FleetSession, sender: str, kind: str, reason: str, what: str) -> None:
+        """Count every refused message; log and audit the first of each (sender, kind, reason) per session."""
+        self.metrics.refused(kind, reason)
+        view = session.hosts.get(sender)
+        if view is not None:
+            view.refused += 1
+        key = (sender, kind, reason)
+        if key in session.refusals_recorded:
+            return
+        session.refusals_recorded.add(key)
+        _log.warning("session %s: refused %s (further ones from it are only counted)", session.id, what)
+        with contextlib.suppress(AuditUnavailable):
+            await self._audit.record(
+                user=session.spec.user,
+                action="message.refused",
+                decision="deny",
+                reason=f"refused {what}: a message belongs to the host whose subject it came on",
+                session=session.id,
+                diagnostic=session.spec.diagnostic,
+                hosts=[sender],
+                outcome="refused",
+                extra={"kind": kind, "why": reason},
+            )
+
+    def _on_status(self, session: FleetSession, sender: str, status: HostStatus) -> None:
+        view = session.hosts[sender]
+        if view.state in _FINAL:
+            return  # already decided (a late "ended" after we failed it changes nothing)
         view.state = status.state
         view.reason = status.reason
         view.totals = dict(status.totals)
@@ -386,12 +494,10 @@ class SessionManager:
         view.missed_pings = 0
         view.last_seen = time.monotonic()
         view.progressed.set()
-        session.emit("status", {"host": status.host, **view.to_json()})
+        session.emit("status", {"host": sender, **view.to_json()})
 
-    def _on_records(self, session: FleetSession, batch: RecordBatch) -> None:
-        view = session.hosts.get(batch.host)
-        if view is None or batch.session != session.id:
-            return
+    def _on_records(self, session: FleetSession, sender: str, batch: RecordBatch) -> None:
+        view = session.hosts[sender]
         if batch.seq > view.next_seq:
             view.batch_gaps += batch.seq - view.next_seq
         view.next_seq = max(view.next_seq, batch.seq + 1)
@@ -399,7 +505,7 @@ class SessionManager:
         view.last_seen = time.monotonic()
         for record in batch.records:
             view.records += 1
-            for entry in session.merged.add(batch.host, record):
+            for entry in session.merged.add(sender, record):
                 session.emit("record", entry)
 
     # -- orchestration ----------------------------------------------------------------------------------
@@ -419,9 +525,10 @@ class SessionManager:
                 session.emit("session", session.snapshot(timeline=False))
                 await self._supervise(session, t0 + int(session.spec.duration * 1e9))
         except asyncio.CancelledError:
-            for view in session.hosts.values():
-                if view.state not in _FINAL:
-                    view.state, view.reason = "failed", "the controller stopped"
+            # The controller is stopping (a restart, an upgrade): the agents end the session at its deadline
+            # on their own and their statuses are kept by the server, so the hosts are not failed here; the
+            # controller that reads it back shows each host's end (_recovered).
+            session.interrupted = True
             raise
         except Exception as error:  # a bug must end the session visibly, not hang it
             _log.exception("session %s", session.id)
@@ -492,6 +599,7 @@ class SessionManager:
             deadline_s=spec.duration,
             budgets=Budgets(),
             user=spec.user,
+            run_id=session.runs.get(host, ""),  # a replay to a later run of the agent is refused
         )
         view.task_id = task.id
         signed = SignedTask.sign(task, self._key, self._key_id)
@@ -633,7 +741,9 @@ class SessionManager:
             session.id,
             (ended_ns - session.created_ns) / 1e9,
         )
-        if session.cancel_requested:
+        if session.interrupted:
+            state = _INTERRUPTED
+        elif session.cancel_requested:
             state = "cancelled"
         else:
             state = "ended" if any(view.state == "ended" for view in session.hosts.values()) else "failed"

@@ -1,10 +1,28 @@
 """The controller's NATS side: the connection, the JetStream streams and KV bucket it owns, and one way to
 read a stream back.
 
-The controller creates (idempotently) the audit stream (deny delete + deny purge: an audit record cannot be
-taken back through the JetStream API once acknowledged), the session history stream (max_age retention, one
-message per session kept: the latest snapshot) and the host registry bucket the agents write their heartbeats
-to, so agents never need the permission to create anything.
+The controller creates (idempotently) everything the fleet keeps in JetStream, so agents never need the
+permission to create anything and no admin has to:
+
+- NETSLEUTH_AUDIT, the controller's decisions (`netsleuth.audit.controller.>`): deny delete and deny purge
+  (a record cannot be taken back through the JetStream API once acknowledged) and no limit at all, so that
+  nothing ever discards one; when the server's store is full a write fails, and the controller refuses the
+  request with 503 rather than act unrecorded.
+- NETSLEUTH_AUDIT_AGENTS, the agents' refusals (`netsleuth.audit.agent.<host>`): deny delete and purge too,
+  and bounded so that one agent cannot fill the store the controller's records need: a record is at most
+  AGENT_AUDIT_MAX_RECORD bytes (larger ones are refused), each host's subject keeps its newest
+  `audit.agent_records_per_host` records (a flooding agent discards only its own oldest), and the stream
+  keeps `audit.agent_max_bytes` in all (the oldest agent records go first), which nats-server reserves in
+  its store when the stream is created.
+- NETSLEUTH_SESSIONS, the session history (max_age retention, one message per subject: the latest snapshot).
+- NETSLEUTH_STATUS, each host's latest status of each session (`netsleuth.session.*.*.status`, what the
+  agents publish anyway): what a controller that restarted mid-session reads back. Bounded in bytes (agents
+  write it): a flood of statuses for made-up sessions can only push out other statuses, never the audit.
+- the host registry bucket the agents write their heartbeats to.
+
+An existing stream is never changed (the controller's NATS user may not: nats_config.py): one that differs
+from what this controller would create is kept when it still holds what the fleet relies on, and is one
+sentence naming what an admin must change otherwise.
 """
 
 from __future__ import annotations
@@ -12,36 +30,54 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js import api as js_api
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import BadRequestError, NotFoundError, ServerError
 
 from netsleuth.controller.config import ControllerConfig
 from netsleuth.fleet.host_registry import ensure_hosts_bucket
 from netsleuth.fleet.link_config import login_identity, login_refused, lone_reset
 from netsleuth.fleet.protocol import (
+    AGENT_AUDIT_MAX_RECORD,
+    AGENT_AUDIT_STREAM,
+    AGENT_AUDIT_SUBJECTS,
     AUDIT_STREAM,
     AUDIT_SUBJECTS,
     HOSTS_BUCKET,
     SESSIONS_STREAM,
     SESSIONS_SUBJECTS,
+    STATUS_STREAM,
+    STATUS_SUBJECTS,
 )
 
-__all__ = ["LoginRefused", "connect_nats", "ensure_streams", "read_stream"]
+__all__ = ["LoginRefused", "StreamProblem", "connect_nats", "ensure_streams", "read_stream"]
 
 _log = logging.getLogger("netsleuth.controller")
+
+
+_STATUS_MAX_BYTES = 64 << 20  # NETSLEUTH_STATUS: a status is ~0.5 KiB, so ~100,000 host-sessions
+_STATUS_MAX_MSG = 64 << 10
+_INSUFFICIENT_STORAGE = 10047  # JetStream's "insufficient storage resources available"
 
 
 class LoginRefused(Exception):
     """NATS said no to the controller's credentials on its first connect."""
 
 
-async def connect_nats(config: ControllerConfig) -> NatsClient:
-    """Connects once (raises on failure, so start-up says why) and then reconnects forever by itself."""
+class StreamProblem(Exception):
+    """A stream the controller relies on exists in a shape it cannot use; str() says what an admin must do."""
+
+
+async def connect_nats(
+    config: ControllerConfig, on_reconnect: Callable[[], None] | None = None
+) -> NatsClient:
+    """Connects once (raises on failure, so start-up says why) and then reconnects forever by itself;
+    `on_reconnect` runs each time the connection comes back (the registry watches again at once)."""
     connected = False
     last_error: Exception | None = None  # nats-py's, for on_error
     options: dict[str, Any] = {
@@ -72,12 +108,14 @@ async def connect_nats(config: ControllerConfig) -> NatsClient:
         if not lone_reset(error, before):
             _log.warning("NATS: %s", error)
 
-    async def on_reconnect() -> None:
+    async def reconnected() -> None:
         _log.info("NATS: reconnected to %s", config.nats.url)
+        if on_reconnect is not None:
+            on_reconnect()
 
     client = NatsClient()
     try:
-        await client.connect(error_cb=on_error, reconnected_cb=on_reconnect, **options)
+        await client.connect(error_cb=on_error, reconnected_cb=reconnected, **options)
     except LoginRefused:
         with contextlib.suppress(Exception):
             await client.close()
@@ -86,26 +124,76 @@ async def connect_nats(config: ControllerConfig) -> NatsClient:
     return client
 
 
-async def _ensure_stream(js: JetStreamContext, stream: js_api.StreamConfig) -> None:
+# What an existing stream must still hold for the controller to use it: None, or what is missing.
+Requirement = Callable[[js_api.StreamConfig], "str | None"]
+
+
+def _append_only(config: js_api.StreamConfig) -> str | None:
+    return None if config.deny_delete and config.deny_purge else "it allows deleting or purging records"
+
+
+def _captures_only(subject: str) -> Requirement:
+    def check(config: js_api.StreamConfig) -> str | None:
+        if list(config.subjects or []) != [subject]:
+            # An older netsleuth's single audit stream took netsleuth.audit.>, the agents' records with it.
+            return f"it captures {', '.join(config.subjects or [])}, not only {subject}"
+        return None
+
+    return check
+
+
+def _bounded(config: js_api.StreamConfig) -> str | None:
+    if (config.max_bytes or -1) <= 0 or (config.max_msg_size or -1) <= 0:
+        return "it has no byte limit or no record size limit, so agents could fill the store with it"
+    return None
+
+
+def _per_host(config: js_api.StreamConfig) -> str | None:
+    if (config.max_msgs_per_subject or -1) <= 0:
+        return "it keeps any number of records per host, so one agent could push out every other's"
+    return None
+
+
+async def _ensure_stream(
+    js: JetStreamContext, stream: js_api.StreamConfig, requirements: tuple[Requirement, ...] = ()
+) -> None:
+    name = str(stream.name)
     try:
-        await js.add_stream(stream)
-        return
-    except BadRequestError:
-        pass  # it exists with another configuration (made by an operator, the lab or an older controller)
-    try:
-        await js.update_stream(stream)
-    except Exception as error:
-        # The controller's NATS user may not update the audit stream (nats_config denies it: only an
-        # admin may loosen it). Accept the existing stream if it keeps what we rely on.
-        info = await js.stream_info(str(stream.name))
-        if stream.deny_delete and not (info.config.deny_delete and info.config.deny_purge):
-            raise RuntimeError(
-                f"stream {stream.name} exists without deny_delete/deny_purge and cannot be updated ({error})"
-            ) from error
-        _log.warning("stream %s kept with its existing configuration (%s)", stream.name, error)
+        # Asked first, not created "idempotently": nats-server checks a create's storage reservation before
+        # it compares the configuration, so re-creating a reserved stream needs its bytes free a second time.
+        info = await js.stream_info(name)
+    except NotFoundError:
+        try:
+            await js.add_stream(stream)
+            return
+        except ServerError as error:
+            if error.err_code == _INSUFFICIENT_STORAGE:
+                raise StreamProblem(
+                    f"nats-server cannot reserve {stream.max_bytes} bytes of its JetStream store for stream "
+                    f"{name}: raise the server's jetstream max_file_store, or lower the controller's "
+                    "audit.agent_max_bytes"
+                ) from None
+            raise
+        except BadRequestError as error:
+            try:  # another controller created it meanwhile, or its subjects overlap another stream's
+                info = await js.stream_info(name)
+            except NotFoundError:
+                raise StreamProblem(
+                    f"stream {name} cannot be created ({error.description or error}): another stream already "
+                    f"captures {', '.join(stream.subjects or [])}; an admin must narrow its subjects"
+                ) from None
+    problems = [problem for check in requirements if (problem := check(info.config)) is not None]
+    if problems:
+        raise StreamProblem(
+            f"stream {name} exists, but {'; '.join(problems)}: an admin must change it (e.g. `nats stream "
+            f"edit {name}`), the controller may not"
+        )
+    if info.config.subjects != stream.subjects or stream.max_bytes not in (None, info.config.max_bytes):
+        _log.warning("stream %s kept with its existing configuration (only an admin may change it)", name)
 
 
 async def ensure_streams(js: JetStreamContext, config: ControllerConfig) -> None:
+    """Create what is missing; raises StreamProblem (one sentence) for a stream the fleet cannot rely on."""
     await _ensure_stream(
         js,
         js_api.StreamConfig(
@@ -116,6 +204,23 @@ async def ensure_streams(js: JetStreamContext, config: ControllerConfig) -> None
             deny_purge=True,
             retention=js_api.RetentionPolicy.LIMITS,
         ),
+        (_append_only, _captures_only(AUDIT_SUBJECTS)),
+    )
+    await _ensure_stream(
+        js,
+        js_api.StreamConfig(
+            name=AGENT_AUDIT_STREAM,
+            subjects=[AGENT_AUDIT_SUBJECTS],
+            storage=js_api.StorageType.FILE,
+            deny_delete=True,
+            deny_purge=True,
+            retention=js_api.RetentionPolicy.LIMITS,
+            discard=js_api.DiscardPolicy.OLD,
+            max_msg_size=AGENT_AUDIT_MAX_RECORD,
+            max_msgs_per_subject=config.audit.agent_records_per_host,
+            max_bytes=config.audit.agent_max_bytes,
+        ),
+        (_append_only, _bounded, _per_host),
     )
     await _ensure_stream(
         js,
@@ -127,6 +232,20 @@ async def ensure_streams(js: JetStreamContext, config: ControllerConfig) -> None
             max_msgs_per_subject=1,  # netsleuth.history.<id>: the latest snapshot of each session
             max_msg_size=1 << 20,  # nats-server's max_payload (nats_config) bounds it anyway
         ),
+    )
+    await _ensure_stream(
+        js,
+        js_api.StreamConfig(
+            name=STATUS_STREAM,
+            subjects=[STATUS_SUBJECTS],
+            storage=js_api.StorageType.FILE,
+            discard=js_api.DiscardPolicy.OLD,
+            max_age=config.sessions.history_max_age,
+            max_msgs_per_subject=1,  # netsleuth.session.<id>.<host>.status: that host's latest
+            max_msg_size=_STATUS_MAX_MSG,
+            max_bytes=_STATUS_MAX_BYTES,
+        ),
+        (_bounded,),
     )
     try:
         await js.key_value(HOSTS_BUCKET)

@@ -1,9 +1,10 @@
 """Whether this agent runs a task, decided before anything touches the kernel.
 
 In order, each refusal one sentence the controller records in its audit: the message parses; the Ed25519
-signature is the configured controller key's over the task exactly as received; the task is for this host;
-it is not expired, not issued in the future, not longer-lived than `fleet.max_task_lifetime`, and its id
-was not seen before (ids are remembered until their expiry, which is what bounds the memory); the diagnostic
+signature is the configured controller key's over the task exactly as received; the task is for this host
+and for this run of the agent process; it is not expired, not issued in the future, not longer-lived than
+`fleet.max_task_lifetime`, and its id was not seen before (ids are remembered until their expiry, which is
+what bounds the memory); the diagnostic
 is in this agent's catalogue; the scope can be enforced in the kernel and stays within this host, and the
 diagnostic can be kept inside it. The accepted task comes back with its effective config: the scope pushed
 into the diagnostic's own filters (netns forced to the host's namespace, addresses narrowed), the scope as
@@ -17,6 +18,14 @@ run. A role grants it with `netns = ["*"]` and a user asks for it with `--netns 
 
 A NATS user who may publish on this host's task subject still cannot make it run anything the controller did
 not sign; the signature, not the transport, is what is trusted.
+
+Replays across restarts: the seen ids live in this process only, so a task captured off the wire could run
+again once the agent restarted (upgrade, crash, OOM) while it is still unexpired. Each run of the agent has
+its own random run id, published in its registry entry; the controller signs the run id of the host's
+current entry into each task, and a task for any other run is refused. No clock is compared (the
+controller's and the agent's may differ by more than a restart takes) and nothing needs to survive on disk
+(a reinstalled host or a fresh container has no old file to trust, and an entry in NATS could be rewritten
+by whoever holds the controller's login); docs/fleet.md says why in full.
 """
 
 from __future__ import annotations
@@ -53,11 +62,13 @@ _MAX_REMEMBERED = 100_000
 
 
 class TaskRefused(Exception):
-    """The task will not run; str() is the reason sent back and audited. `task` is set once it parsed."""
+    """The task will not run; str() is the reason sent back and audited. `task` is set once it parsed;
+    `signed` once its signature verified (before that, its fields are anyone's claims)."""
 
-    def __init__(self, reason: str, task: Task | None = None) -> None:
+    def __init__(self, reason: str, task: Task | None = None, signed: bool = True) -> None:
         super().__init__(reason)
         self.task = task
+        self.signed = signed and task is not None
 
 
 @dataclass(frozen=True)
@@ -120,11 +131,13 @@ class TaskAdmission:
         limits: SessionLimits,
         host_netns: str,
         known_netns: Callable[[str], bool],
+        run_id: str,
         max_task_lifetime: float = 300.0,
         clock: Callable[[], float] = time.time,
         validate_config: Callable[[str, dict[str, Any]], object] | None = None,
     ) -> None:
         self.host_id = host_id
+        self.run_id = run_id
         self._key = controller_key
         self._catalogue = catalogue
         self._limits = limits
@@ -145,10 +158,17 @@ class TaskAdmission:
         try:
             signed.verify(self._key)
         except ProtocolError as error:
-            raise TaskRefused(str(error), task) from None
+            raise TaskRefused(str(error), task, signed=False) from None
         # From here on the task is the controller's own: its fields can be trusted as its intent.
         if task.host != self.host_id:
             raise TaskRefused(f"the task is for host {task.host!r}, this agent is {self.host_id!r}", task)
+        if task.run_id != self.run_id:
+            raise TaskRefused(
+                f"task {task.id} is for an earlier run of this agent (run {task.run_id or 'none'}; this run "
+                f"is {self.run_id}, since the agent restarted): a replay, or a controller that has not yet "
+                "read this run's registry entry",
+                task,
+            )
         now = self._clock()
         if task.expires_at <= now:
             raise TaskRefused(f"the task expired {now - task.expires_at:.1f} s ago", task)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import hashlib
 import logging
 import threading
 import time
@@ -47,10 +47,12 @@ from netsleuth.fleet.protocol import (
     agent_audit_subject,
     control_subject,
     decode,
+    new_run_id,
     ping_subject,
     status_subject,
     task_subject,
 )
+from netsleuth.fleet.refusal_audit import RefusalAudit, audit_time
 from netsleuth.fleet.session_runner import FleetSession
 from netsleuth.kernel.netns import NetnsNames
 
@@ -76,8 +78,14 @@ class FleetLink:
         self._cpu_accounting = cpu_accounting
         self._names = NetnsNames()
         self._clock = OffsetEstimator()
+        # This run of the agent: in the registry entry, and in every task signed for it (replays across a
+        # restart name an earlier run; admission.py).
+        self.run_id = new_run_id()
+        self.audit = RefusalAudit(config.host_id)
+        self._audit_summary_due = False
         self.admission = TaskAdmission(
             host_id=config.host_id,
+            run_id=self.run_id,
             controller_key=config.controller_key,
             catalogue=catalogue,
             limits=limits,
@@ -263,6 +271,7 @@ class FleetLink:
                 self.config.controller_key_id,
                 self._clock.offset_ns,
                 status,
+                self.run_id,
             ),
         )
         key_subject = f"$KV.{HOSTS_BUCKET}.{self.config.host_id}"
@@ -394,42 +403,99 @@ class FleetLink:
         _LOG.warning("fleet: task refused: %s", reason)
         if msg.reply:
             await msg.respond(TaskReply(False, reason, self._clock.offset_ns).encode())
+        host = self.config.host_id
+        # Every refusal is in the audit trail, whoever sent the message and whatever it held: a task that
+        # bypassed the controller, did not parse, or names another host too. What an unsigned or forged
+        # task says is only its sender's claim (`signed`: false); the digest identifies the exact bytes.
+        record: dict[str, Any] = {
+            "time": audit_time(),
+            "host": host,
+            "action": "task.rejected",
+            "decision": "deny",
+            "reason": reason,
+            "signed": refused.signed,
+            "bytes": len(msg.data),
+            "sha256": hashlib.sha256(msg.data).hexdigest(),
+        }
         task = refused.task
-        if task is not None and task.host == self.config.host_id:
-            # Also as a status on the session's subject, where the controller audits outcomes. A task that did
-            # not parse names no session: its refusal is the reply alone.
-            status = HostStatus(self.config.host_id, task.session, "rejected", reason, self._clock.offset_ns)
-            # And in the audit trail, whoever sent it: a task that bypassed the controller is recorded too.
-            audit = {
-                "time": status.time,
-                "host": self.config.host_id,
-                "action": "task.rejected",
-                "decision": "deny",
-                "reason": reason,
-                "task_id": task.id,
-                "session": task.session,
-                "user": task.user,
-                "diagnostic": task.diagnostic,
-                "scope": task.scope.to_json(),
-            }
-            assert self._nc is not None
-            with contextlib.suppress(NatsError):
-                await self._nc.publish(status_subject(task.session, self.config.host_id), status.encode())
-                await self._nc.publish(
-                    agent_audit_subject(self.config.host_id),
-                    json.dumps(audit, separators=(",", ":")).encode(),
-                )
+        if task is not None:
+            record.update(
+                task_id=task.id,
+                session=task.session,
+                user=task.user,
+                diagnostic=task.diagnostic,
+                scope=task.scope.to_json(),
+            )
+            if task.host == host and self._nc is not None:
+                # Also as a status on the session's subject, where the controller records outcomes.
+                status = HostStatus(host, task.session, "rejected", reason, self._clock.offset_ns)
+                with contextlib.suppress(NatsError):
+                    await self._nc.publish(status_subject(task.session, host), status.encode())
+        await self._audit(record)
+
+    async def _audit(self, record: dict[str, Any]) -> None:
+        """Write one refusal record (within RefusalAudit's rate and size), acknowledged by the stream."""
+        data = self.audit.admit(record)
+        if data is None:
+            self._audit_summary_later()
+            return
+        await self._write_audit(data)
+
+    async def _write_audit(self, data: bytes) -> None:
+        nc = self._nc
+        if nc is None or not nc.is_connected:
+            self.audit.unstored += 1
+            return
+        try:
+            # A JetStream publish (the ack comes to this agent's own inbox): a record the stream refused - too
+            # big, its stream missing - is counted and logged, not lost without a word.
+            reply = decode((await nc.request(agent_audit_subject(self.config.host_id), data, timeout=2)).data,
+                           "audit acknowledgement")  # fmt: skip
+            if not isinstance(reply, dict) or "error" in reply:
+                raise ProtocolError(f"the audit stream refused the record: {reply}")
+        except (TimeoutError, NatsError, ProtocolError) as error:
+            self.audit.unstored += 1
+            self._set_error(f"audit record not stored: {error or type(error).__name__}")
+
+    def _audit_summary_later(self) -> None:
+        loop = self._loop
+        if self._audit_summary_due or loop is None:
+            return
+        self._audit_summary_due = True
+
+        async def flush() -> None:
+            while self.audit.pending:
+                data = self.audit.summary()
+                if data is not None:
+                    await self._write_audit(data)
+                else:
+                    await asyncio.sleep(0.2)
+            self._audit_summary_due = False
+
+        loop.call_later(1.0, lambda: asyncio.ensure_future(flush()))
 
     async def _on_control(self, msg: Msg) -> None:
+        host = self.config.host_id
         try:
             control = Control.from_json(decode(msg.data, "control message"))
         except ProtocolError as error:
             _LOG.warning("fleet: control message ignored: %s", error)
+            await self._audit({"time": audit_time(), "host": host, "action": "control.ignored",
+                               "decision": "deny", "reason": str(error), "bytes": len(msg.data),
+                               "sha256": hashlib.sha256(msg.data).hexdigest()})  # fmt: skip
             return
         with self._lock:
             session = self._sessions.get(control.session)
         if session is None:
             _LOG.info("fleet: %s for session %s, which does not run here", control.action, control.session)
+            if control.action == "start":
+                # A start with no accepted task behind it: the second half of a replay, or a task refused a
+                # moment ago. (A cancel for an ended session is an ordinary race: not recorded.)
+                record = {"time": audit_time(), "host": host, "action": "control.ignored", "decision": "deny",
+                          "session": control.session}  # fmt: skip
+                await self._audit(
+                    {**record, "reason": f"start for session {control.session}, not running here"}
+                )
             return
         if control.action == "start":
             session.start_at(control.t0_ns)

@@ -77,6 +77,7 @@ def host_entry(
     key_id: str,
     offset_ns: int,
     status: str = "up",
+    run_id: str = "",
 ) -> HostEntry:
     names.refresh()
     namespaces = _namespaces(names, scope_netns)
@@ -98,4 +99,5 @@ def host_entry(
         diagnostics=diagnostics,
         key_id=key_id,
         offset_ns=offset_ns,
+        run_id=run_id,
     )

@@ -9,6 +9,8 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from netsleuth.fleet.refusal_audit import RefusalAudit
+
 __all__ = ["FleetCollector"]
 
 
@@ -34,6 +36,9 @@ class _LinkState(Protocol):
     @property
     def withheld(self) -> int: ...
 
+    @property
+    def audit(self) -> RefusalAudit: ...
+
 
 class FleetCollector:
     def __init__(self, link: _LinkState) -> None:
@@ -51,6 +56,16 @@ class FleetCollector:
         yield tasks
         withheld = "Records and entries of records held back as outside their task's scope (scope_filter.py)"
         yield CounterMetricFamily("netsleuth_fleet_records_withheld", withheld, value=link.withheld)
+        audit = CounterMetricFamily(
+            "netsleuth_fleet_audit_records",
+            "This agent's refusal records: written, left out over the rate (counted in the next one "
+            "written), or not stored by the audit stream",
+            labels=["outcome"],
+        )
+        audit.add_metric(["written"], link.audit.written)
+        audit.add_metric(["left_out"], link.audit.left_out)
+        audit.add_metric(["unstored"], link.audit.unstored)
+        yield audit
         active = "Fleet sessions preparing or running"
         yield GaugeMetricFamily("netsleuth_fleet_sessions_active", active, value=link.active_sessions)
         offset = link.clock_offset_ns

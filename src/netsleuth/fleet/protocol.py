@@ -13,7 +13,12 @@ Subjects (`<host>` and `<session>` are single NATS tokens, see HOST_ID_PATTERN):
     netsleuth.host.<host>.ping                 controller -> agent, request/reply: {} -> PingReply
     netsleuth.session.<session>.<host>.status  agent -> controller: HostStatus
     netsleuth.session.<session>.<host>.records agent -> controller: RecordBatch
+    netsleuth.audit.agent.<host>               agent -> stream NETSLEUTH_AUDIT_AGENTS: its refusals
+    netsleuth.audit.controller.<decision>      controller -> stream NETSLEUTH_AUDIT: its decisions
     KV bucket netsleuth_hosts, key <host>      agent: HostEntry (heartbeat)
+
+Whatever an agent sends belongs to the host its subject names (the only host its NATS login may publish
+as): a `host` or `session` inside a body is checked against the subject, never believed instead of it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from netsleuth.errors import UsageError
 
 __all__ = [
+    "AGENT_AUDIT_MAX_RECORD",
+    "AGENT_AUDIT_STREAM",
+    "AGENT_AUDIT_SUBJECTS",
     "AUDIT_STREAM",
     "AUDIT_SUBJECTS",
     "HOSTS_BUCKET",
@@ -42,6 +50,8 @@ __all__ = [
     "PROTOCOL_VERSION",
     "SESSIONS_STREAM",
     "SESSIONS_SUBJECTS",
+    "STATUS_STREAM",
+    "STATUS_SUBJECTS",
     "Budgets",
     "Control",
     "HostEntry",
@@ -59,7 +69,9 @@ __all__ = [
     "decode",
     "generate_private_key",
     "host_subjects",
+    "new_run_id",
     "new_task_id",
+    "parse_session_subject",
     "ping_subject",
     "private_key_from_text",
     "private_key_to_text",
@@ -76,10 +88,19 @@ __all__ = [
 PROTOCOL_VERSION: Final = 1
 PREFIX: Final = "netsleuth"
 HOSTS_BUCKET: Final = "netsleuth_hosts"
+# The controller's decisions and the agents' refusals are two streams: each agent's subject is bounded (how
+# many records, how big) and may discard its own oldest records; the controller's never (controller/streams).
 AUDIT_STREAM: Final = "NETSLEUTH_AUDIT"
-AUDIT_SUBJECTS: Final = "netsleuth.audit.>"
+AUDIT_SUBJECTS: Final = "netsleuth.audit.controller.>"
+AGENT_AUDIT_STREAM: Final = "NETSLEUTH_AUDIT_AGENTS"
+AGENT_AUDIT_SUBJECTS: Final = "netsleuth.audit.agent.*"
+AGENT_AUDIT_MAX_RECORD: Final = 16 << 10  # bytes: the stream refuses more; an agent's own records are ~1 KiB
 SESSIONS_STREAM: Final = "NETSLEUTH_SESSIONS"
 SESSIONS_SUBJECTS: Final = "netsleuth.history.>"
+# Every host's last status of every session, kept by the server: a controller that restarts mid-session reads
+# back the end each agent reported while it was down.
+STATUS_STREAM: Final = "NETSLEUTH_STATUS"
+STATUS_SUBJECTS: Final = "netsleuth.session.*.*.status"
 # One NATS subject token that is also a KV key and a DNS-label-like name: no dots, wildcards or spaces.
 HOST_ID_PATTERN: Final = r"[a-z0-9][a-z0-9-]{0,62}"
 _HOST_ID = re.compile(HOST_ID_PATTERN)
@@ -145,6 +166,15 @@ def records_subject(session: str, host: str) -> str:
 def session_subjects(session: str) -> str:
     """Every host's status and records of one session (what the controller subscribes to)."""
     return f"{PREFIX}.session.{validate_session_id(session)}.>"
+
+
+def parse_session_subject(subject: str) -> tuple[str, str, str] | None:
+    """(session, host, kind) of `netsleuth.session.<session>.<host>.<kind>`, or None for any other subject.
+    The host is the sender: an agent's NATS login may publish only under its own host token."""
+    parts = subject.split(".")
+    if len(parts) != 5 or parts[0] != PREFIX or parts[1] != "session":
+        return None
+    return parts[2], parts[3], parts[4]
 
 
 # -- validation helpers ------------------------------------------------------------------------------------
@@ -253,6 +283,11 @@ def new_task_id() -> str:
     return uuid.uuid4().hex
 
 
+def new_run_id() -> str:
+    """One run of an agent process: in its registry entry, and in every task the controller signs for it."""
+    return uuid.uuid4().hex
+
+
 # -- keys --------------------------------------------------------------------------------------------------
 # Keys travel as text in config files: base64 of the 32 raw bytes (RFC 8032 encoding), optionally prefixed
 # "ed25519:" so a key pasted into the wrong setting is recognisable.
@@ -347,10 +382,14 @@ class Task:
     budgets: Budgets
     user: str
     v: int = PROTOCOL_VERSION
+    # The run of the agent this task is for (its registry entry's run_id): a task captured before the agent
+    # restarted names a run that no longer exists, and is refused as a replay (admission.py).
+    run_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "v": self.v,
+            "run_id": self.run_id,
             "id": self.id,
             "session": self.session,
             "host": self.host,
@@ -386,6 +425,7 @@ class Task:
             budgets=Budgets.from_json(fields.obj("budgets")),
             user=fields.string("user", max_len=256),
             v=version,
+            run_id=fields.string("run_id", "", max_len=64),
         )
         if task.expires_at < task.issued_at:
             raise ProtocolError("task.expires_at is before task.issued_at")
@@ -640,6 +680,7 @@ class HostEntry:
     diagnostics: tuple[str, ...] = ()  # the catalogue this agent will run
     key_id: str = ""  # which controller key it trusts (diagnosing a key mismatch starts here)
     offset_ns: int = 0  # this host's wall clock minus the NATS server's (fleet/clock.py)
+    run_id: str = ""  # this run of the agent process: tasks must name it (a restart makes a new one)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -658,6 +699,7 @@ class HostEntry:
             "diagnostics": list(self.diagnostics),
             "key_id": self.key_id,
             "offset_ns": self.offset_ns,
+            "run_id": self.run_id,
         }
 
     def encode(self) -> bytes:
@@ -688,4 +730,5 @@ class HostEntry:
             diagnostics=fields.strings("diagnostics"),
             key_id=fields.string("key_id", "", max_len=128),
             offset_ns=fields.signed_integer("offset_ns", 0),
+            run_id=fields.string("run_id", "", max_len=64),
         )

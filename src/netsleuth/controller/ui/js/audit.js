@@ -4,7 +4,7 @@
 import { ApiError, api } from "./api.js";
 import { badge, field, fmtTime, h } from "./dom.js";
 
-const ACTIONS = ["auth", "session.create", "session.cancel", "session.end", "task.rejected", "audit.read"];
+const ACTIONS = ["auth", "session.create", "session.cancel", "session.end", "task.rejected", "message.refused", "control.ignored", "audit.read"];
 
 function outcomeText(outcome) {
   if (typeof outcome !== "object") return String(outcome);
@@ -61,6 +61,13 @@ export async function renderAudit(root, ctx) {
     return h("div", {}, parts.join(" "), e.session ? h("div", {}, h("a", { href: `#/session/${encodeURIComponent(e.session)}`, class: "mono small" }, e.session)) : null);
   }
 
+  // Who wrote the record is the subject it was stored under (the server says), not what its body claims.
+  function writer(e) {
+    const by = e.source === "agent" ? `agent ${e.host}` : e.source;
+    const claim = e.claimed ? ` (claimed: ${Object.values(e.claimed).flat().join(", ")})` : "";
+    return h("div", { class: "muted small" }, `by ${by}${claim}`);
+  }
+
   function refresh() {
     const words = text.value.trim().toLowerCase().split(/\s+/).filter(Boolean);
     const shown = entries.filter((e) => (!action.value || e.action === action.value) && words.every((w) => JSON.stringify(e).toLowerCase().includes(w)));
@@ -68,10 +75,10 @@ export async function renderAudit(root, ctx) {
       ...shown.map((e) =>
         h(
           "tr",
-          { dataset: { seq: e.seq, action: e.action, decision: e.decision } },
+          { dataset: { seq: e.seq, action: e.action, decision: e.decision, source: e.source } },
           h("td", { class: "mono small", "data-label": "Time" }, fmtTime(e.time)),
           h("td", { "data-label": "User" }, e.user || "–", e.remote ? h("div", { class: "muted small" }, e.remote) : null),
-          h("td", { class: "mono", "data-label": "Action" }, e.action),
+          h("td", { class: "mono", "data-label": "Action" }, e.action, writer(e)),
           h("td", { "data-label": "Decision" }, badge(e.decision || "–"), e.status ? h("div", { class: "muted small" }, String(e.status)) : null),
           h("td", { "data-label": "What" }, what(e)),
           h("td", { "data-label": "Reason" }, e.reason || "", e.outcome ? h("div", { class: "muted small" }, outcomeText(e.outcome)) : null),
