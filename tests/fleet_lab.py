@@ -613,6 +613,22 @@ class FleetLab:
     def registry(self) -> dict[str, HostEntry]:
         return self._run(self._registry())
 
+    def registry_entry(self, host: str) -> HostEntry | None:
+        """One host's entry, read by its key (listing the keys first can miss some: nats-py's keys() ends at
+        its first empty-pending marker, which can come before messages already on their way)."""
+
+        async def get() -> HostEntry | None:
+            kv = await (await self._admin_client()).jetstream().key_value(HOSTS_BUCKET)
+            try:
+                entry = await kv.get(host)
+            except Exception as error:  # KeyNotFoundError / KeyDeletedError: no entry
+                if "Key" in type(error).__name__:
+                    return None
+                raise
+            return HostEntry.from_json(decode(entry.value, "host entry")) if entry.value else None
+
+        return self._run(get())
+
     def wait_registered(
         self, names: Iterable[str], since_ns: int = 0, timeout: float = 20
     ) -> dict[str, HostEntry]:
@@ -673,7 +689,7 @@ class FleetLab:
                 raise RuntimeError(
                     "lab.task() reads the registry: call it outside the lab's loop, or pass run_id"
                 )
-            entry = self.registry().get(host)
+            entry = self.registry_entry(host)
             run_id = entry.run_id if entry is not None else ""
         return Task(
             id=new_task_id(),

@@ -429,7 +429,7 @@ class SessionManager:
                 await self._refuse(session, sender, "other", "unknown_kind", what)
                 return
             _session_id, sender, kind = parsed
-            on = f"a {kind} on host {sender}'s subject"
+            on = f"a {'status' if kind == 'status' else 'record batch'} on host {sender}'s subject"
             if sender not in session.hosts:
                 await self._refuse(
                     session, sender, kind, "not_in_session", f"{on}, which is not in this session"
@@ -439,7 +439,7 @@ class SessionManager:
                 body = decode(message.data, f"{kind} message")
                 received = HostStatus.from_json(body) if kind == "status" else RecordBatch.from_json(body)
             except ProtocolError as error:
-                await self._refuse(session, sender, kind, "malformed", f"a malformed {kind} ({on}): {error}")
+                await self._refuse(session, sender, kind, "malformed", f"a malformed message ({on}): {error}")
                 return
             # The subject says who sent it (only that host's agent may publish there); the body may not say
             # otherwise.

@@ -168,10 +168,11 @@ async def _ensure_stream(
             return
         except ServerError as error:
             if error.err_code == _INSUFFICIENT_STORAGE:
+                wanted = f" (it reserves {stream.max_bytes} bytes)" if stream.max_bytes else ""
                 raise StreamProblem(
-                    f"nats-server cannot reserve {stream.max_bytes} bytes of its JetStream store for stream "
-                    f"{name}: raise the server's jetstream max_file_store, or lower the controller's "
-                    "audit.agent_max_bytes"
+                    f"nats-server's JetStream store has no room for stream {name}{wanted}: raise the "
+                    "server's jetstream max_file_store, or lower the controller's audit.agent_max_bytes (the "
+                    f"bytes reserved for the agents' audit records, {AGENT_AUDIT_STREAM})"
                 ) from None
             raise
         except BadRequestError as error:
