@@ -9,10 +9,12 @@ docs/fleet-security.md.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
@@ -87,13 +89,16 @@ class Wire:
 
         self.lab._run(publish())
 
-    def publish_many(self, subject: str, data: bytes, count: int) -> None:
+    def publish_many(self, subject: str, data: bytes, count: int) -> Future[None]:
+        """Publish `count` times, in the background: wait on the future it returns."""
+
         async def publish() -> None:
             for _ in range(count):
                 await self.client.publish(subject, data)
             await self.client.flush(timeout=60)
 
-        self.lab._run(publish(), timeout=300)
+        assert self.lab._io is not None
+        return asyncio.run_coroutine_threadsafe(publish(), self.lab._io.loop)
 
     def request(self, subject: str, data: bytes, timeout: float = 5) -> bytes | None:
         """The reply, or None when none came (a permission violation answers nothing)."""
@@ -157,6 +162,7 @@ def test_a_task_replayed_after_the_agent_restarts_is_refused_and_nothing_attache
     the agent to restart (upgrade, crash, OOM), then sends it again and the unsigned `start`."""
     lab, controller = fleet
     attacker = Wire(lab, lab.controller_credentials)
+    watcher: Wire | None = None
     try:
         captured = attacker.capture("netsleuth.host.server.task")
         with api(controller) as alice:
@@ -192,9 +198,10 @@ def test_a_task_replayed_after_the_agent_restarts_is_refused_and_nothing_attache
         assert not (agent_programs(lab, "server") - held_before) & loaded_programs
         wait_for(lambda: bool(statuses), 10, "the rejected status")
         assert [json.loads(message.data)["state"] for message in statuses] == ["rejected"]
-        watcher.close()
     finally:
         attacker.close()
+        if watcher is not None:
+            watcher.close()
 
 
 # -- 2. statuses and records take their host from the subject ------------------------------------------------
@@ -456,8 +463,20 @@ def test_a_flood_on_one_agents_audit_subject_leaves_the_controllers_audit_workin
     try:
         # Messages as big as NATS allows (1 MiB), more than the whole store holds; then many of a size an
         # agent's record may have.
-        evil.publish_many("netsleuth.audit.agent.client", b'{"pad": "' + b"x" * (MIB - 16) + b'"}', 600)
-        evil.publish_many("netsleuth.audit.agent.client", b'{"pad": "' + b"y" * 15_000 + b'"}', 1500)
+        flood = evil.publish_many(
+            "netsleuth.audit.agent.client", b'{"pad": "' + b"x" * (MIB - 16) + b'"}', 600
+        )
+        # While it floods, the controller writes (a refused session is audited before the 4xx) and reads.
+        with api(controller) as alice:
+            during = alice.post(
+                "/api/v1/sessions", json={"hosts": ["nosuchhost"], "diagnostic": "drops", "duration": 1}
+            )
+        assert during.status_code == 404, during.text
+        assert any(r["reason"] == during.json()["error"] for r in audit(controller, since=str(since)))
+        flood.result(300)
+        evil.publish_many("netsleuth.audit.agent.client", b'{"pad": "' + b"y" * 15_000 + b'"}', 1500).result(
+            300
+        )
         # Statuses for sessions nobody runs (the server keeps each host's last status of each session).
         for index in range(1300):  # 78 MB: more than the stream's 64 MiB
             status = {
