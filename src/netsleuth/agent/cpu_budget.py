@@ -14,7 +14,12 @@ from collections.abc import Callable, Sequence
 
 from netsleuth.bpf.stats import ProgramStats, program_stats
 
-__all__ = ["CpuBudget"]
+__all__ = ["SESSION_NEEDS", "CpuBudget"]
+
+# What every session on an agent needs whatever its diagnostic (netsleuth.bpf.features names): the agent holds
+# each session to its CPU budget, so without run-time accounting it refuses them all (agent/sessions.py for
+# local sessions, fleet/agent_link.py for fleet tasks).
+SESSION_NEEDS = ("bpf_stats",)
 
 _WINDOW_S = 1.0
 _MIN_SPAN_S = 0.5  # a shorter span is too noisy to abort anything on

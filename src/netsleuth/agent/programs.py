@@ -11,22 +11,10 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from netsleuth.bpf.stats import ProgramStats, program_stats
 
-__all__ = ["ProgramCost", "ProgramLedger", "bpf_stats_sysctl_enabled"]
-
-_BPF_STATS_SYSCTL = Path("/proc/sys/kernel/bpf_stats_enabled")
-
-
-def bpf_stats_sysctl_enabled(path: Path = _BPF_STATS_SYSCTL) -> bool:
-    """kernel.bpf_stats_enabled=1: run-time accounting is on for everyone (what the systemd unit sets when
-    the agent lacks CAP_SYS_ADMIN for BPF_ENABLE_STATS)."""
-    try:
-        return path.read_text().strip() == "1"
-    except OSError:
-        return False
+__all__ = ["ProgramCost", "ProgramLedger"]
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,13 @@ from netsleuth.agent.function_names import FunctionNames
 from netsleuth.agent.http import TcpServer, UnixServer, bind_tcp, bind_unix
 from netsleuth.agent.link_collector import LinkCollector
 from netsleuth.agent.netstat_collector import NetstatCollector
-from netsleuth.agent.programs import ProgramLedger, bpf_stats_sysctl_enabled
+from netsleuth.agent.programs import ProgramLedger
 from netsleuth.agent.self_collector import ScrapeTimings, SelfCollector, TimedCollector
 from netsleuth.agent.session_diagnostics import DiagnosticContext
 from netsleuth.agent.sessions import SessionManager
 from netsleuth.agent.softnet_collector import InterruptsCollector, SoftnetCollector
 from netsleuth.bpf.features import require_tracing
-from netsleuth.bpf.stats import RunTimeStats
+from netsleuth.bpf.stats import RunTimeStats, bpf_stats_sysctl_enabled
 from netsleuth.kernel.reasons import load_drop_reasons
 
 if TYPE_CHECKING:

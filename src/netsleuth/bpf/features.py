@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -23,6 +23,7 @@ from typing import Protocol
 from netsleuth.bpf import _libbpf
 from netsleuth.bpf.btf import VMLINUX_BTF, vmlinux_btf
 from netsleuth.bpf.errors import MissingFeature
+from netsleuth.bpf.stats import bpf_stats_sysctl_enabled
 from netsleuth.errors import EnvironmentProblem
 
 __all__ = [
@@ -31,8 +32,10 @@ __all__ = [
     "TracepointSource",
     "consume_skb_location",
     "drop_reasons",
+    "feature_names",
     "features",
     "kfree_skb_rx_sk",
+    "lacking",
     "probe_all",
     "require_tracepoints",
     "require_tracing",
@@ -219,14 +222,22 @@ def require_tracing(ring_buffer: bool = True) -> Features:
             "loading BPF programs needs root (or CAP_BPF + CAP_PERFMON + CAP_NET_ADMIN): run it with sudo"
         )
     if not found.btf:
-        raise MissingFeature(
-            "kernel BTF (/sys/kernel/btf/vmlinux)",
-            "5.4 built with CONFIG_DEBUG_INFO_BTF=y",
-            "use a distribution kernel that ships BTF",
-        )
+        raise _no_btf()
     if ring_buffer and not found.ring_buffer:
-        raise MissingFeature("BPF ring buffers", "5.8")
+        raise _no_ring_buffer()
     return found
+
+
+def _no_btf() -> MissingFeature:
+    return MissingFeature(
+        "kernel BTF (/sys/kernel/btf/vmlinux)",
+        "5.4 built with CONFIG_DEBUG_INFO_BTF=y",
+        "use a distribution kernel that ships BTF",
+    )
+
+
+def _no_ring_buffer() -> MissingFeature:
+    return MissingFeature("BPF ring buffers", "5.8")
 
 
 # -- program types, by really loading and attaching ---------------------------------------------------------
@@ -388,5 +399,90 @@ def probe_all() -> dict[str, bool | str]:
         "retransmit_err": btf and retransmit_err(),
         "perf_event_profiling": _probe_perf_event_profiling(),
         "cgroup_v2": _cgroup_v2_path(),
-        "bpf_stats": can_load and _probe_bpf_stats(),
+        # Can BPF run-time accounting be on: this process turns it on, or the sysctl has it on for everyone.
+        "bpf_stats": can_load and (_probe_bpf_stats() or bpf_stats_sysctl_enabled()),
     }
+
+
+# -- what a missing probe means -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Fact:
+    """One probe_all() key as a person reads its absence. `after`: the facts probe_all() needs before it
+    probes this one (no program loads without privileges, no typed tracepoint without BTF), so when one of
+    those is missing it is the reason, not this."""
+
+    lacking: str
+    after: tuple[str, ...] = ()
+
+
+_FACTS: dict[str, _Fact] = {
+    "can_trace": _Fact(
+        "the agent may not load BPF programs: run it as root, or with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN"
+    ),
+    "btf": _Fact(str(_no_btf())),
+    "ring_buffer": _Fact(str(_no_ring_buffer()), ("can_trace",)),
+    # Program types are probed by loading one, so a refusal is what is known, not why. c4f6699dfcb8 "bpf:
+    # introduce BPF_RAW_TRACEPOINT" (4.17); ac4414b5ca47 "bpf: Introduce BPF_TRACE_RAW_TP" (tp_btf, 5.5);
+    # fec56f5890d9 "bpf: Introduce BPF trampoline" (fentry, 5.5), which patches the __fentry__ call that only
+    # a kernel built with CONFIG_FUNCTION_TRACER has.
+    "raw_tp": _Fact(
+        f"the kernel refused a raw tracepoint program (Linux {_RAW_TRACEPOINT_KERNEL} or newer has them)",
+        ("can_trace",),
+    ),
+    "tp_btf": _Fact(
+        "the kernel refused a BTF-typed tracepoint program (tp_btf: Linux 5.5 or newer)", ("can_trace", "btf")
+    ),
+    "fentry": _Fact(
+        "the kernel refused an fentry program (Linux 5.5 or newer, built with CONFIG_FUNCTION_TRACER)",
+        ("can_trace", "btf"),
+    ),
+    "kprobes": _Fact("this kernel has no kprobes (it was built without CONFIG_KPROBES)"),
+    "drop_reasons": _Fact(str(drop_reasons.missing()), ("btf",)),
+    "kfree_skb_rx_sk": _Fact(str(kfree_skb_rx_sk.missing()), ("btf",)),
+    "consume_skb_location": _Fact(str(consume_skb_location.missing()), ("btf",)),
+    "reset_reasons": _Fact(str(reset_reasons.missing()), ("btf",)),
+    "retransmit_err": _Fact(str(retransmit_err.missing()), ("btf",)),
+    "perf_event_profiling": _Fact(
+        "the agent cannot open a sampling CPU clock for every task (perf_event_open refused it: "
+        "kernel.perf_event_paranoid, or a seccomp profile that blocks perf_event_open)"
+    ),
+    "cgroup_v2": _Fact("the agent sees no cgroup v2 hierarchy mounted"),
+    "bpf_stats": _Fact(
+        "BPF run-time accounting is off and the agent cannot turn it on: give it CAP_SYS_ADMIN "
+        "(BPF_ENABLE_STATS, Linux 5.8 or newer) or set kernel.bpf_stats_enabled=1",
+        ("can_trace",),
+    ),
+}
+
+
+def lacking(found: Mapping[str, object], needs: Iterable[str]) -> list[str] | None:
+    """Why a host whose probe_all() gave `found` cannot meet `needs` (feature names), one sentence per root
+    cause: [] when it meets them all, None when `found` does not say (an agent that did not probe one of them,
+    or whose probes failed). A probe that was not run because an earlier one failed is explained by that one.
+    """
+    wanted = list(dict.fromkeys(needs))
+    causes: list[str] = []
+
+    def add(name: str) -> None:
+        fact = _FACTS[name]
+        for earlier in fact.after:
+            if not found.get(earlier):
+                add(earlier)
+                return
+        if fact.lacking not in causes:
+            causes.append(fact.lacking)
+
+    if any(name not in found or name not in _FACTS for name in wanted):
+        return None  # not probed by this agent (or by any: a plug-in's need this netsleuth does not know)
+    for name in wanted:
+        if not found[name]:
+            add(name)
+    return causes
+
+
+def feature_names() -> tuple[str, ...]:
+    """Every feature a diagnostic may name in its `needs`: the facts probe_all() reports (but the kernel
+    release, which is no feature)."""
+    return tuple(_FACTS)

@@ -5,16 +5,29 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from netsleuth.bpf import _libbpf
 
-__all__ = ["ProgramStats", "RunTimeStats", "program_stats"]
+__all__ = ["ProgramStats", "RunTimeStats", "bpf_stats_sysctl_enabled", "program_stats"]
 
 # Offsets in struct bpf_prog_info (include/uapi/linux/bpf.h; UAPI, so stable).
 _PROG_INFO_SIZE = 232
 _RUN_TIME_NS = 192
 _RUN_CNT = 200
 _BPF_STATS_RUN_TIME = 0
+
+
+_BPF_STATS_SYSCTL = Path("/proc/sys/kernel/bpf_stats_enabled")
+
+
+def bpf_stats_sysctl_enabled(path: Path = _BPF_STATS_SYSCTL) -> bool:
+    """kernel.bpf_stats_enabled=1: run-time accounting is on for everyone (what the systemd unit sets when
+    the agent lacks CAP_SYS_ADMIN for BPF_ENABLE_STATS)."""
+    try:
+        return path.read_text().strip() == "1"
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)

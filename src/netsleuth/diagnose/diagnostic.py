@@ -47,4 +47,5 @@ DIAGNOSTIC: DiagnosticSpec[DiagnoseConfig] = DiagnosticSpec(
     open=_open,
     objects=("drops", "tcp"),
     records=("verdict", "summary"),
+    needs=("can_trace", "btf", "raw_tp"),  # tp_btf, or raw_tp where it is missing; a perf buffer will do
 )

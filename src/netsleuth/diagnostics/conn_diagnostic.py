@@ -266,4 +266,5 @@ DIAGNOSTIC: DiagnosticSpec[ConnConfig] = DiagnosticSpec(
     open=lambda config, context: ConnDiagnostic(config, context),
     objects=("tcp", "drops"),
     records=("conn", "summary"),
+    needs=("can_trace", "btf", "raw_tp"),  # tp_btf, or raw_tp where it is missing; a perf buffer will do
 )

@@ -687,4 +687,5 @@ DIAGNOSTIC: DiagnosticSpec[DnsConfig] = DiagnosticSpec(
     open=_open,
     objects=("dns",),
     records=("dns", "dns_timeout", "dns_unmatched", "dns_drop", "summary"),
+    needs=("can_trace", "btf", "raw_tp", "ring_buffer"),  # tp_btf, or raw_tp where it is missing
 )

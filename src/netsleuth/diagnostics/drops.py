@@ -667,4 +667,5 @@ DIAGNOSTIC: DiagnosticSpec[DropsConfig] = DiagnosticSpec(
     open=lambda config, context: DropsDiagnostic(config, context),
     objects=("drops",),
     records=("drop", "summary"),
+    needs=("can_trace", "btf", "raw_tp"),  # tp_btf, or raw_tp where it is missing; a perf buffer will do
 )

@@ -196,6 +196,9 @@ class DiagnosticSpec(Generic[ConfigT]):
     open: Callable[[ConfigT, KernelContext | None], DiagnosticSession]
     objects: tuple[str, ...]  # the BPF objects it loads (src/netsleuth/_generated/<name>.bpf.o)
     records: tuple[str, ...]  # the record types its sessions produce (netsleuth.diagnostics.schema)
+    # The kernel features it cannot run without (netsleuth.bpf.features.probe_all names), so a host can say
+    # which diagnostics it runs and, for the others, why not.
+    needs: tuple[str, ...] = ()
 
     def config_from_json(self, data: object) -> ConfigT:
         return self.read(ConfigInput.from_json(data, self.name, self.keys))

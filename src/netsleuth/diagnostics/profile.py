@@ -516,4 +516,5 @@ DIAGNOSTIC: DiagnosticSpec[ProfileConfig] = DiagnosticSpec(
     open=lambda config, context: ProfileDiagnostic(config, context),
     objects=("profile",),
     records=("stack", "summary"),
+    needs=("can_trace", "btf", "ring_buffer", "perf_event_profiling"),  # a CPU clock per CPU samples it
 )

@@ -677,4 +677,5 @@ DIAGNOSTIC: DiagnosticSpec[RouteConfig] = DiagnosticSpec(
     open=lambda config, context: RouteDiagnostic(config, context),
     objects=("route",),
     records=("route", "neigh", "route_drop", "summary"),
+    needs=("can_trace", "btf", "raw_tp", "ring_buffer"),  # tp_btf, or raw_tp where it is missing
 )

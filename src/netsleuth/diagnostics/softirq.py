@@ -557,4 +557,5 @@ DIAGNOSTIC: DiagnosticSpec[SoftirqConfig] = DiagnosticSpec(
     open=lambda config, context: SoftirqDiagnostic(config, context),
     objects=("softirq",),
     records=("summary",),
+    needs=("can_trace", "btf", "raw_tp", "ring_buffer"),  # tp_btf, or raw_tp where it is missing
 )

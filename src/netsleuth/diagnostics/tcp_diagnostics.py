@@ -366,6 +366,9 @@ _RECORD_OF_VIEW = {
     "queues": "queue",
 }
 
+# tp_btf, or raw_tp where it is missing; events go through a perf buffer on a kernel without ring buffers.
+TCP_NEEDS = ("can_trace", "btf", "raw_tp")
+
 DIAGNOSTICS: dict[str, DiagnosticSpec[Any]] = {
     "resets": DiagnosticSpec(
         name="resets",
@@ -375,6 +378,7 @@ DIAGNOSTICS: dict[str, DiagnosticSpec[Any]] = {
         open=lambda config, context: ResetsDiagnostic(config, context),
         objects=("tcp",),
         records=("reset", "abort", "summary"),
+        needs=TCP_NEEDS,
     ),
     **{
         f"tcp.{name}": DiagnosticSpec(
@@ -385,6 +389,7 @@ DIAGNOSTICS: dict[str, DiagnosticSpec[Any]] = {
             open=lambda config, context: TcpEventsDiagnostic(config, context),
             objects=("tcp",),
             records=(_RECORD_OF_VIEW[name], "summary"),
+            needs=TCP_NEEDS,
         )
         for name, text in TCP_HELP.items()
     },

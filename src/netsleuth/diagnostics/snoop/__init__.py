@@ -53,6 +53,8 @@ def _spec(mode: str, help_text: str) -> DiagnosticSpec[SnoopConfig]:
         # address scope cannot be.
         scope=ScopeTraits(netns_field="netns", address_field=None),
         view=_view(mode),
+        # Classic tracepoints (opened by their tracefs id), events through the ring buffer.
+        needs=("can_trace", "btf", "ring_buffer"),
     )
 
 
