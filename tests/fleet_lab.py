@@ -514,11 +514,13 @@ class FleetLab:
         timeout: float = 30,
         scoped: bool = True,
         nkey_seed: bytes | None = None,
+        argv_prefix: Sequence[str] = (),
     ) -> AgentProcess:
         """Start (or restart) a host's agent. `scoped=False`: an agent for the whole machine, as on a real
         host (no `fleet.netns`): its tasks are confined to the namespaces their scope names, or to the
         agent's own (the root namespace) when the scope names none. `nkey_seed` (auth="nkey" labs): log in
-        with that seed instead of the host's own, e.g. one the server does not list."""
+        with that seed instead of the host's own, e.g. one the server does not list. `argv_prefix`: what
+        the agent is started under (e.g. setpriv with the systemd unit's capabilities)."""
         host = self.hosts[name]
         agent = self._agents.get(name)
         if agent is not None and agent.running():
@@ -532,6 +534,7 @@ class FleetLab:
         log = agent.log_path.open("ab")
         agent.process = subprocess.Popen(
             [
+                *argv_prefix,
                 PYTHON,
                 "-m",
                 "netsleuth",
@@ -628,6 +631,24 @@ class FleetLab:
             return HostEntry.from_json(decode(entry.value, "host entry")) if entry.value else None
 
         return self._run(get())
+
+    def put_registry_entry(self, entry: HostEntry) -> None:
+        """Write a host's entry as the admin (a test's recording of a host this machine cannot be)."""
+
+        async def put() -> None:
+            client = await self._admin_client()
+            kv = await client.jetstream().key_value(HOSTS_BUCKET)
+            await kv.put(entry.host, entry.encode())
+
+        self._run(put())
+
+    def delete_registry_entry(self, host: str) -> None:
+        async def delete() -> None:
+            client = await self._admin_client()
+            kv = await client.jetstream().key_value(HOSTS_BUCKET)
+            await kv.delete(host)
+
+        self._run(delete())
 
     def wait_registered(
         self, names: Iterable[str], since_ns: int = 0, timeout: float = 20

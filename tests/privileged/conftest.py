@@ -1,9 +1,10 @@
-"""Fixtures for privileged tests: a two-host lab, and the C flood sender compiled once per session."""
+"""Fixtures for privileged tests: a two-host lab, the C flood sender compiled once per session, and
+kernel.bpf_stats_enabled set for a test and restored."""
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from tests.netlab import Host, Lab
 
 REPO = Path(__file__).resolve().parents[2]
+BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 
 
 @dataclass
@@ -43,3 +45,17 @@ def udpflood(tmp_path_factory: pytest.TempPathFactory) -> str:
     binary = tmp_path_factory.mktemp("bin") / "udpflood"
     subprocess.run(["gcc", "-O2", "-o", str(binary), str(REPO / "bench" / "udpflood.c")], check=True)
     return str(binary)
+
+
+@pytest.fixture
+def bpf_stats_sysctl() -> Iterator[Callable[[str], None]]:
+    """Set kernel.bpf_stats_enabled as the agent unit's ExecStartPre does; the original value is restored."""
+    original = BPF_STATS.read_text().strip()
+
+    def set_to(value: str) -> None:
+        BPF_STATS.write_text(value)
+
+    try:
+        yield set_to
+    finally:
+        BPF_STATS.write_text(original)

@@ -6,7 +6,7 @@ unbounded."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,6 @@ from tests.privileged.test_agent_harness import AgentProcess
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "packaging" / "netsleuth-agent.service"
-BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 # include/uapi/linux/capability.h
 CAP_BITS = {
     "CAP_DAC_READ_SEARCH": 2,
@@ -49,20 +48,6 @@ def setpriv_prefix(capabilities: list[str]) -> list[str]:
         "--no-new-privs",
         "--",
     ]
-
-
-@pytest.fixture
-def bpf_stats_sysctl() -> Iterator[Callable[[str], None]]:
-    """Set kernel.bpf_stats_enabled as the unit's ExecStartPre does; the original value is restored."""
-    original = BPF_STATS.read_text().strip()
-
-    def set_to(value: str) -> None:
-        BPF_STATS.write_text(value)
-
-    try:
-        yield set_to
-    finally:
-        BPF_STATS.write_text(original)
 
 
 def effective_caps(pid: int) -> int:

@@ -9,13 +9,15 @@ control is labelled), and compare what the page shows with what the API says.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from playwright.sync_api import Browser, Page, expect
 from tests.controller_lab import ControllerProcess
 from tests.fleet_lab import VIP, FleetLab
 from tests.netlab import wait_for
+from tests.privileged.test_agent_capabilities import setpriv_prefix, unit_capabilities
 from tests.ui_browser import BrowserPage, browser, open_page, sign_in
 
 pytestmark = pytest.mark.privileged
@@ -37,6 +40,7 @@ HOSTS = ("client", "lb", "server")
 RULE = "-A INPUT -p tcp -m tcp --dport 8080 -j DROP"
 SERVICE_PORT = 80  # the VIP's port; the lb DNATs it to server:8080, where the firewall drops it
 NARROW_USER = "carol"
+ENDED_AT = r"Ended at \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"  # the page's UTC time of the session's end
 OIDC_ISSUER = "https://idp.example"
 OIDC_AUDIENCE = "netsleuth"
 
@@ -250,12 +254,26 @@ def test_sign_in_diagnose_three_hosts_far_firewall_verdict_and_every_host_ended(
         expect(card(page, host).locator('dd[data-k="total"]')).to_have_text(f"{totals['total']:,}")
         expect(card(page, host).locator('dd[data-k="lost"]')).to_have_text(f"{totals['lost']:,}")
     expect(page.locator(".session-head .badge")).to_have_text("ended")
+    expect_ended(page, body)
     # The merged timeline holds the records, grouped per flow on request with one line per hop.
     assert page.locator(".trow").count() > 0
     page.get_by_label("Group by flow (one line per hop)").check()
     expect(page.locator(".trow.group").first).to_be_visible()
     stack.shot(page, "timeline-grouped", selector=".timeline")
     opened.assert_no_errors()
+
+
+def expect_ended(page: Page, body: dict[str, Any]) -> None:
+    """An ended session says that it ended, when, and how many records its hosts sent (the controller's
+    count); nothing on it waits for more: no "Follow new records", no "yet"."""
+    records = sum(status["records"] for status in body["hosts"].values())
+    assert records == body["timeline_length"] > 0, body["hosts"]
+    plural = "" if records == 1 else "s"
+    expect(page.locator(".ended-note")).to_have_text(
+        re.compile(rf"^{ENDED_AT}: {records:,} record{plural} from {len(body['hosts'])} hosts\.$")
+    )
+    expect(page.get_by_label("Follow new records")).to_be_hidden()
+    expect(page.get_by_text("No per-event records yet")).to_have_count(0)
 
 
 def test_conn_on_three_hosts_shows_the_per_hop_verdict_across_the_dnat(stack: UiStack) -> None:
@@ -331,7 +349,8 @@ def narrow_refusal(stack: UiStack) -> dict[str, Any]:
     page.get_by_label("Duration (seconds)").fill("600")
     page.get_by_role("button", name="Start diagnosis").click()
     error = page.locator(".form-error:not([hidden])")
-    expect(error).to_have_text("duration 600 s is above your maximum of 10 s.")
+    expect(error).to_have_text("Duration (seconds): 600 s is above your maximum of 10 s.")
+    expect(page.get_by_label("Duration (seconds)")).to_have_attribute("aria-invalid", "true")
     # Nothing sticks out of the narrow window: the page does not scroll sideways.
     assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1")
     stack.shot(page, "new-diagnosis-refused-narrow-window")
@@ -368,9 +387,10 @@ def test_a_narrow_role_sees_only_its_diagnostics_and_namespaces_and_a_crafted_re
         assert [s for s in client.get("/api/v1/sessions").json() if s["diagnostic"] == "diagnose"] == []
 
 
-def test_a_bad_filter_is_refused_with_the_servers_sentence_next_to_the_form(stack: UiStack) -> None:
-    """The same validation and sentence as the CLI: the page sends the filter as typed, the server checks it
-    with the diagnostic's own config parser, and its 4xx sentence appears next to the form."""
+def test_a_bad_filter_is_refused_naming_the_forms_field_not_the_clis_flag(stack: UiStack) -> None:
+    """The same validation as the CLI: the page sends the filter as typed, the server checks it with the
+    diagnostic's own config parser. Its 4xx keeps the CLI's sentence (for the CLI) and names the field apart;
+    the page marks that field and words the problem with the field's own label, never `--dport`."""
     client_netns = stack.lab.hosts["client"].netns
     opened = stack.page(NARROW_USER)
     page = opened.page
@@ -386,9 +406,18 @@ def test_a_bad_filter_is_refused_with_the_servers_sentence_next_to_the_form(stac
     with stack.api(NARROW_USER) as client:
         answer = client.post("/api/v1/sessions", json={**bad, "duration": 10})
     assert 400 <= answer.status_code < 500, answer.text
-    expect(error).to_have_text(answer.json()["error"])
-    assert "99999" in answer.json()["error"]
+    refusal = answer.json()
+    assert refusal["field"] == "dport" and "99999" in refusal["problem"], refusal
+    assert "--dport" in refusal["error"]  # the CLI's sentence stays the CLI's
+    expect(error).to_have_text(f"Destination port: {refusal['problem']}.")
+    assert "--" not in error.inner_text()
+    port = page.get_by_label("Destination port")
+    expect(port).to_have_attribute("aria-invalid", "true")
+    expect(port).to_be_focused()
     stack.shot(page, "new-diagnosis-bad-filter")
+    # Mending the field clears the mark.
+    port.fill("8080")
+    expect(port).not_to_have_attribute("aria-invalid", "true")
     opened.assert_no_errors()
 
 
@@ -497,6 +526,8 @@ def test_history_reopens_the_session_and_the_audit_lists_the_three_decisions(sta
     page.locator(f'tr[data-session="{diagnose}"] a').click()
     expect(page.get_by_text("Reopened from history (read-only).")).to_be_visible()
     expect(page.get_by_role("button", name="Cancel session")).to_be_hidden()
+    with stack.api("alice") as client:
+        expect_ended(page, client.get(f"/api/v1/sessions/{diagnose}").json())
     expect(page.locator(".verdict").filter(has_text=RULE).first).to_be_visible()
     for host in HOSTS:
         expect(card(page, host)).to_have_attribute("data-state", "ended")
@@ -513,6 +544,18 @@ def test_history_reopens_the_session_and_the_audit_lists_the_three_decisions(sta
     expect(creates.filter(has_text=diagnose).locator(".badge")).to_have_text("allow")
     refused = creates.filter(has_text=NARROW_USER).filter(has_text="diagnose")
     expect(refused.first.locator(".badge")).to_have_text("deny")
+    # A session's end is no "allow": it shows what came of it, and the hosts that did not end, with why.
+    with stack.api("root") as client:
+        ends = {e["session"]: e for e in client.get("/api/v1/audit").json() if e["action"] == "session.end"}
+    assert ends[diagnose]["result"] == "ended" and ends[killed]["result"] == "partial", ends
+    finished = page.locator('tr[data-action="session.end"]')
+    expect(finished.filter(has_text=diagnose).locator(".badge")).to_have_text("ended")
+    partial = finished.filter(has_text=killed)
+    expect(partial.locator(".badge")).to_have_text("partial")
+    expect(partial).to_have_attribute("data-result", "partial")
+    server = ends[killed]["host_states"]["server"]
+    expect(partial.locator(".unfinished")).to_have_text(f"server failed: {server['reason']}")
+    assert "stopped answering" in server["reason"]
     stack.shot(page, "audit")
     # Filtering narrows the table to the refusals of that user only.
     page.get_by_label("User").fill(NARROW_USER)
@@ -525,3 +568,144 @@ def test_history_reopens_the_session_and_the_audit_lists_the_three_decisions(sta
     users = rows.locator("td:nth-child(2)").all_inner_texts()
     assert all(re.match(NARROW_USER, text) for text in users), users
     admin.assert_no_errors()
+
+
+# What a Linux 5.4 kernel built with BTF probes differently from this one (netsleuth.bpf.features): no tp_btf
+# or fentry (5.5), no ring buffers (5.8), none of the newer tracepoint arguments. Run-time accounting is on
+# there only because its administrator set kernel.bpf_stats_enabled=1 (BPF_ENABLE_STATS is 5.8 too).
+LINUX_5_4_LACKS = dict.fromkeys(
+    (
+        "ring_buffer",
+        "tp_btf",
+        "fentry",
+        "drop_reasons",
+        "kfree_skb_rx_sk",
+        "consume_skb_location",
+        "reset_reasons",
+        "retransmit_err",
+    ),
+    False,
+)
+OLD_HOST = "old-kernel"
+NO_ACCOUNTING = (
+    "BPF run-time accounting is off and the agent cannot turn it on: give it CAP_SYS_ADMIN "
+    "(BPF_ENABLE_STATS, Linux 5.8 or newer) or set kernel.bpf_stats_enabled=1"
+)
+
+
+def listed_hosts(stack: UiStack) -> dict[str, dict[str, Any]]:
+    with stack.api("root") as client:
+        return {host["host"]: host for host in client.get("/api/v1/hosts").json()}
+
+
+def test_the_hosts_page_says_which_diagnostics_each_host_runs_and_why_not_in_words(
+    stack: UiStack, bpf_stats_sysctl: Callable[[str], None]
+) -> None:
+    """The controller answers, per host, which of its diagnostics it can run and why not the others (each
+    diagnostic's needs and every agent session's, against what its agent probed); the page shows that, with
+    the raw BPF flags folded away, and the agents agree.
+
+    lb's agent is restarted as the systemd unit runs it (its capabilities, so no CAP_SYS_ADMIN) on a machine
+    whose kernel.bpf_stats_enabled is 0, as when the unit's ExecStartPre is missing: it cannot account its
+    programs' run time, so it refuses every session, and the page says so before anyone tries. A kernel this
+    machine cannot be - 5.4 - is the entry the client's agent registered with the facts 5.4 probes
+    differently, written into the registry."""
+    opened = stack.page("root")
+    page = opened.page
+    listed = listed_hosts(stack)
+    for host in HOSTS:
+        support = listed[host]["support"]
+        assert [entry["diagnostic"] for entry in support] == listed[host]["diagnostics"], support
+        assert all(entry["runs"] is True for entry in support), support  # this machine runs them all
+        row = page.locator(f'tr[data-host="{host}"]')
+        expect(row.locator("td.support")).to_contain_text(f"Runs all {len(support)} diagnostics")
+        # The flags are there for whoever wants them, folded: none shows until asked for.
+        expect(row.locator("details.features summary")).to_have_text("BPF features")
+        expect(row.locator("details.features .tag").first).to_be_hidden()
+    real = stack.lab.registry()["client"]
+    now_ns = time.time_ns()
+    old = dataclasses.replace(
+        real,
+        host=OLD_HOST,
+        hostname=OLD_HOST,
+        kernel="5.4.0-216-generic",
+        features={**real.features, **LINUX_5_4_LACKS, "kernel": "5.4.0-216-generic"},
+        labels={"role": OLD_HOST},
+        namespaces=[],
+        containers=[],
+        heartbeat=datetime.datetime.fromtimestamp(now_ns / 1e9, datetime.UTC).isoformat(),
+        heartbeat_ns=now_ns,
+    )
+    try:
+        bpf_stats_sysctl("0")
+        stack.lab.stop_agent("lb")
+        stack.lab.start_agent("lb", argv_prefix=setpriv_prefix(unit_capabilities()))
+        stack.lab.put_registry_entry(old)
+        wait_for(
+            lambda: (
+                OLD_HOST in listed_hosts(stack)
+                and listed_hosts(stack)["lb"]["features"]["bpf_stats"] is False
+            ),
+            30,
+            f"the controller to list {OLD_HOST} and lb's agent without run-time accounting",
+        )
+        listed = listed_hosts(stack)
+        # lb runs none: every session needs the accounting its agent cannot have.
+        lb = listed["lb"]["support"]
+        assert lb and all(entry["runs"] is False and entry["why"] == [NO_ACCOUNTING] for entry in lb), lb
+        lb_row = page.locator('tr[data-host="lb"]')
+        expect(lb_row.locator("td.support")).to_contain_text(
+            f"Runs none of its {len(lb)} diagnostics", timeout=15_000
+        )
+        expect(lb_row.locator(".why-not li")).to_have_text(f"Cannot run any of them: {NO_ACCOUNTING}.")
+        # The 5.4 kernel runs what does without ring buffers.
+        support = listed[OLD_HOST]["support"]
+        cannot = [entry for entry in support if entry["runs"] is False]
+        assert 0 < len(cannot) < len(support), support
+        assert {tuple(entry["why"]) for entry in cannot} == {
+            ("this kernel lacks BPF ring buffers (needs Linux 5.8 or newer)",)
+        }
+        row = page.locator(f'tr[data-host="{OLD_HOST}"]')
+        runs = len(support) - len(cannot)
+        expect(row.locator("td.support")).to_contain_text(
+            f"Runs {runs} of {len(support)} diagnostics", timeout=15_000
+        )
+        names = ", ".join(entry["diagnostic"] for entry in cannot)
+        expect(row.locator(".why-not li")).to_have_text(
+            f"Cannot run {names}: this kernel lacks BPF ring buffers (needs Linux 5.8 or newer)."
+        )
+        stack.shot(page, "hosts-what-each-runs")
+        # The runnable ones are one click away; the flags another.
+        row.locator("details.runnable summary").click()
+        shown = row.locator("details.runnable .tag").all_inner_texts()
+        assert shown == [entry["diagnostic"] for entry in support if entry["runs"]], shown
+        row.locator("details.features summary").click()
+        expect(row.locator("details.features .tag.lacks").filter(has_text="no ring_buffer")).to_be_visible()
+        # New diagnosis says so as soon as such a host and diagnostic are chosen, before any request.
+        page.goto("/#/new")
+        page.get_by_role("heading", name="New diagnosis").wait_for()
+        page.get_by_role("checkbox", name=OLD_HOST).check()
+        page.get_by_label("Diagnostic").select_option(cannot[0]["diagnostic"])
+        hint = page.locator(".field").filter(has=page.get_by_label("Diagnostic")).locator(".hint")
+        expect(hint).to_have_text(f"{OLD_HOST} cannot run it: {cannot[0]['why'][0]}.")
+        page.get_by_role("checkbox", name=OLD_HOST).uncheck()
+        page.get_by_role("checkbox", name="lb").check()
+        page.get_by_label("Diagnostic").select_option("drops")
+        expect(hint).to_have_text(f"lb cannot run it: {NO_ACCOUNTING}.")
+        # And lb's agent agrees: sent anyway, the task is refused with its own sentence.
+        page.get_by_role("button", name="Start diagnosis").click()
+        session_id(page)
+        wait_cards(page, {"lb": "rejected"}, 30)
+        expect(card(page, "lb")).to_contain_text("BPF run-time accounting is off")
+        opened.assert_no_errors()
+    finally:
+        stack.lab.delete_registry_entry(OLD_HOST)
+        stack.lab.stop_agent("lb")
+        stack.lab.start_agent("lb")
+        wait_for(
+            lambda: (
+                OLD_HOST not in listed_hosts(stack) and listed_hosts(stack)["lb"]["features"]["bpf_stats"]
+            ),
+            30,
+            f"{OLD_HOST} to leave the registry and lb's agent to come back as it was",
+        )

@@ -3,7 +3,9 @@ authentication and authorisation on every request and an audit record for every 
 
 Errors are always `{"error": "<one sentence>"}` with a 4xx code; anything a client sends must not produce a
 500, so bodies are parsed by hand (requests.py) rather than by FastAPI's validation, whose 422 answers are
-lists of objects, not sentences.
+lists of objects, not sentences. A refused value also names its config field and the problem apart
+(`"field": "dport", "problem": "99999 is not a port: ..."`): the sentence names the CLI's flag for the CLI,
+and a form marks its own field and words it with its own label.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from netsleuth.controller.streams import connect_nats, ensure_streams
 from netsleuth.diagnostics.filters import read_for_another_host
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 from netsleuth.errors import UsageError
+from netsleuth.fleet.host_support import SupportTable, diagnostic_needs
 from netsleuth.fleet.protocol import Scope, private_key_from_text
+from netsleuth.spec.configs import ConfigError
 
 __all__ = ["Services", "create_app"]
 
@@ -57,14 +61,23 @@ class Services:
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    """A refusal: its status and sentence; `field` and `problem` when one config field is to blame."""
+
+    def __init__(
+        self, status: int, message: str, field: str | None = None, problem: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.field = field
+        self.problem = problem
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, field: str | None = None, problem: str | None = None) -> JSONResponse:
+    body = {"error": message}
+    if field is not None:
+        body.update(field=field, problem=problem or message)
+    return JSONResponse(body, status_code=status)
 
 
 def _remote(request: Request) -> str | None:
@@ -86,7 +99,12 @@ def create_app(config: ControllerConfig) -> FastAPI:
         js = nc.jetstream()
         await ensure_streams(js, config)
         audit = AuditLog(js)
-        registry = HostRegistry(js, config.sessions.stale_after)
+        # What each diagnostic needs imports every diagnostic (a second, more on a busy machine): here, once,
+        # rather than in the first GET /hosts a signed-in page waits for.
+        support = SupportTable(await asyncio.to_thread(diagnostic_needs))
+        registry = HostRegistry(
+            js, config.sessions.stale_after, lambda host: {"support": _support(support, host)}
+        )
         await registry.start()
         manager = SessionManager(
             nc,
@@ -118,7 +136,7 @@ def create_app(config: ControllerConfig) -> FastAPI:
     # -- errors -----------------------------------------------------------------------------------------
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError) -> JSONResponse:
-        return _error(error.status, error.message)
+        return _error(error.status, error.message, error.field, error.problem)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
@@ -229,6 +247,8 @@ def create_app(config: ControllerConfig) -> FastAPI:
         except (BadRequest, ApiError) as error:
             status = error.status
             message = error.message if isinstance(error, ApiError) else str(error)
+            field = error.field if isinstance(error, ApiError) else None
+            problem = error.problem if isinstance(error, ApiError) else None
             await services().audit.record(
                 user=who.user,
                 action="session.create",
@@ -241,7 +261,7 @@ def create_app(config: ControllerConfig) -> FastAPI:
                 remote=_remote(request),
                 outcome="refused",
             )
-            return _error(status, message)
+            return _error(status, message, field, problem)
         return JSONResponse(session.snapshot(timeline=False), status_code=201)
 
     async def _read_body(request: Request) -> bytes:
@@ -289,12 +309,11 @@ def create_app(config: ControllerConfig) -> FastAPI:
             raise ApiError(403, str(error)) from None
         problem = await asyncio.to_thread(_config_problem, data)
         if problem is not None:
-            raise ApiError(422, problem)
+            raise problem
         limits = svc.rbac.limits(who)
         if data.duration > limits.max_duration:
-            raise ApiError(
-                422, f"duration {data.duration:g} s is above your maximum of {limits.max_duration:g} s."
-            )
+            above = f"{data.duration:g} s is above your maximum of {limits.max_duration:g} s"
+            raise ApiError(422, f"duration {above}.", field="duration", problem=above)
         if len(chosen) > limits.max_hosts:
             raise ApiError(422, f"{len(chosen)} hosts is more than your maximum of {limits.max_hosts}.")
         running = svc.sessions.active_count(who.user)
@@ -468,11 +487,22 @@ def create_app(config: ControllerConfig) -> FastAPI:
     return app
 
 
-def _config_problem(data: SessionRequest) -> str | None:
+def _support(table: SupportTable, host: dict[str, Any]) -> list[dict[str, Any]]:
+    """Which of its diagnostics the host can run, and why not the others (netsleuth.fleet.host_support)."""
+    features = host.get("features")
+    offered = host.get("diagnostics")
+    return table.of(
+        features if isinstance(features, dict) else {},
+        [name for name in offered if isinstance(name, str)] if isinstance(offered, list) else [],
+    )
+
+
+def _config_problem(data: SessionRequest) -> ApiError | None:
     """The diagnostic's own sentence for a config it refuses (`--dport '99999' is not a port ...`), read
-    the way the agent will read it. `netns` is left out: it names a namespace on the hosts, not here (roles
-    decide who may name which, the agent whether it exists). A check that needs what this machine lacks
-    (BTF for drop reason names) is left to the agents, which refuse the task with the same sentence."""
+    the way the agent will read it, with the field to blame when there is one. `netns` is left out: it names
+    a namespace on the hosts, not here (roles decide who may name which, the agent whether it exists). A
+    check that needs what this machine lacks (BTF for drop reason names) is left to the agents, which refuse
+    the task with the same sentence."""
     spec = get_diagnostic(data.diagnostic)
     config = {key: value for key, value in data.config.items() if key != "netns"}
     if "duration" in spec.keys:
@@ -481,7 +511,10 @@ def _config_problem(data: SessionRequest) -> str | None:
         with read_for_another_host():  # whether a --pid or --dev exists is each agent's to say
             spec.config_from_json(config)
     except UsageError as error:
-        return f"invalid config for {data.diagnostic}: {str(error).rstrip('.')}."
+        sentence = f"invalid config for {data.diagnostic}: {str(error).rstrip('.')}."
+        if isinstance(error, ConfigError) and error.field is not None:
+            return ApiError(422, sentence, field=error.field, problem=error.problem.rstrip("."))
+        return ApiError(422, sentence)
     except Exception as error:  # not ours to judge here (EnvironmentProblem, ...): the agent will
         _log.info("config of %s not checked on the controller: %s", data.diagnostic, error)
     return None

@@ -17,7 +17,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -31,9 +31,18 @@ _log = logging.getLogger("netsleuth.controller")
 
 
 class HostRegistry:
-    def __init__(self, js: JetStreamContext, stale_after: float) -> None:
+    """`describe(entry)` gives what the controller adds to an entry from the entry alone (which diagnostics
+    the host can run): worked out once per heartbeat, not once per listing."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        stale_after: float,
+        describe: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         self._js = js
         self._stale_after = stale_after
+        self._describe = describe
         self._hosts: dict[str, dict[str, Any]] = {}
         self._task: asyncio.Task[None] | None = None
         self._kv: KeyValue | None = None
@@ -97,6 +106,8 @@ class HostRegistry:
             return
         if isinstance(entry, dict):
             entry["host"] = key  # the key is what the subject permissions tie to the agent: it wins
+            if self._describe is not None:
+                entry.update(self._describe(entry))
             self._hosts[key] = entry
 
     async def lookup(self, host: str) -> dict[str, Any] | None:

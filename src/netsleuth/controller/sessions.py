@@ -65,7 +65,7 @@ from netsleuth.fleet.protocol import (
     task_subject,
 )
 
-__all__ = ["FleetSession", "HostView", "SessionManager", "SessionSpec"]
+__all__ = ["FleetSession", "HostView", "SessionManager", "SessionSpec", "session_result"]
 
 _log = logging.getLogger("netsleuth.controller")
 _FINAL = frozenset({"ended", "failed", "rejected"})
@@ -241,6 +241,12 @@ class FleetSession:
         if timeline:
             body["timeline"] = self.merged.timeline()
         return body
+
+
+def session_result(state: str, partial: bool) -> str:
+    """A finished session in one word: `partial` when it ended with some host not ended (failed, rejected),
+    else its state (`ended`, `failed` when no host ended, `cancelled`)."""
+    return "partial" if state == "ended" and partial else state
 
 
 def _interrupted(body: dict[str, Any]) -> dict[str, Any]:
@@ -761,9 +767,12 @@ class SessionManager:
                 scope=session.spec.scope.to_json(),
                 outcome=f"{state}{' (partial)' if partial else ''}; {outcome}",
                 extra={
+                    # What came of it, as one word (ended, partial, failed, cancelled): an end is no decision,
+                    # and its "allow" says nothing about the hosts that failed.
+                    "result": session_result(state, partial),
                     "host_states": {
                         h: {"state": v.state, "reason": v.reason} for h, v in session.hosts.items()
-                    }
+                    },
                 },
             )
         # No await from here to final_json: readers see either the running session or the finished one.

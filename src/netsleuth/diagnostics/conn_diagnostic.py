@@ -36,10 +36,10 @@ def split_endpoint(text: str) -> tuple[str, int | None]:
         address, bracket, rest = text[1:].partition("]")
         if not bracket or (rest and not rest.startswith(":")):
             raise UsageError(f"--dst {text!r}: write an IPv6 endpoint as [ADDR]:PORT")
-        return address, parse_port(rest[1:], "--dst port") if rest else None
+        return address, parse_port(rest[1:], "--dst port", "dst") if rest else None
     if text.count(":") == 1:
         address, _, port = text.partition(":")
-        return address, parse_port(port, "--dst port")
+        return address, parse_port(port, "--dst port", "dst")
     return text, None
 
 

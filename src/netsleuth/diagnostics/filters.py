@@ -1,7 +1,8 @@
 """Filters shared by every packet diagnostic (drops, resets, tcp...): parsed and validated once, here.
 
-Bad input is a UsageError with one sentence (exit 2). The parsed `PacketFilter` is what each program's
-loader turns into its in-kernel configuration.
+Bad input is a ConfigError (a UsageError: one sentence, exit 2) that also names the field, so the web form
+marks it and words it with its own label while the CLI names the flag. The parsed `PacketFilter` is what each
+program's loader turns into its in-kernel configuration.
 
 Naming something this host does not have is bad input too: a `--pid` that is no process here (or is a
 thread, while the kernel filters by process), a `--netns` inode nothing holds (kernel/netns.py). An
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from netsleuth.diagnostics.model import ConfigInput
 from netsleuth.errors import NetsleuthError, UsageError
 from netsleuth.packet import proto_number
+from netsleuth.spec.configs import ConfigError
 
 if TYPE_CHECKING:
     from netsleuth.kernel.netns import NetnsNames
@@ -51,18 +53,24 @@ __all__ = [
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def parse_network(text: str) -> IpNetwork:
+def parse_network(text: str, key: str | None = None) -> IpNetwork:
+    """An address or CIDR; `key` names the config field it was given for (`dst`), if any."""
     try:
         return ipaddress.ip_network(text, strict=False)
     except ValueError:
-        raise UsageError(
-            f"{text!r} is not an IP address or CIDR (e.g. 198.18.0.1, 198.18.0.0/15, 2001:db8::/32)"
+        raise ConfigError(
+            key,
+            f"{text!r} is not an IP address or CIDR (e.g. 198.18.0.1, 198.18.0.0/15, 2001:db8::/32)",
+            flag=f"--{key}" if key else "",
         ) from None
 
 
-def parse_port(text: str, option: str) -> int:
+def parse_port(text: str, option: str, key: str | None = None) -> int:
+    """A port given with the CLI's `option` (`--dport`) for the config field `key` (default: the option's)."""
     if not text.isdigit() or not 0 < int(text) <= 65535:
-        raise UsageError(f"{option} {text!r} is not a port: give a number from 1 to 65535")
+        raise ConfigError(
+            key or option.lstrip("-"), f"{text!r} is not a port: give a number from 1 to 65535", flag=option
+        )
     return int(text)
 
 
@@ -229,14 +237,15 @@ def packet_filter_from_args(args: argparse.Namespace) -> PacketFilter:
 def _read_pid(values: ConfigInput) -> int | None:
     text = values.text("pid")
     if text is not None and (not text.isdigit() or int(text) <= 0):
-        raise UsageError(f"--pid {text!r} is not a process id")
+        raise ConfigError("pid", f"{text!r} is not a process id", flag="--pid")
     return int(text) if text is not None else None
 
 
 def _read_comm(values: ConfigInput) -> str | None:
     comm = values.text("comm")
     if comm is not None and not 0 < len(comm) <= 15:
-        raise UsageError(f"--comm {comm!r} must be 1 to 15 characters, as the kernel keeps it")
+        problem = f"{comm!r} must be 1 to 15 characters, as the kernel keeps it"
+        raise ConfigError("comm", problem, flag="--comm")
     return comm
 
 
@@ -278,16 +287,18 @@ def read_packet_filter(
     if proto_text is not None:
         proto = proto_number(proto_text)
         if proto is None:
-            raise UsageError(
-                f"unknown protocol {proto_text!r}: use tcp, udp, icmp, icmpv6, sctp or a number 0-255"
+            raise ConfigError(
+                "proto",
+                f"{proto_text!r} is an unknown protocol: use tcp, udp, icmp, icmpv6, sctp or a number 0-255",
+                flag="--proto",
             )
     pid, comm = _read_pid(values), _read_comm(values)
     dev = values.text("dev")
     if dev is not None and not 0 < len(dev) <= 15:
-        raise UsageError(f"--dev {dev!r} is not an interface name (1 to 15 characters)")
+        raise ConfigError("dev", f"{dev!r} is not an interface name (1 to 15 characters)", flag="--dev")
     family = values.raw("family")
     if family not in (None, 4, 6):
-        raise UsageError(f"family must be 4 or 6 (-4 or -6), not {family!r}")
+        raise ConfigError("family", f"must be 4 or 6 (-4 or -6), not {family!r}")
     netns = values.text("netns")
     if resolve_netns is None:
         from netsleuth.kernel.netns import resolve_netns_arg
@@ -298,14 +309,16 @@ def read_packet_filter(
         text = values.text(key)
         return parse_port(text, f"--{key}") if text is not None else None
 
-    hosts = tuple(parse_network(text) for text in values.texts("host"))
-    sources = tuple(parse_network(text) for text in values.texts("src"))
-    destinations = tuple(parse_network(text) for text in values.texts("dst"))
+    hosts = tuple(parse_network(text, "host") for text in values.texts("host"))
+    sources = tuple(parse_network(text, "src") for text in values.texts("src"))
+    destinations = tuple(parse_network(text, "dst") for text in values.texts("dst"))
     # -6 with an IPv4 address (or -4 with an IPv6 one) would match nothing, silently: say so instead.
     for network in (*hosts, *sources, *destinations):
         if family is not None and network.version != family:
-            raise UsageError(
-                f"-{family} contradicts the IPv{network.version} address {network}: drop one of them"
+            raise ConfigError(
+                "family",
+                f"contradicts the IPv{network.version} address {network}: drop one of them",
+                flag=f"-{family}",
             )
     packet_filter = PacketFilter(
         proto=proto,

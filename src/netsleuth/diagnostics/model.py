@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
+from netsleuth.spec.configs import ConfigError
 
 if TYPE_CHECKING:
     from netsleuth.kernel.context import KernelContext
@@ -77,10 +78,10 @@ class RunOptions:
     def read(cls, values: ConfigInput) -> RunOptions:
         duration = values.number("duration")
         if duration is not None and duration <= 0:
-            raise UsageError("--duration must be a positive number of seconds")
+            raise ConfigError("duration", "must be a positive number of seconds", flag="--duration")
         sample = values.integer("sample", default=1)
         if sample < 1:
-            raise UsageError("--sample must be 1 (every event) or more")
+            raise ConfigError("sample", "must be 1 (every event) or more", flag="--sample")
         return cls(summary=values.flag("summary"), sample=sample, duration=duration)
 
     def to_json(self) -> dict[str, Any]:
@@ -89,7 +90,8 @@ class RunOptions:
 
 class ConfigInput:
     """The raw values of one diagnostic's config, from CLI flags or from a JSON object, read with one set of
-    checks so both give the same one-sentence errors (they name the CLI flag: `--dport`).
+    checks so both give the same one-sentence errors (they name the CLI flag: `--dport`; as ConfigErrors they
+    also carry the field, for a form).
 
     JSON may give a number where the CLI gives text (`"dport": 53`) and one value where a flag repeats
     (`"host": "198.18.0.1"`); a JSON key the diagnostic does not know is an error, naming the ones it does.
@@ -125,6 +127,11 @@ class ConfigInput:
     def flag_name(key: str) -> str:
         return "--" + key.replace("_", "-")
 
+    @classmethod
+    def _bad(cls, key: str, problem: str) -> ConfigError:
+        """The field's error: the CLI reads `--flag problem`, a form marks the field `key`."""
+        return ConfigError(key, problem, flag=cls.flag_name(key))
+
     def raw(self, key: str) -> Any:
         return self._values.get(key)
 
@@ -133,7 +140,7 @@ class ConfigInput:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, str | int):
-            raise UsageError(f"{self.flag_name(key)} must be text or a number (got {value!r})")
+            raise self._bad(key, f"must be text or a number (got {value!r})")
         return str(value)
 
     def texts(self, key: str) -> list[str]:
@@ -144,7 +151,7 @@ class ConfigInput:
         texts = []
         for item in items:
             if isinstance(item, bool) or not isinstance(item, str | int):
-                raise UsageError(f"{self.flag_name(key)} must be text or a number (got {item!r})")
+                raise self._bad(key, f"must be text or a number (got {item!r})")
             texts.append(str(item))
         return texts
 
@@ -153,7 +160,7 @@ class ConfigInput:
         if value is None:
             return False
         if not isinstance(value, bool):
-            raise UsageError(f"{self.flag_name(key)} is true or false (got {value!r})")
+            raise self._bad(key, f"is true or false (got {value!r})")
         return value
 
     def integer(self, key: str, default: int) -> int:
@@ -163,7 +170,7 @@ class ConfigInput:
         if isinstance(value, str) and value.lstrip("-").isdigit():
             return int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UsageError(f"{self.flag_name(key)} must be a whole number (got {value!r})")
+            raise self._bad(key, f"must be a whole number (got {value!r})")
         return value
 
     def number(self, key: str) -> float | None:
@@ -174,9 +181,9 @@ class ConfigInput:
             try:
                 return float(value)
             except ValueError:
-                raise UsageError(f"{self.flag_name(key)} must be a number (got {value!r})") from None
+                raise self._bad(key, f"must be a number (got {value!r})") from None
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise UsageError(f"{self.flag_name(key)} must be a number (got {value!r})")
+            raise self._bad(key, f"must be a number (got {value!r})")
         return float(value)
 
 

@@ -5,9 +5,13 @@ const TOKEN_KEY = "netsleuth.token";
 const BASE = "/api/v1";
 
 export class ApiError extends Error {
-  constructor(status, message) {
+  /** `field` and `problem`: the config field the controller refused and what is wrong with it, apart from the
+   * sentence (which names the CLI's flag), so a form can mark its own field and word it with its label. */
+  constructor(status, message, { field = null, problem = null } = {}) {
     super(message);
     this.status = status;
+    this.field = field;
+    this.problem = problem;
   }
 }
 
@@ -27,17 +31,19 @@ function headers(extra = {}) {
   return out;
 }
 
-/** The server's one sentence from an error body ({"error": ...}; FastAPI's own {"detail": ...} as a fallback). */
-async function errorSentence(res) {
+/** The server's refusal as an ApiError: its one sentence ({"error": ...}; FastAPI's own {"detail": ...} as a
+ * fallback) and, when it names one, the field to blame. */
+async function refusal(res) {
   try {
     const body = await res.json();
-    if (typeof body.error === "string") return body.error;
-    if (typeof body.detail === "string") return body.detail;
-    if (Array.isArray(body.detail) && body.detail[0]?.msg) return body.detail[0].msg;
+    const field = typeof body.field === "string" ? { field: body.field, problem: String(body.problem ?? body.error) } : {};
+    if (typeof body.error === "string") return new ApiError(res.status, body.error, field);
+    if (typeof body.detail === "string") return new ApiError(res.status, body.detail);
+    if (Array.isArray(body.detail) && body.detail[0]?.msg) return new ApiError(res.status, body.detail[0].msg);
   } catch {
     /* not JSON: fall through to the status line */
   }
-  return `The controller answered ${res.status} ${res.statusText || ""}`.trim() + ".";
+  return new ApiError(res.status, `The controller answered ${res.status} ${res.statusText || ""}`.trim() + ".");
 }
 
 export async function api(path, { method = "GET", body, signal } = {}) {
@@ -53,7 +59,7 @@ export async function api(path, { method = "GET", body, signal } = {}) {
     if (err.name === "AbortError") throw err;
     throw new ApiError(0, "The controller cannot be reached; check that it is running and try again.");
   }
-  if (!res.ok) throw new ApiError(res.status, await errorSentence(res));
+  if (!res.ok) throw await refusal(res);
   if (res.status === 204) return null;
   const type = res.headers.get("Content-Type") || "";
   return type.includes("json") ? res.json() : res.text();
@@ -62,7 +68,7 @@ export async function api(path, { method = "GET", body, signal } = {}) {
 /** Fetch a file with the token and hand it to the browser as a download. */
 export async function download(path, filename) {
   const res = await fetch(BASE + path, { headers: headers({ Accept: "*/*" }) });
-  if (!res.ok) throw new ApiError(res.status, await errorSentence(res));
+  if (!res.ok) throw await refusal(res);
   const blob = await res.blob();
   const url = URL.createObjectURL(blob);
   const a = document.createElement("a");
@@ -82,7 +88,7 @@ export async function streamEvents(path, onEvent, { signal, lastEventId } = {}) 
   const extra = { Accept: "text/event-stream" };
   if (lastEventId) extra["Last-Event-ID"] = lastEventId;
   const res = await fetch(BASE + path, { headers: headers(extra), signal, cache: "no-store" });
-  if (!res.ok) throw new ApiError(res.status, await errorSentence(res));
+  if (!res.ok) throw await refusal(res);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   let lastId = lastEventId;

@@ -6,6 +6,33 @@ import { badge, field, fmtTime, h } from "./dom.js";
 
 const ACTIONS = ["auth", "session.create", "session.cancel", "session.end", "task.rejected", "message.refused", "control.ignored", "audit.read"];
 
+/** A session's end is no decision: what came of it is (the controller's `result`: ended, partial, failed,
+ * cancelled), with the hosts that did not end and why. */
+function sessionResult(e) {
+  return e.action === "session.end" && typeof e.result === "string" ? e.result : null;
+}
+
+function unfinishedHosts(e) {
+  return Object.entries(e.host_states || {})
+    .filter(([, st]) => st?.state && st.state !== "ended")
+    .map(([host, st]) => `${host} ${st.state}${st.reason ? `: ${st.reason}` : ""}`);
+}
+
+function decisionCell(e) {
+  const result = sessionResult(e);
+  const unfinished = e.action === "session.end" ? unfinishedHosts(e) : [];
+  return [
+    badge(result || e.decision || "–"),
+    !result && e.status ? h("div", { class: "muted small" }, String(e.status)) : null,
+    unfinished.length ? h("ul", { class: "unfinished small" }, unfinished.map((text) => h("li", {}, text))) : null,
+  ];
+}
+
+function rowData(e) {
+  const result = sessionResult(e);
+  return { seq: e.seq, action: e.action, decision: e.decision, source: e.source, ...(result ? { result } : {}) };
+}
+
 function outcomeText(outcome) {
   if (typeof outcome !== "object") return String(outcome);
   return Object.entries(outcome)
@@ -47,7 +74,7 @@ export async function renderAudit(root, ctx) {
       h(
         "table",
         { "aria-label": "Audit records" },
-        h("thead", {}, h("tr", {}, ["Time", "User", "Action", "Decision", "What", "Reason / outcome"].map((t) => h("th", { scope: "col" }, t)))),
+        h("thead", {}, h("tr", {}, ["Time", "User", "Action", "Decision / result", "What", "Reason / outcome"].map((t) => h("th", { scope: "col" }, t)))),
         tbody,
       ),
     ),
@@ -75,11 +102,11 @@ export async function renderAudit(root, ctx) {
       ...shown.map((e) =>
         h(
           "tr",
-          { dataset: { seq: e.seq, action: e.action, decision: e.decision, source: e.source } },
+          { dataset: rowData(e) },
           h("td", { class: "mono small", "data-label": "Time" }, fmtTime(e.time)),
           h("td", { "data-label": "User" }, e.user || "–", e.remote ? h("div", { class: "muted small" }, e.remote) : null),
           h("td", { class: "mono", "data-label": "Action" }, e.action, writer(e)),
-          h("td", { "data-label": "Decision" }, badge(e.decision || "–"), e.status ? h("div", { class: "muted small" }, String(e.status)) : null),
+          h("td", { "data-label": "Decision" }, decisionCell(e)),
           h("td", { "data-label": "What" }, what(e)),
           h("td", { "data-label": "Reason" }, e.reason || "", e.outcome ? h("div", { class: "muted small" }, outcomeText(e.outcome)) : null),
         ),

@@ -1,5 +1,7 @@
 // Hosts: the registry as the user's role may see it, polled every few seconds. Rows are keyed by host id and
-// updated in place, so a poll never steals keyboard focus or a ticked checkbox.
+// updated in place, so a poll never steals keyboard focus, a ticked checkbox or an opened fold.
+// What a host can do is the controller's answer (each host's `support`: which of its diagnostics it runs, and
+// in words why not the others); the probed BPF features behind it are folded away.
 
 import { api } from "./api.js";
 import { badge, field, fmtAgo, fmtTime, h, put } from "./dom.js";
@@ -18,6 +20,54 @@ export function featureList(features) {
     ...entries.filter(([, v]) => v).map(([k]) => ({ text: k, has: true })),
     ...entries.filter(([, v]) => !v).map(([k]) => ({ text: `no ${k}`, has: false })),
   ];
+}
+
+/** The controller's verdict on each of the host's diagnostics: `{diagnostic, runs, why}`. */
+export function support(host) {
+  return Array.isArray(host.support) ? host.support : [];
+}
+
+/** The diagnostics the host cannot run (or cannot be told), grouped by the reason, so one missing kernel
+ * feature reads once with every diagnostic it stops. */
+function reasonsWhyNot(host) {
+  const groups = new Map();
+  for (const entry of support(host)) {
+    if (entry.runs === true) continue;
+    const why = (entry.why || []).join("; ") || "the controller does not say why";
+    if (!groups.has(why)) groups.set(why, { why, runs: entry.runs, names: [] });
+    groups.get(why).names.push(entry.diagnostic);
+  }
+  return [...groups.values()];
+}
+
+function supportCell(host) {
+  const all = support(host);
+  const runs = all.filter((entry) => entry.runs === true).map((entry) => entry.diagnostic);
+  if (!all.length) return [h("span", { class: "muted" }, "none reported"), featuresFold(host)];
+  const headline = runs.length === all.length ? `Runs all ${all.length} diagnostics` : runs.length ? `Runs ${runs.length} of ${all.length} diagnostics` : `Runs none of its ${all.length} diagnostics`;
+  const whyNot = reasonsWhyNot(host);
+  return [
+    runs.length
+      ? h("details", { class: "fold runnable" }, h("summary", {}, headline), h("div", { class: "tags" }, runs.map((name) => h("span", { class: "tag" }, name))))
+      : h("p", { class: "runs" }, headline),
+    whyNot.length
+      ? h(
+          "ul",
+          { class: "why-not" },
+          whyNot.map((group) => {
+            const which = group.names.length === all.length && all.length > 1 ? "any of them" : group.names.join(", ");
+            return h("li", { dataset: { runs: String(group.runs) } }, h("strong", {}, `${group.runs === false ? "Cannot run" : "Cannot tell for"} ${which}`), `: ${group.why}.`);
+          }),
+        )
+      : null,
+    featuresFold(host),
+  ];
+}
+
+function featuresFold(host) {
+  const features = featureList(host.features);
+  if (!features.length) return null;
+  return h("details", { class: "fold features" }, h("summary", {}, "BPF features"), h("div", { class: "tags" }, features.map((f) => h("span", { class: f.has ? "tag" : "tag lacks" }, f.text))));
 }
 
 export function namespaceNames(host) {
@@ -53,6 +103,7 @@ export async function renderHosts(root, ctx) {
   const selectAll = h("input", { type: "checkbox", "aria-label": "Select every shown host" });
   const error = h("p", { class: "form-error", role: "alert", hidden: true });
   const rows = new Map();
+  const shownSupport = new Map(); // host -> what its Diagnostics cell shows, to rebuild it only on a change
   let hosts = [];
 
   root.append(
@@ -76,7 +127,7 @@ export async function renderHosts(root, ctx) {
             h("th", { scope: "col" }, "Host"),
             h("th", { scope: "col" }, "Status"),
             h("th", { scope: "col", class: "hide-narrow" }, "Kernel"),
-            h("th", { scope: "col", class: "hide-narrow" }, "BPF features"),
+            h("th", { scope: "col" }, "Diagnostics"),
             h("th", { scope: "col", class: "hide-narrow" }, "Agent"),
             h("th", { scope: "col" }, "Heartbeat"),
             h("th", { scope: "col" }, "Namespaces / containers"),
@@ -104,9 +155,9 @@ export async function renderHosts(root, ctx) {
         refresh();
       });
       tr = h("tr", { dataset: { host: host.host } }, h("td", { "data-label": "Select" }, box));
-      for (const label of ["Host", "Status", "Kernel", "BPF features", "Agent", "Heartbeat", "Namespaces"]) tr.append(h("td", { "data-label": label }));
+      for (const label of ["Host", "Status", "Kernel", "Diagnostics", "Agent", "Heartbeat", "Namespaces"]) tr.append(h("td", { "data-label": label }));
       tr.cells[3].className = "hide-narrow";
-      tr.cells[4].className = "hide-narrow";
+      tr.cells[4].className = "support";
       tr.cells[5].className = "hide-narrow";
       rows.set(host.host, tr);
     }
@@ -114,7 +165,14 @@ export async function renderHosts(root, ctx) {
     put(cells[1], h("strong", {}, host.host), host.hostname && host.hostname !== host.host ? h("div", { class: "muted small" }, host.hostname) : null, labelsOf(host).length ? h("div", { class: "tags" }, labelsOf(host).map((l) => h("span", { class: "tag" }, l))) : null);
     put(cells[2], badge(hostState(host)), host.last_error ? h("div", { class: "error small" }, host.last_error) : null);
     put(cells[3], h("span", { class: "mono" }, host.kernel || "–"));
-    put(cells[4], h("div", { class: "tags" }, featureList(host.features).map((f) => h("span", { class: f.has ? "tag" : "tag lacks" }, f.text))));
+    // Rebuilt only when the answer changes, keeping what the user unfolded.
+    const shown = JSON.stringify([host.support, host.features]);
+    if (shownSupport.get(host.host) !== shown) {
+      const open = new Set([...cells[4].querySelectorAll("details[open]")].map((fold) => fold.className));
+      put(cells[4], h("div", { class: "support-body" }, supportCell(host)));
+      for (const fold of cells[4].querySelectorAll("details")) fold.open = open.has(fold.className);
+      shownSupport.set(host.host, shown);
+    }
     put(cells[5], h("span", { class: "mono" }, host.version || "–"));
     put(cells[6], h("span", { title: fmtTime(host.heartbeat) }, fmtAgo(host.heartbeat)));
     const names = [...namespaceNames(host).map((n) => `netns ${n}`), ...containerNames(host).map((c) => `container ${c}`)];

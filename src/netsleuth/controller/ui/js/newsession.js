@@ -1,9 +1,10 @@
 // New diagnosis: only what the role allows is offered (diagnostics, namespaces); everything is still checked
-// by the server, whose one-sentence refusal is shown next to the form exactly as the CLI prints it.
+// by the server. Its refusal is shown next to the form: when it blames one field, that field is marked and
+// the problem is worded with the field's label here (the server's sentence names the CLI's flag, for the CLI).
 
 import { ApiError, api } from "./api.js";
 import { clear, field, h } from "./dom.js";
-import { hostState, namespaceNames } from "./hosts.js";
+import { hostState, namespaceNames, support } from "./hosts.js";
 
 // Used only when the role says "*" and the controller has no catalogue endpoint.
 const KNOWN_DIAGNOSTICS = ["diagnose", "drops", "resets", "conn", "tcp.life", "tcp.states", "tcp.retrans", "tcp.connlat", "tcp.queues"];
@@ -105,16 +106,28 @@ export async function renderNew(root, ctx) {
     if ([...netnsSelect.options].some((o) => o.value === previous)) netnsSelect.value = previous;
   }
 
+  // A chosen host that cannot run the diagnostic says why here (the controller's words), before any request.
   function refreshDiag() {
-    diagHelp.textContent = DESCRIPTIONS[diagSelect.value] || "";
+    const picked = byName.checked ? chosenHosts() : [];
+    const cannot = picked.flatMap((host) =>
+      support(host)
+        .filter((entry) => entry.diagnostic === diagSelect.value && entry.runs === false)
+        .map((entry) => `${host.host} cannot run it: ${entry.why.join("; ")}`),
+    );
+    diagHelp.textContent = cannot.length ? `${cannot.join(". ")}.` : DESCRIPTIONS[diagSelect.value] || "";
+    diagHelp.classList.toggle("error", cannot.length > 0);
   }
 
-  for (const b of hostBoxes) b.box.addEventListener("change", refreshScope);
+  for (const b of hostBoxes) {
+    b.box.addEventListener("change", refreshScope);
+    b.box.addEventListener("change", refreshDiag);
+  }
   for (const radio of [byName, byLabel]) {
     radio.addEventListener("change", () => {
       labelInput.disabled = !byLabel.checked;
       for (const b of hostBoxes) b.box.disabled = byLabel.checked;
       refreshScope();
+      refreshDiag();
     });
   }
   diagSelect.addEventListener("change", refreshDiag);
@@ -173,9 +186,50 @@ export async function renderNew(root, ctx) {
     return request;
   }
 
+  // Every control is named by its config field (`dport`, `duration`), which is how the server names a field
+  // it refuses; a group of checkboxes has no single control to mark.
+  let marked = null;
+  function controlFor(name) {
+    const found = form.elements.namedItem(name);
+    return found instanceof HTMLElement ? found : null;
+  }
+
+  function unmark() {
+    if (!marked) return;
+    marked.removeAttribute("aria-invalid");
+    const ids = (marked.getAttribute("aria-describedby") || "").split(" ").filter((id) => id && id !== error.id);
+    if (ids.length) marked.setAttribute("aria-describedby", ids.join(" "));
+    else marked.removeAttribute("aria-describedby");
+    marked = null;
+  }
+
+  function showRefusal(err) {
+    const control = err.field ? controlFor(err.field) : null;
+    if (!control) {
+      error.textContent = err.message;
+      error.hidden = false;
+      error.focus?.();
+      return;
+    }
+    const label = control.labels?.[0]?.textContent?.trim() || err.field;
+    error.textContent = `${label}: ${String(err.problem).replace(/\.$/, "")}.`;
+    error.hidden = false;
+    marked = control;
+    control.setAttribute("aria-invalid", "true");
+    control.setAttribute("aria-describedby", `${control.getAttribute("aria-describedby") || ""} ${error.id}`.trim());
+    const folded = control.closest("details");
+    if (folded) folded.open = true;
+    control.focus();
+  }
+
+  form.addEventListener("input", (event) => {
+    if (event.target === marked) unmark();
+  });
+
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     error.hidden = true;
+    unmark();
     const request = body();
     // Only the checks that need no knowledge of the fleet are made here; the server makes all of them.
     let local = null;
@@ -193,9 +247,7 @@ export async function renderNew(root, ctx) {
       ctx.navigate(`#/session/${encodeURIComponent(session.id)}`);
     } catch (err) {
       if (err instanceof ApiError && err.status === 401) return ctx.signedOut(err.message);
-      error.textContent = err.message;
-      error.hidden = false;
-      error.focus?.();
+      showRefusal(err);
     } finally {
       submit.disabled = false;
     }

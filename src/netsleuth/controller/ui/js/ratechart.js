@@ -43,6 +43,14 @@ export class RateChart {
     this.shape = "";
     this.dirty = false;
     this.lastDraw = 0;
+    this.ended = false;
+  }
+
+  /** The session is over: no record will come, and the caption must not promise any. */
+  end() {
+    if (this.ended) return;
+    this.ended = true;
+    this.dirty = true;
   }
 
   reset() {
@@ -100,7 +108,8 @@ export class RateChart {
     const now = performance.now();
     if (!this.dirty || (!force && now - this.lastDraw < 500)) return;
     if (this.first === null) {
-      this.caption.textContent = "No per-event records yet: programs that count in the kernel (diagnose, summaries) report exact totals in the host cards instead.";
+      const when = this.ended ? "in this session" : "yet";
+      this.caption.textContent = `No per-event records ${when}: programs that count in the kernel (diagnose, summaries) report exact totals in the host cards instead.`;
       this.el.hidden = true;
       return;
     }

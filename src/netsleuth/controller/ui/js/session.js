@@ -42,6 +42,7 @@ export async function renderSession(root, ctx, id) {
   const chart = new RateChart();
   const stateBadge = h("span");
   const meta = h("p", { class: "meta" });
+  const endNote = h("p", { class: "ended-note", role: "status", hidden: true });
   const counters = h("p", { class: "counters", "aria-live": "off" });
   const strip = h("div", { class: "strip", role: "list", "aria-label": "Hosts in this session" });
   const verdictList = h("ol", { class: "verdicts", "aria-label": "Verdicts, worst first" });
@@ -52,12 +53,17 @@ export async function renderSession(root, ctx, id) {
   const downloadButton = h("button", { type: "button", class: "quiet" }, "Download JSON lines");
 
   const grouped = h("input", { type: "checkbox" });
-  const follow = h("input", { type: "checkbox", checked: true });
+  // Following makes sense only while records can still come: an ended session has no toggle, and a reopened
+  // one opens at its first record.
+  const follow = h("input", { type: "checkbox", checked: live });
+  const followLabel = h("label", { class: "check", hidden: !live }, follow, "Follow new records");
+  timeline.follow = live;
   const hostFilter = h("select", { id: "timeline-host" }, h("option", { value: "" }, "all hosts"));
 
   root.append(
     h("div", { class: "session-head" }, h("h1", {}, `Session ${id}`), stateBadge, h("div", { class: "row" }, downloadButton, cancel)),
     meta,
+    endNote,
     error,
     h("h2", {}, "Hosts"),
     strip,
@@ -72,7 +78,7 @@ export async function renderSession(root, ctx, id) {
       "div",
       { class: "timeline-tools" },
       h("label", { class: "check" }, grouped, "Group by flow (one line per hop)"),
-      h("label", { class: "check" }, follow, "Follow new records"),
+      followLabel,
       h("span", { class: "inline" }, h("label", { for: "timeline-host" }, "Host"), hostFilter),
       counters,
     ),
@@ -151,7 +157,27 @@ export async function renderSession(root, ctx, id) {
     }
     meta.textContent = `${session.diagnostic}${scope} on ${hosts.size} host${hosts.size === 1 ? "" : "s"}, ${session.duration ?? "?"} s, by ${session.user} · created ${fmtTime(session.created)}${session.t0 ? ` · T0 ${fmtTime(session.t0)}` : ""}${session.ended ? ` · ended ${fmtTime(session.ended)}` : ""}${clock}`;
     cancel.hidden = FINAL.has(session.state);
-    if (FINAL.has(session.state)) streamNote.textContent = live ? "The session is over; this view no longer changes." : "Reopened from history (read-only).";
+    if (FINAL.has(session.state)) {
+      streamNote.textContent = live ? "The session is over; this view no longer changes." : "Reopened from history (read-only).";
+      endNote.textContent = endedSentence();
+      endNote.hidden = false;
+      followLabel.hidden = true;
+      timeline.follow = false;
+      chart.end();
+    }
+  }
+
+  /** What came of the session: when it ended, how many records its hosts sent (the controller's count, which
+   * the download has in full), and which hosts did not end. */
+  function endedSentence() {
+    const word = { ended: "Ended", failed: "Failed", cancelled: "Cancelled", interrupted: "Interrupted" }[session.state] || session.state;
+    const states = [...hosts.entries()].sort(([a], [b]) => a.localeCompare(b));
+    let records = 0;
+    for (const [host, st] of states) records += Math.max(st.records || 0, received.get(host) || 0);
+    const sent = records ? `${fmtCount(records)} record${records === 1 ? "" : "s"}` : "no records";
+    const unfinished = states.filter(([, st]) => st.state && st.state !== "ended").map(([host, st]) => `${host} ${st.state}`);
+    const at = session.ended ? ` at ${fmtTime(session.ended)}` : "";
+    return `${word}${at}: ${sent} from ${hosts.size} host${hosts.size === 1 ? "" : "s"}${unfinished.length ? `; ${unfinished.join(", ")}` : ""}.`;
   }
 
   // Host cards are keyed and updated in place: records move the counters every frame, and rebuilding the
@@ -272,6 +298,13 @@ export async function renderSession(root, ctx, id) {
     } else if (name === "end") {
       takeSession(data);
       stats.endedAt = performance.now();
+      // The end event names the states; the session's own record adds when it ended.
+      api(`/sessions/${encodeURIComponent(id)}?timeline=false`)
+        .then((final) => {
+          takeSession(final);
+          schedule();
+        })
+        .catch(showError);
     }
     schedule();
   }
