@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from netsleuth._generated.drops_abi import DropEvent  # noqa: E402
 from netsleuth.diagnostics.drop_batch import DropBatcher  # noqa: E402
-from netsleuth.diagnostics.drops import decode_records  # noqa: E402
+from netsleuth.diagnostics.drops_decode import decode_records  # noqa: E402
 from netsleuth.diagnostics.drops_enrich import DropEnricher  # noqa: E402
 from netsleuth.kernel.reasons import load_drop_reasons  # noqa: E402
 from netsleuth.render.jsonl import encode_line  # noqa: E402

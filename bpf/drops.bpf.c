@@ -7,13 +7,16 @@
  * purpose (1-in-N, or while the buffer is more than half full so the consumer can catch up) or lost when the
  * buffer is full; both are counted, so no drop is ever unaccounted for.
  *
- * Older kernels are served by three read-only switches set before load: `cfg.has_reason` 0 (skb:kfree_skb has
- * no `reason` before 5.17: it is not read, and userspace infers it from the location), `ns_use_perfbuf`
- * (no ring buffers before 5.8: events go to per-CPU perf buffers, counted the same way; bpf/emit.bpf.h),
- * and `cfg.task_btf` 0 (no bpf_get_current_task_btf before 5.11: the current task's fields are copied instead).
+ * Older kernels are served by what the running kernel's BTF says when libbpf loads the program (CO-RE
+ * existence checks, below): skb:kfree_skb passes no `reason` before 5.17 (it is not read, and userspace infers
+ * it from the location) and no rx_sk before 6.11, and there is no bpf_get_current_task_btf before 5.11 (the
+ * current task's fields are copied instead); `cfg.ignore_reason` and `cfg.ignore_task_btf` force those paths
+ * on a newer kernel. Before 5.8 there are no ring buffers: `ns_use_perfbuf`, set by the loader, sends events to
+ * per-CPU perf buffers, counted the same way (bpf/emit.bpf.h).
  */
 #define NS_EMIT_PERF_FALLBACK
-#define NS_KFREE_SKB_HAS_REASON cfg.has_reason
+#define NS_KFREE_SKB_HAS_REASON has_reason()
+#define NS_KFREE_SKB_HAS_RX_SK has_rx_sk()
 #include "netsleuth.bpf.h"
 #include <bpf/bpf_tracing.h>
 #include "drops.h"
@@ -21,18 +24,59 @@
 #include "emit.bpf.h"
 #include "filter_maps.bpf.h"
 #include "stack.bpf.h"
-#include "kfree_skb.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile struct drops_config cfg = {
-	.consumed_reason = ~0U,
-	.not_dropped_reason = ~0U,
-	.netfilter_reason = ~0U,
 	.sample_every = 1,
-	.has_reason = 1,
-	.task_btf = 1,
 };
+
+/*
+ * The kernel's own types, as far as the program asks about them. libbpf relocates each question against the
+ * running kernel's BTF while it loads the program (it reads that BTF anyway), so userspace looks nothing up
+ * before load: a start does not parse the kernel's BTF a second time. The ___ns suffix keeps these local
+ * (libbpf matches names without it).
+ */
+enum skb_drop_reason___ns {
+	SKB_NOT_DROPPED_YET___ns,
+	SKB_CONSUMED___ns,
+	SKB_DROP_REASON_NETFILTER_DROP___ns,
+};
+
+/* skb:kfree_skb's record (include/trace/events/skb.h): its fields came with the tracepoint's arguments. */
+struct trace_event_raw_kfree_skb___ns {
+	void *rx_sk;			     /* 6.11, "net: add rx_sk to trace_kfree_skb" */
+	enum skb_drop_reason___ns reason;    /* 5.17, c504e5c2f964 "net: skb: introduce kfree_skb_reason()" */
+} __attribute__((preserve_access_index));
+
+enum bpf_func_id___ns {
+	BPF_FUNC_get_current_task_btf___ns,  /* 5.11 */
+};
+
+/* This kernel's number for a drop reason, ~0 when it has no such reason (never a reason's number). */
+#define KERNEL_REASON(name)                                                                  \
+	(bpf_core_enum_value_exists(enum skb_drop_reason___ns, name##___ns)                  \
+		 ? (__u32)bpf_core_enum_value(enum skb_drop_reason___ns, name##___ns)        \
+		 : ~0U)
+
+static __always_inline bool has_reason(void)
+{
+	return !cfg.ignore_reason && bpf_core_field_exists(struct trace_event_raw_kfree_skb___ns, reason);
+}
+
+static __always_inline bool has_rx_sk(void)
+{
+	/* The older kernel ignore_reason stands for has neither. */
+	return !cfg.ignore_reason && bpf_core_field_exists(struct trace_event_raw_kfree_skb___ns, rx_sk);
+}
+
+static __always_inline bool has_task_btf(void)
+{
+	return !cfg.ignore_task_btf &&
+	       bpf_core_enum_value_exists(enum bpf_func_id___ns, BPF_FUNC_get_current_task_btf___ns);
+}
+
+#include "kfree_skb.bpf.h"
 
 NS_ABI_KEEP(drops_abi_types);
 
@@ -84,8 +128,9 @@ static __always_inline bool needs_packet(void)
 }
 
 /* ns_in_task for kernels before 5.11, which lack bpf_get_current_task_btf: bpf_get_current_task (4.8) gives the
- * task as a plain number, so its fields are copied. Behind cfg.task_btf, so only one of the two helpers is
- * left in the loaded program (the other is dead code the verifier removes before checking helper ids). */
+ * task as a plain number, so its fields are copied. Behind has_task_btf(), a constant at load, so only one of
+ * the two helpers is left in the loaded program (the other is dead code the verifier removes before checking
+ * helper ids). */
 static __always_inline bool in_task_copied(void *ctx, __u64 thread_size, bool *kthread)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
@@ -101,7 +146,7 @@ static __always_inline void fill_owner(const bool direct, void *ctx, struct drop
 {
 	bool kthread = false;
 
-	event->in_task = cfg.task_btf ? ns_in_task(ctx, cfg.thread_size, &kthread)
+	event->in_task = has_task_btf() ? ns_in_task(ctx, cfg.thread_size, &kthread)
 				      : in_task_copied(ctx, cfg.thread_size, &kthread);
 	event->kthread = kthread;
 	if (event->in_task)
@@ -163,7 +208,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	__u64 size;
 
 	/* Without reasons the tracepoint fires only for drops (consume_skb has its own before 5.17). */
-	if (cfg.has_reason && (reason == cfg.consumed_reason || reason == cfg.not_dropped_reason))
+	if (has_reason() && (reason == KERNEL_REASON(SKB_CONSUMED) || reason == KERNEL_REASON(SKB_NOT_DROPPED_YET)))
 		return 0;
 	count(NS_STAT_SEEN);
 
@@ -274,7 +319,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 
 	size = 0;
 	/* A netfilter drop keeps its stack for the hook; with no reason to tell one, every event does. */
-	if (cfg.want_stack || !cfg.has_reason || reason == cfg.netfilter_reason) {
+	if (cfg.want_stack || !has_reason() || reason == KERNEL_REASON(SKB_DROP_REASON_NETFILTER_DROP)) {
 		size = ns_take_stack(ctx, buf->tail, DROPS_MAX_FRAMES * 8);
 		event->nr_frames = (__u64)size / 8;
 	}
@@ -299,5 +344,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	return 0;
 }
 
-/* One body, two entry points: tp_btf and raw_tp for kernels that refuse tp_btf (bpf/kfree_skb.bpf.h). */
-NS_KFREE_SKB_PROGRAMS(drops_tp_btf, drops_raw_tp, handle_drop)
+/* One body, three entry points (bpf/kfree_skb.bpf.h), tried in this order: tp_btf through untrusted pointers
+ * (the quickest to verify, 6.3+), tp_btf (5.5+), raw_tp for kernels that refuse tp_btf. */
+NS_KFREE_SKB_UNTRUSTED_ENTRY(drops_tp_btf, handle_drop)
+NS_KFREE_SKB_PROGRAMS(drops_tp_btf_tr, drops_raw_tp, handle_drop)

@@ -23,9 +23,6 @@ enum drops_limits {
 
 /* Read-only configuration, set by the loader before load (the object's .rodata). Zero means "no filter". */
 struct drops_config {
-	__u32 consumed_reason;	   /* SKB_CONSUMED on this kernel, or ~0 when it has none */
-	__u32 not_dropped_reason;  /* SKB_NOT_DROPPED_YET, or ~0 */
-	__u32 netfilter_reason;	   /* SKB_DROP_REASON_NETFILTER_DROP: always keep a stack for the hook */
 	__u32 netns;		   /* netns inode to keep */
 	__u32 sample_every;	   /* emit one event in N (1 = all); totals stay exact */
 	__u16 snaplen;		   /* packet bytes to copy into each event (pcap) */
@@ -42,11 +39,12 @@ struct drops_config {
 	__u8 filter_owner;	   /* --pid / --comm: the task itself, or a socket in owner_inodes */
 	__u8 want_stack;
 	__u8 emit_events;	   /* 0 in --summary mode: only count */
-	__u8 has_rx_sk;		   /* the tracepoint passes the receiving socket (6.11+) */
 	__u8 filter_dev;
-	__u8 has_reason;	   /* the tracepoint passes `reason` (5.17+); 0: not read, events and groups carry 0
+	/* What the kernel offers is read from its BTF at load (drops.bpf.c); these two make the program behave as
+	 * on a kernel without it (NETSLEUTH_DROPS_FALLBACK, the tests of the older kernels' paths). */
+	__u8 ignore_reason;	   /* 1: do not read `reason` (nor rx_sk), as before 5.17: events and groups carry 0
 				    * and userspace infers the reason from the location (kernel/inferred_reasons.py) */
-	__u8 task_btf;		   /* bpf_get_current_task_btf exists (5.11); 0: bpf_get_current_task and copies */
+	__u8 ignore_task_btf;	   /* 1: bpf_get_current_task and copies, as before 5.11 */
 	char dev[16];
 	__u32 pid;		   /* --pid (tgid); 0 = any */
 	char comm[16];		   /* --comm; empty = any */
@@ -59,7 +57,7 @@ struct drop_event {
 	__u64 time_ns;		/* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 	__u64 location;		/* the address that freed the skb */
 	__u64 sock_ino;		/* inode of the socket the packet belongs to; 0 when none */
-	__u32 reason;		/* the kernel's drop reason; 0 when cfg.has_reason is 0 */
+	__u32 reason;		/* the kernel's drop reason; 0 when it is not read (has_reason()) */
 	__u32 netns;
 	__u32 pid;		/* tgid of the task the drop happened in, 0 in softirq/hardirq */
 	__u32 tid;

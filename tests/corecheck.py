@@ -27,7 +27,9 @@ __all__ = ["Relocation", "load_raw_tp_relocated", "program_sections", "unresolve
 
 _LOG_SIZE = 1 << 20
 # libbpf: prog 'raw_tp/kfree_skb': relo #9: <byte_off> [72] struct sk_buff.data (0:10 @ offset 48)
-_RELO = re.compile(r"prog '([^']+)': relo #(\d+): <(\w+)> \[\d+\] (.+?) \(")
+# libbpf: prog 'tp_btf/kfree_skb': relo #5: <enumval_exists> [92] enum skb_drop_reason::SKB_CONSUMED = 1
+# libbpf: prog 'tp_btf/kfree_skb': relo #1: <type_id> [94] struct sk_buff
+_RELO = re.compile(r"prog '([^']+)': relo #(\d+): <(\w+)> \[\d+\] (.+?)(?: \(.*| = .*)?$")
 _UNRESOLVED = re.compile(r"prog '([^']+)': relo #(\d+): no matching targets found")
 
 

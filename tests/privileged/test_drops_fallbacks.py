@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from netsleuth.bpf import _libbpf
-from netsleuth.diagnostics.drops import FALLBACK_ENV, DropsConfig, DropsDiagnostic, DropsSession, RawDrop
+from netsleuth.diagnostics.drops import FALLBACK_ENV, DropsConfig, DropsDiagnostic, DropsSession
+from netsleuth.diagnostics.drops_decode import RawDrop
 from netsleuth.diagnostics.drops_enrich import DropRecord
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.kernel.inferred_reasons import infer_reason

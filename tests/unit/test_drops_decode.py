@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 from netsleuth._generated.drops_abi import DropEvent
-from netsleuth.diagnostics.drops import decode_record
+from netsleuth.diagnostics.drops_decode import decode_record
 from netsleuth.diagnostics.drops_enrich import DropEnricher
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.reasons import load_drop_reasons

@@ -12,12 +12,8 @@ import pytest
 
 from netsleuth.bpf import features
 from netsleuth.diagnostics import drops
-from netsleuth.diagnostics.drops import (
-    DropsConfig,
-    decode_record,
-    drop_reasons_for_run,
-    forced_fallbacks,
-)
+from netsleuth.diagnostics.drops import DropsConfig, drop_reasons_for_run, forced_fallbacks
+from netsleuth.diagnostics.drops_decode import decode_record
 from netsleuth.diagnostics.drops_enrich import DropEnricher
 from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.kallsyms import Kallsyms

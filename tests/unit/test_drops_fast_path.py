@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from netsleuth._generated.drops_abi import DropEvent, DropGroupValue
-from netsleuth.diagnostics.drops import _EVENT_SIZE, decode_event, decode_records
+from netsleuth.diagnostics.drops_decode import EVENT_SIZE, decode_event, decode_records
 from netsleuth.diagnostics.iso_times import IsoTimes
 from netsleuth.diagnostics.struct_layout import flat_struct
 from netsleuth.diagnostics.tcp_context import iso_time
@@ -29,9 +29,9 @@ _STDLIB = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 def ctypes_decode(record: bytes):  # type: ignore[no-untyped-def]
     """The decoding the batch decoder replaced: ctypes attribute reads, one int.from_bytes per frame."""
-    event = DropEvent.from_buffer_copy(record[:_EVENT_SIZE])
-    frames_end = _EVENT_SIZE + 8 * event.nr_frames
-    frames = tuple(int.from_bytes(record[i : i + 8], "little") for i in range(_EVENT_SIZE, frames_end, 8))
+    event = DropEvent.from_buffer_copy(record[:EVENT_SIZE])
+    frames_end = EVENT_SIZE + 8 * event.nr_frames
+    frames = tuple(int.from_bytes(record[i : i + 8], "little") for i in range(EVENT_SIZE, frames_end, 8))
     return decode_event(event, frames, record[frames_end : frames_end + event.caplen])
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from netsleuth._generated.tcp_abi import EventKind
 from netsleuth.diagnostics.attribution import drop_owner_facts, tcp_owner_facts
-from netsleuth.diagnostics.drops import RawDrop
+from netsleuth.diagnostics.drops_decode import RawDrop
 from netsleuth.diagnostics.drops_enrich import DropEnricher
 from netsleuth.diagnostics.resets import ResetEnricher
 from netsleuth.diagnostics.tcp_events import TcpEventEnricher

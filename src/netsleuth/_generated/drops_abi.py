@@ -39,13 +39,10 @@ DROPS_REASON_FILTER_SIZE = 1024
 
 
 class DropsConfigC(ctypes.Structure):
-    """struct drops_config: 88 bytes."""
+    """struct drops_config: 80 bytes."""
 
     c_name = "drops_config"
     _fields_ = (
-        ("consumed_reason", ctypes.c_uint32),
-        ("not_dropped_reason", ctypes.c_uint32),
-        ("netfilter_reason", ctypes.c_uint32),
         ("netns", ctypes.c_uint32),
         ("sample_every", ctypes.c_uint32),
         ("snaplen", ctypes.c_uint16),
@@ -62,10 +59,9 @@ class DropsConfigC(ctypes.Structure):
         ("filter_owner", ctypes.c_uint8),
         ("want_stack", ctypes.c_uint8),
         ("emit_events", ctypes.c_uint8),
-        ("has_rx_sk", ctypes.c_uint8),
         ("filter_dev", ctypes.c_uint8),
-        ("has_reason", ctypes.c_uint8),
-        ("task_btf", ctypes.c_uint8),
+        ("ignore_reason", ctypes.c_uint8),
+        ("ignore_task_btf", ctypes.c_uint8),
         ("dev", ctypes.c_char * 16),
         ("pid", ctypes.c_uint32),
         ("comm", ctypes.c_char * 16),
@@ -155,6 +151,7 @@ MAP_MAX_ENTRIES: dict[str, int] = {
 PROGRAMS: dict[str, Program] = {
     "drops_raw_tp": Program("raw_tp/kfree_skb", "raw_tp", "kfree_skb"),
     "drops_tp_btf": Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb"),
+    "drops_tp_btf_tr": Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb"),
 }
 
 # Names the Python code used before these types were shared between objects.

@@ -113,6 +113,15 @@ class BpfObject:
         if self._lib.bpf_map__reuse_fd(self._map_pointer(name), fd) != 0:
             raise last_errno_error(f"cannot share map {name} with {self.path.name}")
 
+    def set_max_entries(self, name: str, entries: int) -> None:
+        """Before load: map `name` holds at most `entries` (a ring buffer: bytes, a power of two pages). A map
+        a run leaves unused is made as small as it can be: hash maps are preallocated, and a 64 Ki-entry one
+        takes a millisecond or two of the start to create."""
+        if self._loaded:
+            raise BpfError("a map can be resized only before load")
+        if self._lib.bpf_map__set_max_entries(self._map_pointer(name), entries) != 0:
+            raise last_errno_error(f"cannot resize map {name} of {self.path.name}")
+
     def set_autoload(self, program: str, enabled: bool) -> None:
         self._lib.bpf_program__set_autoload(self._program(program), enabled)
 

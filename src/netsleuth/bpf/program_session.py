@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -85,12 +85,14 @@ class ProgramSession:
         fill_maps: Callable[[BpfObject], None] = lambda _object: None,
         ring: str | None = None,
         perf: PerfFallback | None = None,
+        sizes: Mapping[str, int] | None = None,
     ) -> None:
         """Load `programs` (base names) with `config` written to the named .rodata variable, fill maps,
         attach, and open the ring buffer map `ring` if events are wanted. The first variant that loads and
         attaches wins; if none does, the first variant's error is raised (it says most about the kernel).
         With `perf`, events go through the object's perf buffer instead: its switch is set and the ring
-        buffer map retired before load, so the object loads on a kernel that cannot create one."""
+        buffer map retired before load, so the object loads on a kernel that cannot create one. `sizes`
+        shrinks maps this run leaves unused (name -> max_entries) before load."""
         require_tracing(ring_buffer=perf is None)
         started = time.monotonic()
         variable, value = config
@@ -102,6 +104,8 @@ class ProgramSession:
                 for c_name, mirror in self._mirrors:
                     bpf_object.check_struct_size(c_name, mirror)
                 bpf_object.set_rodata(variable, value)
+                for map_name, entries in (sizes or {}).items():
+                    bpf_object.set_max_entries(map_name, entries)
                 if perf is not None:
                     bpf_object.set_rodata(perf.switch, _Switch(1))
                     retire_ring_buffer_map(bpf_object, ring or "events")

@@ -74,23 +74,19 @@ class DropsView:
 def run(args: argparse.Namespace) -> int:
     # Only what attaching needs is imported before the ready file; names and renderers load after it (the
     # debug vmlinux is looked for when the first drop is named, the pcapng writer only with --pcap).
-    from netsleuth.diagnostics.drops import (
-        DropsDiagnostic,
-        drop_reasons_for_run,
-        forced_fallbacks,
-        read_drops_config,
-    )
+    from netsleuth.diagnostics.drops import DropsDiagnostic, read_drops_config
 
     if args.snaplen is not None and args.pcap is None:
         raise UsageError("--snaplen only applies with --pcap FILE")
     if args.pcap:
         args.snaplen = _DEFAULT_PCAP_SNAPLEN if args.snaplen is None else args.snaplen
-    reasons = drop_reasons_for_run(forced_fallbacks().get("kernel_reasons"))
-    config = read_drops_config(ConfigInput.from_args(args), reasons)
+    # The reason names are read from the kernel's BTF only for --reason/--exclude-reason before attaching;
+    # otherwise when the first drop is named (the program asks the kernel itself at load).
+    config = read_drops_config(ConfigInput.from_args(args))
     vmlinux = args.vmlinux
     if vmlinux is not None and not Path(vmlinux).is_file():
         raise UsageError(f"--vmlinux {vmlinux}: no such file")
-    session = DropsDiagnostic(config, reasons=reasons, vmlinux=vmlinux, find_vmlinux=vmlinux is None)
+    session = DropsDiagnostic(config, vmlinux=vmlinux, find_vmlinux=vmlinux is None)
     sinks = []
     pcap: PcapngWriter | None = None
     if args.pcap:

@@ -340,7 +340,7 @@ class DnsDiagnostic:
         return self._drop_enricher
 
     def _drop(self, event: DnsEvent, frames: tuple[int, ...], packet: bytes) -> DnsDrop:
-        from netsleuth.diagnostics.drops import RawDrop
+        from netsleuth.diagnostics.drops_decode import RawDrop
 
         drop_enricher = self._prepared_drop_enricher()
         tuple_ = decode_tuple(event.tuple, event.tuple.l3_len)

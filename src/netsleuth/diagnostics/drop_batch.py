@@ -24,7 +24,7 @@ from netsleuth.diagnostics.iso_times import IsoTimes
 from netsleuth.diagnostics.struct_layout import frozen_record
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.drops import RawDrop
+    from netsleuth.diagnostics.drops_decode import RawDrop
     from netsleuth.diagnostics.drops_enrich import DropRecord
 
 __all__ = ["DropBatch", "DropBatcher"]

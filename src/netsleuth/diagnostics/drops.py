@@ -8,15 +8,13 @@ whatever was sampled or lost on the way to userspace.
 
 from __future__ import annotations
 
-import ctypes
+import mmap
 import os
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from netsleuth._generated.drops_abi import (
-    DROPS_MAX_FRAMES,
     DROPS_MAX_SNAPLEN,
     DropEvent,
     DropGroupKey,
@@ -24,7 +22,6 @@ from netsleuth._generated.drops_abi import (
     DropsConfigC,
     DropStat,
 )
-from netsleuth._generated.shared_abi import PacketTupleC
 from netsleuth.bpf import features
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
@@ -33,19 +30,18 @@ from netsleuth.diagnostics.drop_runs import groups_with_runs
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps, fill_filter_config
 from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
-from netsleuth.diagnostics.packet_abi import decode_tuple
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
-from netsleuth.diagnostics.struct_layout import flat_struct, frozen_record
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.kconfig import thread_size
-from netsleuth.kernel.reasons import DropReasons
-from netsleuth.packet import PacketTuple
 
+# What a run needs once attached (decoding, names) loads then: see netsleuth.diagnostics.drops_decode.
 if TYPE_CHECKING:
     from netsleuth.diagnostics.drop_batch import DropBatch, DropBatcher
+    from netsleuth.diagnostics.drops_decode import RawDrop, RawDropGroup, RecordDecoder
     from netsleuth.diagnostics.drops_enrich import DropEnricher, DropGroup
     from netsleuth.kernel.context import KernelClock, KernelContext
+    from netsleuth.kernel.reasons import DropReasons
 
 __all__ = [
     "DIAGNOSTIC",
@@ -55,16 +51,10 @@ __all__ = [
     "DropsDiagnostic",
     "DropsSession",
     "DropsSummary",
-    "RawDrop",
-    "RawDropGroup",
-    "RecordDecoder",
-    "decode_records",
     "drop_reasons_for_run",
     "forced_fallbacks",
     "read_drops_config",
 ]
-
-_EVENT_SIZE = ctypes.sizeof(DropEvent)
 
 
 @dataclass(frozen=True)
@@ -121,186 +111,14 @@ _NO_REASON_FILTER = (
 )
 
 
-@dataclass(frozen=True)
-class RawDrop:
-    """One drop as the kernel described it, before names are attached."""
-
-    monotonic_ns: int
-    location: int
-    reason: int
-    netns: int
-    pid: int  # the current task's when in_task; 0 in softirq/irq
-    tid: int
-    in_task: bool
-    kthread: bool  # the current task is a kernel thread (ksoftirqd, a NAPI thread...)
-    comm: str
-    sock_ino: int
-    sk_state: int | None
-    ifindex: int
-    ifname: str
-    skb_len: int
-    cpu: int
-    packet: PacketTuple
-    frames: tuple[int, ...] = ()
-    packet_bytes: bytes = b""
-
-
-@dataclass(frozen=True)
-class RawDropGroup:
-    """One in-kernel group (reason x location x netns) with its first drop as the example."""
-
-    reason: int
-    location: int
-    netns: int
-    count: int
-    bytes: int
-    example: RawDrop
-
-
 # The drops program's counters (bpf/drops.h enum drop_stat).
 DropTotals = EventTotals
 
 
-def decode_event(event: DropEvent, frames: tuple[int, ...] = (), packet_bytes: bytes = b"") -> RawDrop:
-    in_task = bool(event.in_task)
-    return RawDrop(
-        monotonic_ns=event.time_ns,
-        location=event.location,
-        reason=event.reason,
-        netns=event.netns,
-        pid=event.pid,
-        tid=event.tid,
-        in_task=in_task,
-        kthread=bool(event.kthread),
-        comm=event.comm.decode(errors="replace") if in_task else "",
-        sock_ino=event.sock_ino,
-        sk_state=None if event.sk_state == 0xFF else event.sk_state,
-        ifindex=event.ifindex,
-        ifname=event.ifname.decode(errors="replace"),
-        skb_len=event.skb_len,
-        cpu=event.cpu,
-        packet=decode_tuple(event.tuple, event.tuple.l3_len or event.skb_len),
-        frames=frames,
-        packet_bytes=packet_bytes,
-    )
-
-
-def decode_record(record: bytes) -> RawDrop:
-    """A ring-buffer record: struct drop_event, then nr_frames u64 addresses, then caplen packet bytes."""
-    return decode_records([record])[0]
-
-
-# The event as one struct.unpack_from (netsleuth.diagnostics.struct_layout): field positions by name.
-_FLAT = flat_struct(DropEvent)
-_UNPACK = _FLAT.unpack_from
-_TUPLE_START = _FLAT.offset["tuple"]
-_TUPLE_END = _TUPLE_START + ctypes.sizeof(PacketTupleC)
-(_TIME, _LOCATION, _SOCK_INO, _REASON, _NETNS, _PID, _TID, _IFINDEX, _SKB_LEN, _CPU, _CAPLEN, _NR_FRAMES) = (
-    _FLAT.index[name]
-    for name in (
-        "time_ns",
-        "location",
-        "sock_ino",
-        "reason",
-        "netns",
-        "pid",
-        "tid",
-        "ifindex",
-        "skb_len",
-        "cpu",
-        "caplen",
-        "nr_frames",
-    )
-)
-_L3_LEN = _FLAT.index["tuple.l3_len"]
-_IN_TASK, _KTHREAD, _SK_STATE, _COMM, _IFNAME = (
-    _FLAT.index[name] for name in ("in_task", "kthread", "sk_state", "comm", "ifname")
-)
-_FRAMES = {count: struct.Struct(f"<{count}Q").unpack_from for count in range(DROPS_MAX_FRAMES + 1)}
-_CACHE_LIMIT = 65536
-
-
-class RecordDecoder:
-    """Decodes ring-buffer records in batches. A storm repeats the same few packets, names and devices, so
-    the decoded packet tuple (a frozen PacketTuple, shared by every drop with the same header bytes and
-    length), comm and device names are remembered by their raw bytes; everything else is one
-    struct.unpack_from per record. The result is exactly `decode_event` of the same bytes."""
-
-    def __init__(self) -> None:
-        self._packets: dict[tuple[bytes, int], PacketTuple] = {}
-        self._texts: dict[bytes, str] = {}
-
-    def _packet(self, record: bytes, length: int) -> PacketTuple:
-        key = (record[_TUPLE_START:_TUPLE_END], length)
-        packet = self._packets.get(key)
-        if packet is None:
-            if len(self._packets) >= _CACHE_LIMIT:
-                self._packets.clear()  # a scan of many addresses: start over rather than grow
-            packet = decode_tuple(PacketTupleC.from_buffer_copy(key[0]), length)
-            self._packets[key] = packet
-        return packet
-
-    def _text(self, raw: bytes) -> str:
-        text = self._texts.get(raw)
-        if text is None:
-            if len(self._texts) >= _CACHE_LIMIT:
-                self._texts.clear()
-            # As ctypes reads a char array: up to the first NUL.
-            text = raw.split(b"\0", 1)[0].decode(errors="replace")
-            self._texts[raw] = text
-        return text
-
-    def decode(self, records: list[bytes]) -> list[RawDrop]:
-        decoded: list[RawDrop] = []
-        append = decoded.append
-        text = self._text
-        packet_of = self._packet
-        for record in records:
-            v = _UNPACK(record)
-            skb_len = v[_SKB_LEN]
-            nr_frames = v[_NR_FRAMES]
-            in_task = bool(v[_IN_TASK])
-            sk_state = v[_SK_STATE]
-            frames_end = _EVENT_SIZE + 8 * nr_frames
-            caplen = v[_CAPLEN]
-            append(
-                frozen_record(
-                    RawDrop,
-                    {
-                        "monotonic_ns": v[_TIME],
-                        "location": v[_LOCATION],
-                        "reason": v[_REASON],
-                        "netns": v[_NETNS],
-                        "pid": v[_PID],
-                        "tid": v[_TID],
-                        "in_task": in_task,
-                        "kthread": bool(v[_KTHREAD]),
-                        "comm": text(v[_COMM]) if in_task else "",
-                        "sock_ino": v[_SOCK_INO],
-                        "sk_state": None if sk_state == 0xFF else sk_state,
-                        "ifindex": v[_IFINDEX],
-                        "ifname": text(v[_IFNAME]),
-                        "skb_len": skb_len,
-                        "cpu": v[_CPU],
-                        "packet": packet_of(record, v[_L3_LEN] or skb_len),
-                        "frames": _FRAMES[nr_frames](record, _EVENT_SIZE) if nr_frames else (),
-                        "packet_bytes": record[frames_end : frames_end + caplen] if caplen else b"",
-                    },
-                )
-            )
-        return decoded
-
-
-_DECODER = RecordDecoder()
-
-
-def decode_records(records: list[bytes]) -> list[RawDrop]:
-    """A batch of ring-buffer records (see `decode_record`), decoded in one pass."""
-    return _DECODER.decode(records)
-
-
-# tp_btf reads arguments with no copy; raw_tp is the fallback for kernels that refuse tp_btf.
-_VARIANTS = (Variant("_tp_btf", "tp_btf"), Variant("_raw_tp", "raw_tp"))
+# tp_btf reads arguments with no copy; raw_tp is the fallback for kernels that refuse tp_btf. The first
+# tp_btf build reads them through untrusted pointers, which verifies in a fifth of the time on 6.4+ and needs
+# 6.3's bpf_rdonly_cast (bpf/kfree_skb.bpf.h); "_tp_btf_tr" is the same program for the kernels before.
+_VARIANTS = (Variant("_tp_btf", "tp_btf"), Variant("_tp_btf_tr", "tp_btf"), Variant("_raw_tp", "raw_tp"))
 PROGRAMS = tuple("drops" + variant.suffix for variant in _VARIANTS)
 # bpf/emit.bpf.h (NS_EMIT_PERF_FALLBACK): the perf event array and the switch that sends events there.
 _PERF_FALLBACK = PerfFallback("events_perf", "ns_use_perfbuf")
@@ -309,19 +127,23 @@ _PERF_FALLBACK = PerfFallback("events_perf", "ns_use_perfbuf")
 class DropsSession(ProgramBacked):
     """A live drops trace. Use as a context manager; `start()` attaches, `close()` detaches everything.
 
-    `programs` narrows the variants tried (e.g. `("drops_raw_tp",)` to test the fallback; by default both,
-    or raw_tp alone when the config says so)."""
+    `programs` narrows the variants tried (e.g. `("drops_raw_tp",)` to test the fallback; by default all, in
+    order, or raw_tp alone when the config says so)."""
 
     def __init__(
-        self, config: DropsConfig, reasons: DropReasons, programs: tuple[str, ...] | None = None
+        self,
+        config: DropsConfig,
+        reasons: DropReasons | None = None,
+        programs: tuple[str, ...] | None = None,
     ) -> None:
+        """`reasons`: the run's reason table, if the caller has it; loading does not need it (the program
+        reads this kernel's reason numbers from its BTF at load)."""
         self.config = config
         self.reasons = reasons
         if programs is None:
             programs = ("drops_raw_tp",) if config.raw_tp_only else PROGRAMS
-        # Decided now, before attaching, so the run's enricher knows how to name reasons.
-        self.reasons_inferred = config.infers_reasons
-        if self.reasons_inferred and (config.reasons or config.exclude_reasons):
+        self._reasons_inferred: bool | None = None
+        if (config.reasons or config.exclude_reasons) and self.reasons_inferred:
             raise UsageError(_NO_REASON_FILTER)
         self.buffer = "none"  # where events travel: "ring" or "perf" once started, "none" when only counting
         self._programs = ProgramSession(
@@ -331,30 +153,30 @@ class DropsSession(ProgramBacked):
             mirrors=(("drop_event", DropEvent), ("drop_group", DropGroupValue)),
         )
         self._owners = OwnerInodeSync(config.packet_filter)
-        self._decoder = RecordDecoder()
+        self._decoder: RecordDecoder | None = None
+
+    @property
+    def reasons_inferred(self) -> bool:
+        """Are this run's reasons inferred from the drop location (the kernel gives none, or the config says
+        so)? Asked of the kernel's BTF when first needed - naming, after attaching - not on the way to it."""
+        if self._reasons_inferred is None:
+            self._reasons_inferred = self.config.infers_reasons
+        return self._reasons_inferred
 
     # -- start -----------------------------------------------------------------------------------------
-    def _kernel_config(self, has_rx_sk: bool) -> DropsConfigC:
+    def _kernel_config(self) -> DropsConfigC:
         packet_filter = self.config.packet_filter
         cfg = DropsConfigC()
-        none = 0xFFFFFFFF
-        cfg.consumed_reason = none if self.reasons.consumed is None else self.reasons.consumed
-        cfg.not_dropped_reason = none if self.reasons.not_dropped is None else self.reasons.not_dropped
-        netfilter = self.reasons.value("NETFILTER_DROP")
-        cfg.netfilter_reason = none if netfilter is None else netfilter
         fill_filter_config(cfg, packet_filter)
         cfg.sample_every = self.config.sample_every
         cfg.snaplen = self.config.snaplen
         cfg.filter_reasons = 1 if self.config.reasons else 2 if self.config.exclude_reasons else 0
         cfg.want_stack = int(self.config.stack)
         cfg.emit_events = int(not self.config.summary_only)
-        cfg.has_rx_sk = int(has_rx_sk)
-        cfg.has_reason = int(not self.reasons_inferred)
-        task_btf = self.config.current_task_btf
-        if task_btf is None:
-            # A kernel with drop reasons (5.17) has the helper (5.11): no BTF search on the way to attaching.
-            task_btf = features.drop_reasons() or features.bpf_helper("get_current_task_btf")
-        cfg.task_btf = int(task_btf)
+        # What the kernel offers (reason, rx_sk, bpf_get_current_task_btf) the program reads from its BTF at
+        # load; these only force the older kernels' paths (NETSLEUTH_DROPS_FALLBACK).
+        cfg.ignore_reason = int(self.config.kernel_reasons is False)
+        cfg.ignore_task_btf = int(self.config.current_task_btf is False)
         cfg.thread_size = thread_size()
         return cfg
 
@@ -367,13 +189,26 @@ class DropsSession(ProgramBacked):
         emit = not self.config.summary_only
         self._programs.start(
             ["drops"],
-            # rx_sk (6.11) comes after `reason` (5.17): a run without reasons is one on a kernel without both.
-            ("cfg", self._kernel_config(has_rx_sk=features.kfree_skb_rx_sk() and not self.reasons_inferred)),
+            ("cfg", self._kernel_config()),
             fill_maps=self._fill_filter_maps,
             ring="events" if emit else None,
             perf=perf,
+            sizes=self._unused_map_sizes(emit and perf is None),
         )
         self.buffer = ("perf" if perf is not None else "ring") if emit else "none"
+
+    def _unused_map_sizes(self, ring: bool) -> dict[str, int]:
+        """The maps this run's program never touches, made as small as they can be (a counting run sends no
+        event; no --pid/--comm, no owner inodes; no --reason, no reason set): creating them is part of the
+        start, and a preallocated hash map's cost grows with its size."""
+        sizes = {}
+        if not ring:
+            sizes["events"] = mmap.PAGESIZE  # a ring buffer is a power of two pages: one
+        if not self.config.packet_filter.filters_owner:
+            sizes["owner_inodes"] = 1
+        if not (self.config.reasons or self.config.exclude_reasons):
+            sizes["reason_filter"] = 1
+        return sizes
 
     @property
     def perf_lost(self) -> int | None:
@@ -391,10 +226,10 @@ class DropsSession(ProgramBacked):
 
     # -- run -------------------------------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list[RawDrop]:
-        return self._decoder.decode(self.poll_records(timeout_ms))
+        return self.decode(self.poll_records(timeout_ms))
 
     def drain(self) -> list[RawDrop]:
-        return self._decoder.decode(self.drain_records())
+        return self.decode(self.drain_records())
 
     def poll_records(self, timeout_ms: int) -> list[bytes]:
         """The raw records of `poll`, undecoded (DropBatcher decodes one of each kind)."""
@@ -406,6 +241,10 @@ class DropsSession(ProgramBacked):
         return self._programs.drain()
 
     def decode(self, records: list[bytes]) -> list[RawDrop]:
+        if self._decoder is None:
+            from netsleuth.diagnostics.drops_decode import RecordDecoder
+
+            self._decoder = RecordDecoder()
         return self._decoder.decode(records)
 
     def totals(self) -> DropTotals:
@@ -413,6 +252,8 @@ class DropsSession(ProgramBacked):
 
     def groups(self) -> Iterator[RawDropGroup]:
         """Counts by reason x location x netns, each with the first drop of its kind as the example."""
+        from netsleuth.diagnostics.drops_decode import RawDropGroup, decode_event
+
         for key, value in groups_with_runs(self._programs):
             frames = tuple(value.example_frames[: value.example.nr_frames])
             yield RawDropGroup(
@@ -479,25 +320,29 @@ def drop_reasons_for_run(kernel_reasons: bool | None = None) -> DropReasons:
     except EnvironmentProblem:
         if kernel_reasons or (kernel_reasons is None and features.drop_reasons()):
             raise
+        from netsleuth.kernel.reasons import DropReasons
+
         return DropReasons({}, "none: this kernel does not name drop reasons (they are inferred)")
 
 
 def read_drops_config(values: ConfigInput, reasons: DropReasons | None = None) -> DropsConfig:
     """--reason names are the running kernel's (read from its BTF), so they are checked on the host that
-    traces; `reasons` is that kernel's table (loaded here when not given)."""
+    traces; `reasons` is that kernel's table (loaded here when not given and names are to be read: a run
+    without --reason looks nothing up in the kernel's BTF before it attaches)."""
     options = RunOptions.read(values)
     forced = forced_fallbacks()
-    reasons = reasons or drop_reasons_for_run(forced.get("kernel_reasons"))
     snaplen = values.integer("snaplen", default=0)
     if snaplen and options.summary:
         raise UsageError("--pcap needs individual drops: it cannot be combined with --summary")
     wanted, unwanted = values.texts("reason"), values.texts("exclude_reason")
     if (wanted or unwanted) and (forced.get("kernel_reasons") is False or not features.drop_reasons()):
         raise UsageError(_NO_REASON_FILTER)
+    if wanted or unwanted:
+        reasons = reasons or drop_reasons_for_run(forced.get("kernel_reasons"))
     return DropsConfig(
         packet_filter=read_packet_filter(values),
-        reasons=frozenset(reasons.parse(wanted)),
-        exclude_reasons=frozenset(reasons.parse(unwanted)),
+        reasons=frozenset(reasons.parse(wanted)) if reasons is not None else frozenset(),
+        exclude_reasons=frozenset(reasons.parse(unwanted)) if reasons is not None else frozenset(),
         stack=values.flag("stack"),
         snaplen=snaplen,
         summary_only=options.summary,
@@ -552,14 +397,21 @@ class DropsDiagnostic:
         """`vmlinux`: a debug vmlinux for source lines; `find_vmlinux`: look for one when names are first
         needed (after attaching: the search imports the symbolizer, which attaching does not need)."""
         self.config = config
-        self.reasons = reasons or drop_reasons_for_run(config.kernel_reasons)
-        self._raw = DropsSession(config, self.reasons)
+        self._reasons = reasons
+        self._raw = DropsSession(config, reasons)
         self._context = context
         self._vmlinux = vmlinux
         self._find_vmlinux = find_vmlinux
         self._explain_firewall = explain_firewall
         self._enricher: DropEnricher | None = None
         self._batcher: DropBatcher | None = None
+
+    @property
+    def reasons(self) -> DropReasons:
+        """The kernel's reason names, read when first needed (naming, after attaching) unless given."""
+        if self._reasons is None:
+            self._reasons = drop_reasons_for_run(self.config.kernel_reasons)
+        return self._reasons
 
     @property
     def attach_kind(self) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from netsleuth.diagnostics.attribution import Owner, drop_owner_facts
-from netsleuth.diagnostics.drops import RawDrop, RawDropGroup
+from netsleuth.diagnostics.drops_decode import RawDrop, RawDropGroup
 from netsleuth.diagnostics.iso_times import IsoTimes
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.struct_layout import frozen_record
