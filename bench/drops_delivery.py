@@ -27,10 +27,13 @@ __all__ = [
     "WARM_UP_DROPS",
     "Delivery",
     "LineCounter",
+    "StormRun",
     "agent_delivery",
+    "agent_storm_delivery",
     "cpu_seconds",
     "deliver",
     "sampling_threshold",
+    "storm_delivery",
 ]
 
 _QUIET_S = 0.6  # no new line for this long: the consumer has delivered everything it will
@@ -212,6 +215,114 @@ def deliver(
         used,
         warm,
     )
+
+
+@dataclass
+class StormRun:
+    """One consumer under one full-speed storm, measured as a user would: the records it wrote, divided by
+    the storm's own duration (the sender's clock, first to last send). What the kernel sampled away while
+    the consumer was busy is not in `records`; netsleuth's summary counts it (`summary`)."""
+
+    name: str
+    records: int
+    storm_drops: int
+    storm_seconds: float
+    cpu_seconds: float | None  # the consumer's (and its children's) CPU from storm start to quiet
+    summary: dict[str, Any] | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.storm_seconds if self.storm_seconds > 0 else 0.0
+
+    @property
+    def per_cpu_second(self) -> float | None:
+        return self.records / self.cpu_seconds if self.cpu_seconds else None
+
+    def accounting(self) -> str:
+        """netsleuth's exact totals: seen = total + filtered out; total = delivered + sampled + lost."""
+        if self.summary is None:
+            return ""
+        seen, total = int(self.summary["seen"]), int(self.summary["total"])
+        emitted, sampled, lost = (int(self.summary[key]) for key in ("emitted", "sampled", "lost"))
+        exact = "exact" if total == emitted + sampled + lost and emitted == self.records else "NOT EXACT"
+        return (
+            f"seen {seen:,} = total {total:,} + filtered {seen - total:,}; total = delivered {emitted:,} + "
+            f"sampled {sampled:,} + lost {lost:,} ({exact}: {self.records:,} records written)"
+        )
+
+
+def _count_records(path: Path, is_record: Callable[[bytes], bool]) -> tuple[int, list[bytes]]:
+    """Lines of `path` that are records, and its last few lines (a netsleuth run ends with its summary)."""
+    count = 0
+    tail: list[bytes] = []
+    with path.open("rb") as lines:
+        for line in lines:
+            if is_record(line):
+                count += 1
+            else:
+                tail = [*tail[-8:], line]
+    return count, tail
+
+
+def storm_delivery(
+    name: str,
+    argv: list[str],
+    storm: Callable[[], tuple[int, float]],
+    *,
+    ready: Callable[[Path], bool],
+    is_record: Callable[[bytes], bool],
+    work: Path,
+    cpu: str,
+) -> StormRun:
+    """Start `argv` pinned to `cpu` with its standard output to a file, wait until `ready(file)`, run the
+    storm at once (no warm-up: what a consumer does while it names its first drops is part of what a user
+    gets), wait for the file to stop growing, stop it with SIGINT; count the lines `is_record` accepts.
+    `storm` returns (drops, seconds) as the sender measured them."""
+    output = work / f"storm-{name.split()[0]}.out"
+    with output.open("wb") as stdout:
+        process = subprocess.Popen(["taskset", "-c", cpu, *argv], stdout=stdout, stderr=subprocess.PIPE)
+        watch = _FileWatch(output)
+        try:
+            _wait(lambda: ready(output) or process.poll() is not None, f"{name} ready")
+            if process.poll() is not None:
+                stderr = process.stderr.read().decode() if process.stderr else ""
+                raise RuntimeError(f"{name} exited: {stderr}")
+            cpu_before = cpu_seconds(process.pid)
+            drops, seconds = storm()
+            _wait_quiet(lambda: watch.last_at, watch.poll)
+            used = cpu_seconds(process.pid) - cpu_before
+        finally:
+            process.send_signal(signal.SIGINT)
+            process.communicate(timeout=300)
+    records, tail = _count_records(output, is_record)
+    output.unlink()
+    return StormRun(name, records, drops, seconds, used, _summary(tail))
+
+
+def agent_storm_delivery(
+    request: dict[str, Any], storm: Callable[[], tuple[int, float]], cpu: str
+) -> StormRun:
+    """An agent session (firewall rules named) under the storm, its stream read raw off the agent's socket by
+    this process, as `storm_delivery` measures a command: drop records ÷ the storm's own seconds."""
+    from tests.privileged.test_agent_harness import AgentProcess
+
+    limits = {"max_duration": 300, "max_events": 100_000_000, "max_bytes": 1 << 40, "cpu_budget_percent": 100}
+    budget = {"duration": 120, "max_events": 100_000_000, "max_bytes": 1 << 40, "cpu_budget_percent": 100}
+    with AgentProcess({"sessions": limits}, argv_prefix=["taskset", "-c", cpu]) as agent:
+        agent.wait_ready()
+        with agent.client.session({**request, **budget}) as stream:
+            response = stream._response  # the raw chunked body: counting lines, not parsing them
+            first = response.readline()
+            assert first.startswith(b'{"type":"session_start"'), first[:200]
+            counter = LineCounter(response)
+            cpu_before = cpu_seconds(agent.process.pid)
+            drops, seconds = storm()
+            _wait(lambda: counter.lines > 0, "agent records")
+            _wait_quiet(lambda: counter.last_at)
+            used = cpu_seconds(agent.process.pid) - cpu_before
+            # Every line so far is a drop record: the session ends (summary, end) only at its duration.
+            records = counter.lines
+    return StormRun("agent session (rule names)", records, drops, seconds, used)
 
 
 def sampling_threshold(
