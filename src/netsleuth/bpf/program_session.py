@@ -186,6 +186,13 @@ class ProgramSession:
         return {name: self._object.program_fd(name) for name in self._object.attached_programs()}
 
     # -- close -----------------------------------------------------------------------------------------
+    def detach(self) -> None:
+        """Stop the programs running (their links destroyed) and keep the rest: maps and counters stay
+        readable and the ring buffer holds what they sent, so a last read misses nothing and the totals read
+        after it are final."""
+        if self._object is not None:
+            self._object.detach_all()
+
     def close(self) -> None:
         """Detach and free everything; safe to call twice."""
         if self._ring is not None:

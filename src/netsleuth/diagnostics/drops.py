@@ -238,7 +238,18 @@ class DropsSession(ProgramBacked):
         return self._programs.poll(timeout_ms)
 
     def drain_records(self) -> list[bytes]:
-        return self._programs.drain()
+        """The last read: the programs are detached first, so every event the counters say was emitted is
+        in what is read here and a run's summary adds up to what it printed (drops that kept coming while a
+        run read its last events and totals used to be counted emitted and never read). A program already
+        running on another CPU when its link goes finishes within microseconds: the ring is read again until
+        the emitted count stops moving."""
+        self._programs.detach()
+        records: list[bytes] = []
+        while True:
+            emitted = self.totals().emitted
+            records += self._programs.drain()
+            if self.totals().emitted == emitted:
+                return records
 
     def decode(self, records: list[bytes]) -> list[RawDrop]:
         if self._decoder is None:
