@@ -27,6 +27,7 @@ __all__ = [
     "WARM_UP_DROPS",
     "Delivery",
     "LineCounter",
+    "Storm",
     "StormRun",
     "agent_delivery",
     "agent_storm_delivery",
@@ -72,9 +73,12 @@ class LineCounter:
     """Counts newline-terminated lines from a binary stream on a thread, remembering when the last came;
     keeps the last few lines (a netsleuth run ends with its summary)."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], needle: bytes = b"") -> None:
+        """`needle`: also count the lines holding it (`needles`)."""
         self._stream = stream
+        self._needle = needle
         self.lines = 0
+        self.needles = 0
         self.last_at = 0.0
         self.tail = b""
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -90,6 +94,11 @@ class LineCounter:
             if not chunk:
                 return
             self.lines += chunk.count(b"\n")
+            if self._needle:
+                # A needle cut between two chunks: the last chunk's end, one byte short of a whole needle
+                # (a whole one there was counted with it), and this chunk.
+                carried = self.tail[max(0, len(self.tail) - len(self._needle) + 1) :]
+                self.needles += (carried + chunk).count(self._needle)
             self.last_at = time.monotonic()
             self.tail = (self.tail + chunk)[-65536:]
 
@@ -217,18 +226,33 @@ def deliver(
     )
 
 
+@dataclass(frozen=True)
+class Storm:
+    """A storm as its sender (bench/udpflood.c) reports it."""
+
+    drops: int
+    seconds: float  # first to last send, by the sender's clock
+    pid: int  # the sender: every drop of the storm happens in its context, so tracers report it as the owner
+
+    @property
+    def rate(self) -> float:
+        return self.drops / self.seconds
+
+
 @dataclass
 class StormRun:
-    """One consumer under one full-speed storm, measured as a user would: the records it wrote, divided by
-    the storm's own duration (the sender's clock, first to last send). What the kernel sampled away while
-    the consumer was busy is not in `records`; netsleuth's summary counts it (`summary`)."""
+    """One consumer under one full-speed storm, measured as a user would: the records of the storm's drops
+    it wrote, divided by the storm's own duration (the sender's clock, first to last send). What the kernel
+    sampled away while the consumer was busy is not in `records`; netsleuth's summary counts it (`summary`),
+    and `written` every drop record, this storm's and any other the machine dropped meanwhile."""
 
     name: str
     records: int
     storm_drops: int
     storm_seconds: float
-    cpu_seconds: float | None  # the consumer's (and its children's) CPU from storm start to quiet
+    cpu_seconds: float | None  # the consumer's CPU from storm start to quiet
     summary: dict[str, Any] | None = None
+    written: int | None = None  # every drop record written (the storm's and others' of the same reason)
 
     @property
     def rate(self) -> float:
@@ -244,40 +268,45 @@ class StormRun:
             return ""
         seen, total = int(self.summary["seen"]), int(self.summary["total"])
         emitted, sampled, lost = (int(self.summary[key]) for key in ("emitted", "sampled", "lost"))
-        exact = "exact" if total == emitted + sampled + lost and emitted == self.records else "NOT EXACT"
+        written = self.written if self.written is not None else self.records
+        exact = "exact" if total == emitted + sampled + lost and emitted == written else "NOT EXACT"
         return (
             f"seen {seen:,} = total {total:,} + filtered {seen - total:,}; total = delivered {emitted:,} + "
-            f"sampled {sampled:,} + lost {lost:,} ({exact}: {self.records:,} records written)"
+            f"sampled {sampled:,} + lost {lost:,} ({exact}: {written:,} records written)"
         )
 
 
-def _count_records(path: Path, is_record: Callable[[bytes], bool]) -> tuple[int, list[bytes]]:
-    """Lines of `path` that are records, and its last few lines (a netsleuth run ends with its summary)."""
-    count = 0
+def _count_records(path: Path, is_record: Callable[[bytes], bool]) -> tuple[int, int, list[bytes]]:
+    """Lines of `path` that are the storm's records, every drop record (a JSON line of type drop, or any
+    other line starting with a digit: bpftrace's), and its last few other lines (netsleuth ends with its
+    summary)."""
+    count = written = 0
     tail: list[bytes] = []
     with path.open("rb") as lines:
         for line in lines:
             if is_record(line):
                 count += 1
+            if line.startswith(b'{"type":"drop"') or line[:1].isdigit():
+                written += 1
             else:
                 tail = [*tail[-8:], line]
-    return count, tail
+    return count, written, tail
 
 
 def storm_delivery(
     name: str,
     argv: list[str],
-    storm: Callable[[], tuple[int, float]],
+    storm: Callable[[], Storm],
     *,
     ready: Callable[[Path], bool],
-    is_record: Callable[[bytes], bool],
+    is_record: Callable[[bytes, int], bool],
     work: Path,
     cpu: str,
 ) -> StormRun:
     """Start `argv` pinned to `cpu` with its standard output to a file, wait until `ready(file)`, run the
     storm at once (no warm-up: what a consumer does while it names its first drops is part of what a user
-    gets), wait for the file to stop growing, stop it with SIGINT; count the lines `is_record` accepts.
-    `storm` returns (drops, seconds) as the sender measured them."""
+    gets), wait for the file to stop growing, stop it with SIGINT; count the lines that `is_record(line,
+    the storm's sender pid)` accepts."""
     output = work / f"storm-{name.split()[0]}.out"
     with output.open("wb") as stdout:
         process = subprocess.Popen(["taskset", "-c", cpu, *argv], stdout=stdout, stderr=subprocess.PIPE)
@@ -288,22 +317,21 @@ def storm_delivery(
                 stderr = process.stderr.read().decode() if process.stderr else ""
                 raise RuntimeError(f"{name} exited: {stderr}")
             cpu_before = cpu_seconds(process.pid)
-            drops, seconds = storm()
+            sent = storm()
             _wait_quiet(lambda: watch.last_at, watch.poll)
             used = cpu_seconds(process.pid) - cpu_before
         finally:
             process.send_signal(signal.SIGINT)
             process.communicate(timeout=300)
-    records, tail = _count_records(output, is_record)
+    records, written, tail = _count_records(output, lambda line: is_record(line, sent.pid))
     output.unlink()
-    return StormRun(name, records, drops, seconds, used, _summary(tail))
+    return StormRun(name, records, sent.drops, sent.seconds, used, _summary(tail), written)
 
 
-def agent_storm_delivery(
-    request: dict[str, Any], storm: Callable[[], tuple[int, float]], cpu: str
-) -> StormRun:
+def agent_storm_delivery(request: dict[str, Any], storm: Callable[[], Storm], cpu: str) -> StormRun:
     """An agent session (firewall rules named) under the storm, its stream read raw off the agent's socket by
-    this process, as `storm_delivery` measures a command: drop records ÷ the storm's own seconds."""
+    this process, as `storm_delivery` measures a command: the storm's drop records (its sender's comm,
+    `udpflood`, as the owner) ÷ the storm's own seconds."""
     from tests.privileged.test_agent_harness import AgentProcess
 
     limits = {"max_duration": 300, "max_events": 100_000_000, "max_bytes": 1 << 40, "cpu_budget_percent": 100}
@@ -314,15 +342,15 @@ def agent_storm_delivery(
             response = stream._response  # the raw chunked body: counting lines, not parsing them
             first = response.readline()
             assert first.startswith(b'{"type":"session_start"'), first[:200]
-            counter = LineCounter(response)
+            counter = LineCounter(response, needle=b'"comm":"udpflood"')
             cpu_before = cpu_seconds(agent.process.pid)
-            drops, seconds = storm()
+            sent = storm()
             _wait(lambda: counter.lines > 0, "agent records")
             _wait_quiet(lambda: counter.last_at)
             used = cpu_seconds(agent.process.pid) - cpu_before
             # Every line so far is a drop record: the session ends (summary, end) only at its duration.
-            records = counter.lines
-    return StormRun("agent session (rule names)", records, drops, seconds, used)
+            records, written = counter.needles, counter.lines
+    return StormRun("agent session (rule names)", records, sent.drops, sent.seconds, used, written=written)
 
 
 def sampling_threshold(

@@ -57,6 +57,7 @@ from bench.attach_time import (  # noqa: E402
 from bench.drops_delivery import (  # noqa: E402
     WARM_UP_DROPS,
     Delivery,
+    Storm,
     StormRun,
     agent_delivery,
     agent_storm_delivery,
@@ -108,17 +109,16 @@ def bpf_program_stats(name_prefix: str) -> tuple[int, int]:
     return sum(runs for runs, _ in stats), sum(spent for _, spent in stats)
 
 
-def timed_storm(host_argv: Callable[..., list[str]], sender: str, dst: str, count: int) -> tuple[int, float]:
-    """`count` drops as fast as one CPU sends them: (drops, seconds) by the sender's own clock."""
+def timed_storm(host_argv: Callable[..., list[str]], sender: str, dst: str, count: int) -> Storm:
+    """`count` drops as fast as one CPU sends them, timed by the sender's own clock."""
     argv = host_argv("taskset", "-c", SENDER_CPU, sender, dst, "9", str(count))
     result = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
     assert result["refused"] == count, result
-    return int(result["refused"]), float(result["seconds"])
+    return Storm(int(result["refused"]), float(result["seconds"]), int(result["pid"]))
 
 
 def storm(host_argv: Callable[..., list[str]], sender: str, dst: str, count: int) -> float:
-    drops, seconds = timed_storm(host_argv, sender, dst, count)
-    return drops / seconds
+    return timed_storm(host_argv, sender, dst, count).rate
 
 
 def main() -> int:
@@ -521,7 +521,7 @@ def user_delivery(
     netfilter = load_drop_reasons().value("NETFILTER_DROP")
     ready_file = work / "user-delivery-ready"
 
-    def storm() -> tuple[int, float]:
+    def storm() -> Storm:
         return timed_storm(host_argv, sender, "198.18.0.2", count)
 
     def netsleuth() -> StormRun:
@@ -532,7 +532,8 @@ def user_delivery(
             [*argv, "--ready-file", str(ready_file)],
             storm,
             ready=lambda _output: ready_file.exists(),
-            is_record=lambda line: line.startswith(b'{"type":"drop"'),
+            # The storm's drops happen in the sender's own context: its pid is the owner netsleuth reports.
+            is_record=lambda line, pid: line.startswith(b'{"type":"drop"') and b'"pid":%d,' % pid in line,
             work=work,
             cpu=TRACER_CPU,
         )
@@ -544,13 +545,14 @@ def user_delivery(
             ["bpftrace", "-e", program],
             storm,
             ready=lambda output: b"ready\n" in output.read_bytes()[:256],
-            is_record=lambda line: line[:1].isdigit(),
+            is_record=lambda line, pid: line.startswith(b"%d " % pid),
             work=work,
             cpu=TRACER_CPU,
         )
 
     def agent() -> StormRun:
-        return agent_storm_delivery({"diagnostic": "drops", "reason": ["NETFILTER_DROP"]}, storm, TRACER_CPU)
+        request = {"diagnostic": "drops", "config": {"reason": ["NETFILTER_DROP"]}}
+        return agent_storm_delivery(request, storm, TRACER_CPU)
 
     runs: dict[str, list[StormRun]] = {name: [] for name in USER_CONSUMERS}
     for _ in range(rounds):
