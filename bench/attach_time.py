@@ -248,19 +248,30 @@ def measure_attach(
         return _time_until(["taskset", "-c", cpu, *bpftrace], bt_ready, bt_out, meter)
 
     times = AttachTimes([], [])
-    contenders: list[tuple[Callable[[], tuple[float, float | None]], list[float], list[float]]] = [
+    contenders: list[_Contender] = [
         (run_netsleuth, times.netsleuth, times.netsleuth_cpu),
         (run_bpftrace, times.bpftrace, times.bpftrace_cpu),
     ]
     if baseline is not None:
         env = dict(os.environ, PYTHONPATH=str(baseline))
         contenders.append((lambda: run_netsleuth(env), times.baseline, times.baseline_cpu))
+    _rotate(contenders, rounds, meter, None if work else directory)
+    return times
+
+
+_Contender = tuple[Callable[[], tuple[float, float | None]], list[float], list[float]]
+
+
+def _rotate(
+    contenders: list[_Contender], rounds: int, meter: _CgroupCpu | None, scratch: Path | None
+) -> None:
+    """Run every contender once per round, appending its (wall, on-CPU) seconds to its two lists; who goes
+    first rotates, so none always runs right after another's exit. One round first, not counted: files in
+    the page cache and bytecode written for all alike. Then the meter's cgroup and `scratch` are removed."""
     try:
-        # One round first, not counted: files in the page cache and bytecode written for all alike.
         for run, _, _ in contenders:
             run()
         for index in range(rounds):
-            # Rotate who goes first, so none always runs right after another's exit.
             shift = index % len(contenders)
             for run, walls, cpus in contenders[shift:] + contenders[:shift]:
                 wall, on_cpu = run()
@@ -270,9 +281,8 @@ def measure_attach(
     finally:
         if meter is not None:
             meter.remove()
-        if work is None:
-            shutil.rmtree(directory, ignore_errors=True)
-    return times
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def netsleuth_command() -> list[str]:
@@ -403,7 +413,7 @@ def measure_user_attach(rounds: int, work: Path | None = None, baseline: Path | 
     def run_bpftrace() -> tuple[float, float | None]:
         return _user_run(bpftrace, None, meter)
 
-    contenders: list[tuple[Callable[[], tuple[float, float | None]], list[float], list[float]]] = [
+    contenders: list[_Contender] = [
         (run_netsleuth, times.netsleuth, times.netsleuth_cpu),
         (run_bpftrace, times.bpftrace, times.bpftrace_cpu),
     ]
@@ -415,21 +425,7 @@ def measure_user_attach(rounds: int, work: Path | None = None, baseline: Path | 
             return _user_run(netsleuth, ready_file, meter, env)
 
         contenders.append((run_baseline, times.baseline, times.baseline_cpu))
-    try:
-        for run, _, _ in contenders:
-            run()
-        for index in range(rounds):
-            shift = index % len(contenders)
-            for run, walls, cpus in contenders[shift:] + contenders[:shift]:
-                wall, on_cpu = run()
-                walls.append(wall)
-                if on_cpu is not None:
-                    cpus.append(on_cpu)
-    finally:
-        if meter is not None:
-            meter.remove()
-        if work is None:
-            shutil.rmtree(directory, ignore_errors=True)
+    _rotate(contenders, rounds, meter, None if work else directory)
     return times
 
 

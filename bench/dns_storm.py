@@ -27,7 +27,13 @@ sys.path.insert(0, str(REPO))
 
 from tests.netlab import Host, Lab, wait_for  # noqa: E402
 
-from bench.harness import Tracer, mount_tracefs_for_bpftrace, program_stats  # noqa: E402
+from bench.harness import (  # noqa: E402
+    Tracer,
+    bpftrace_tracer,
+    mount_tracefs_for_bpftrace,
+    netsleuth_tracer,
+    program_stats,
+)
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 SERVER_CPU, CLIENT_CPU, TRACER_CPU = "1", "0", "1"
@@ -88,32 +94,23 @@ def main() -> int:
             )
         wait_for(lambda: "ready" in ready_out.read_text(), 10, "the responder")
 
-        def netsleuth_tracer(*extra: str, stdout: str) -> Callable[[], Tracer]:
-            def start() -> Tracer:
-                ready = work / "ready"
-                ready.unlink(missing_ok=True)
-                argv = [*netsleuth, "dns", "--netns", client.name, "--ready-file", str(ready), *extra]
-                return Tracer(argv, ready.exists, work / stdout, TRACER_CPU)
-
-            return start
-
-        def bpftrace_tracer() -> Tracer:
-            out = work / "bpftrace.out"
-            out.write_text("")
-            argv = ["bpftrace", "-B", "line", "-e", BPFTRACE_COUNT]
-            return Tracer(argv, lambda: "ready" in out.read_text().splitlines(), out, TRACER_CPU)
+        def dns(*extra: str, stdout: str) -> Callable[[], Tracer]:
+            return netsleuth_tracer(
+                [*netsleuth, "dns", "--netns", client.name, *extra], work, stdout, TRACER_CPU
+            )
 
         configurations: list[tuple[str, Callable[[], Tracer | None], str]] = [
             ("untraced", lambda: None, ""),
             (
                 "netsleuth dns --summary",
-                netsleuth_tracer("--summary", "--json", stdout="summary.jsonl"),
+                dns("--summary", "--json", stdout="summary.jsonl"),
                 "dns_",
             ),
-            ("netsleuth dns --json", netsleuth_tracer("--json", stdout="stream.jsonl"), "dns_"),
+            ("netsleuth dns --json", dns("--json", stdout="stream.jsonl"), "dns_"),
         ]
         if shutil.which("bpftrace"):
-            configurations.append(("bpftrace count (reference)", bpftrace_tracer, "net_dev_queue"))
+            bpftrace = bpftrace_tracer(BPFTRACE_COUNT, work, "bpftrace.out", TRACER_CPU)
+            configurations.append(("bpftrace count (reference)", bpftrace, "net_dev_queue"))
         samples = {name: Samples() for name, _, _ in configurations}
         for _ in range(args.repeat):
             for name, start, prefix in configurations:

@@ -435,7 +435,8 @@ def main() -> int:
     from tests.netlab import Lab
 
     from bench.attach_time import use_compiled_bytecode
-    from bench.drops_storm import BPFTRACE_PRINTF, BPFTRACE_READY, SENDER_CPU, TRACER_CPU, build_sender, storm
+    from bench.drops_storm import BPFTRACE_PRINTF, SENDER_CPU, TRACER_CPU, build_sender, storm
+    from bench.harness import BPFTRACE_READY
 
     choices = ("file", "pipe", "bpftrace-file", "bpftrace-pipe", "agent")
     parser = argparse.ArgumentParser(description="delivered drop events/s, unsampled")

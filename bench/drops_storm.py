@@ -66,7 +66,14 @@ from bench.drops_delivery import (  # noqa: E402
     storm_delivery,
 )
 from bench.floor_tracer import build_floor, floor_argv  # noqa: E402
-from bench.harness import Tracer, mount_tracefs_for_bpftrace, program_stats  # noqa: E402
+from bench.harness import (  # noqa: E402
+    BPFTRACE_READY,
+    Tracer,
+    bpftrace_tracer,
+    mount_tracefs_for_bpftrace,
+    netsleuth_tracer,
+    program_stats,
+)
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 BPFTRACE_COUNT = "tracepoint:skb:kfree_skb /args->reason != 1/ { @drops[args->reason] = count(); }"
@@ -74,7 +81,6 @@ BPFTRACE_PRINTF = (
     "tracepoint:skb:kfree_skb /args->reason != 1/ "
     '{ printf("%d %d %p %d\\n", nsecs, args->reason, args->location, args->protocol); }'
 )
-BPFTRACE_READY = 'BEGIN { printf("ready\\n"); } '
 # The user's comparison for delivery (issue 22): bpftrace printing who, why and where for each drop of the
 # reason netsleuth is asked for, to a file, exactly as `bpftrace -e '...' > file` runs.
 BPFTRACE_USER_PRINTF = (
@@ -272,23 +278,11 @@ def storm_rounds(a: Host, sender: str, work: Path, count: int, repeat: int, only
             if after[0] - before[0]:
                 samples.ns_per_event.append((after[1] - before[1]) / (after[0] - before[0]))
 
-    def netsleuth_tracer(*extra: str, stdout: str) -> Callable[[], Tracer]:
-        def start() -> Tracer:
-            ready = work / "ready"
-            ready.unlink(missing_ok=True)
-            argv = [*netsleuth, "drops", "--netns", a.name, "--ready-file", str(ready), *extra]
-            return Tracer(argv, ready.exists, work / stdout, TRACER_CPU)
+    def drops(option: str, stdout: str) -> Callable[[], Tracer]:
+        return netsleuth_tracer([*netsleuth, "drops", "--netns", a.name, option], work, stdout, TRACER_CPU)
 
-        return start
-
-    def bpftrace_tracer(program: str, stdout: str) -> Callable[[], Tracer]:
-        def start() -> Tracer:
-            out = work / stdout
-            out.write_text("")
-            argv = ["bpftrace", "-B", "line", "-e", BPFTRACE_READY + program]
-            return Tracer(argv, lambda: "ready" in out.read_text().splitlines(), out, TRACER_CPU)
-
-        return start
+    def bpftrace(program: str, stdout: str) -> Callable[[], Tracer]:
+        return bpftrace_tracer(BPFTRACE_READY + program, work, stdout, TRACER_CPU)
 
     floor_object = build_floor(work)
 
@@ -301,10 +295,10 @@ def storm_rounds(a: Host, sender: str, work: Path, count: int, repeat: int, only
     configurations: list[tuple[str, Callable[[], Tracer | None], str]] = [
         ("untraced", lambda: None, ""),
         (FLOOR, floor_tracer, "kfree_skb_floor"),
-        (SUMMARY, netsleuth_tracer("--summary", stdout="summary.out"), "drops_"),
-        ("netsleuth drops --json", netsleuth_tracer("--json", stdout="stream.jsonl"), "drops_"),
-        ("bpftrace count()", bpftrace_tracer(BPFTRACE_COUNT, "bt_count.out"), "kfree_skb"),
-        ("bpftrace printf", bpftrace_tracer(BPFTRACE_PRINTF, "bt_printf.out"), "kfree_skb"),
+        (SUMMARY, drops("--summary", "summary.out"), "drops_"),
+        ("netsleuth drops --json", drops("--json", "stream.jsonl"), "drops_"),
+        ("bpftrace count()", bpftrace(BPFTRACE_COUNT, "bt_count.out"), "kfree_skb"),
+        ("bpftrace printf", bpftrace(BPFTRACE_PRINTF, "bt_printf.out"), "kfree_skb"),
     ]
     if only_floor:
         configurations = configurations[:3]

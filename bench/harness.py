@@ -18,9 +18,12 @@ sys.path.insert(0, str(REPO))
 from tests.netlab import wait_for  # noqa: E402
 
 __all__ = [
+    "BPFTRACE_READY",
     "ProgramCost",
     "Tracer",
+    "bpftrace_tracer",
     "mount_tracefs_for_bpftrace",
+    "netsleuth_tracer",
     "print_rates",
     "program_cost",
     "program_stats",
@@ -111,3 +114,32 @@ class Tracer:
         _, stderr = self.process.communicate(timeout=300)
         self._stdout.close()
         return stderr
+
+
+# Put first in a bpftrace program: BEGIN runs once every probe is attached, so "ready" says it is.
+BPFTRACE_READY = 'BEGIN { printf("ready\\n"); } '
+
+
+def netsleuth_tracer(argv: list[str], work: Path, stdout: str, cpu: str) -> Callable[[], Tracer]:
+    """Starts `argv` (a netsleuth command with its options) as a Tracer, attached once its --ready-file
+    exists, output to `work`/`stdout`."""
+
+    def start() -> Tracer:
+        ready = work / "ready"
+        ready.unlink(missing_ok=True)
+        return Tracer([*argv, "--ready-file", str(ready)], ready.exists, work / stdout, cpu)
+
+    return start
+
+
+def bpftrace_tracer(program: str, work: Path, stdout: str, cpu: str) -> Callable[[], Tracer]:
+    """Starts bpftrace running `program` (which prints "ready" in BEGIN: BPFTRACE_READY) as a Tracer, its
+    output line-buffered to `work`/`stdout`."""
+
+    def start() -> Tracer:
+        out = work / stdout
+        out.write_text("")
+        argv = ["bpftrace", "-B", "line", "-e", program]
+        return Tracer(argv, lambda: "ready" in out.read_text().splitlines(), out, cpu)
+
+    return start

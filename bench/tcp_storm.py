@@ -29,7 +29,14 @@ sys.path.insert(0, str(REPO))
 
 from tests.netlab import Lab  # noqa: E402
 
-from bench.harness import Tracer, mount_tracefs_for_bpftrace, program_stats  # noqa: E402
+from bench.harness import (  # noqa: E402
+    BPFTRACE_READY,
+    Tracer,
+    bpftrace_tracer,
+    mount_tracefs_for_bpftrace,
+    netsleuth_tracer,
+    program_stats,
+)
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 STORM_C = r"""
@@ -72,7 +79,6 @@ int main(int argc, char **argv)
 }
 """
 STATE_CHANGES_PER_CONNECTION = 10
-BPFTRACE_READY = 'BEGIN { printf("ready\\n"); } '
 BPFTRACE_COUNT = "tracepoint:sock:inet_sock_set_state { @[args->oldstate, args->newstate] = count(); }"
 BPFTRACE_PRINTF = (
     "tracepoint:sock:inet_sock_set_state "
@@ -152,53 +158,41 @@ def main() -> int:
                     samples.ns_per_run.setdefault(name, []).append(took / ran)
                     samples.runs_per_connection.setdefault(name, []).append(ran / cost_count)
 
-        def netsleuth_tracer(*command: str, stdout: str) -> Callable[[], Tracer]:
-            def start() -> Tracer:
-                ready = work / "ready"
-                ready.unlink(missing_ok=True)
-                argv = [*netsleuth, *command, "--netns", host.name, "--ready-file", str(ready)]
-                return Tracer(argv, ready.exists, work / stdout, TRACER_CPU)
+        def ours(*command: str, stdout: str) -> Callable[[], Tracer]:
+            return netsleuth_tracer([*netsleuth, *command, "--netns", host.name], work, stdout, TRACER_CPU)
 
-            return start
-
-        def bpftrace_tracer(program: str, stdout: str) -> Callable[[], Tracer]:
-            def start() -> Tracer:
-                out = work / stdout
-                out.write_text("")
-                argv = ["bpftrace", "-B", "line", "-e", BPFTRACE_READY + program]
-                return Tracer(argv, lambda: "ready" in out.read_text().splitlines(), out, TRACER_CPU)
-
-            return start
+        def bpftrace(program: str, stdout: str) -> Callable[[], Tracer]:
+            return bpftrace_tracer(BPFTRACE_READY + program, work, stdout, TRACER_CPU)
 
         configurations: list[tuple[str, Callable[[], Tracer | None], tuple[str, ...]]] = [
             ("untraced", lambda: None, ()),
             (
                 "netsleuth tcp states --summary",
-                netsleuth_tracer("tcp", "states", "--summary", stdout="s.out"),
+                ours("tcp", "states", "--summary", stdout="s.out"),
                 ("nst_",),
             ),
             (
                 "netsleuth tcp states --json",
-                netsleuth_tracer("tcp", "states", "--json", stdout="states.jsonl"),
+                ours("tcp", "states", "--json", stdout="states.jsonl"),
                 ("nst_",),
             ),
             (
                 "netsleuth tcp life --json",
-                netsleuth_tracer("tcp", "life", "--json", stdout="life.jsonl"),
+                ours("tcp", "life", "--json", stdout="life.jsonl"),
                 ("nst_",),
             ),
             (
                 "netsleuth resets --json",
-                netsleuth_tracer("resets", "--json", stdout="resets.jsonl"),
+                ours("resets", "--json", stdout="resets.jsonl"),
                 ("nst_",),
             ),
             (
                 "netsleuth conn --json",
-                netsleuth_tracer("conn", "--json", stdout="conn.jsonl"),
+                ours("conn", "--json", stdout="conn.jsonl"),
                 ("nst_", "drops_"),
             ),
-            ("bpftrace count()", bpftrace_tracer(BPFTRACE_COUNT, "bt_count.out"), ("inet_sock_set_s",)),
-            ("bpftrace printf", bpftrace_tracer(BPFTRACE_PRINTF, "bt_printf.out"), ("inet_sock_set_s",)),
+            ("bpftrace count()", bpftrace(BPFTRACE_COUNT, "bt_count.out"), ("inet_sock_set_s",)),
+            ("bpftrace printf", bpftrace(BPFTRACE_PRINTF, "bt_printf.out"), ("inet_sock_set_s",)),
         ]
         samples = {name: Samples() for name, _, _ in configurations}
         for _ in range(args.repeat):
