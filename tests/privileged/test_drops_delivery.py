@@ -111,8 +111,8 @@ def test_a_run_stopped_in_a_storm_printed_every_event_it_counts_emitted(pair: Pa
     pair.a.run("iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "6312", "-j", "DROP")
     with TraceRun("drops", "--netns", pair.a.name, "--dport", "6312") as run:
         run.wait_ready()
-        # A paced storm (50,000 drops/s for 4 s), still running when the run stops.
-        flood = pair.a.popen([udpflood, pair.b4, "6312", "200000", "16", "50000"], stdout=-1)
+        # A paced storm (50,000 drops/s for up to a minute), still running when the run stops.
+        flood = pair.a.popen([udpflood, pair.b4, "6312", "3000000", "16", "50000"], stdout=-1)
         try:
             wait_for(lambda: run.stdout_path.stat().st_size > 500_000, 60, "a thousand-odd drops printed")
             run.stop()

@@ -238,11 +238,15 @@ class DropsSession(ProgramBacked):
         return self._programs.poll(timeout_ms)
 
     def drain_records(self) -> list[bytes]:
-        """The last read: the programs are detached first, so every event the counters say was emitted is
-        in what is read here and a run's summary adds up to what it printed (drops that kept coming while a
-        run read its last events and totals used to be counted emitted and never read). A program already
-        running on another CPU when its link goes finishes within microseconds: the ring is read again until
-        the emitted count stops moving."""
+        """Every record queued now, without waiting; the programs keep running."""
+        return self._programs.drain()
+
+    def last_records(self) -> list[bytes]:
+        """The last read of a run: the programs are detached first, so every event the counters say was
+        emitted is in what is read here and a run's summary adds up to what it printed (drops that kept
+        coming while a run read its last events and its totals were counted emitted and never read). A
+        program already running on another CPU when its link goes finishes within microseconds: the ring is
+        read again until the emitted count stops moving."""
         self._programs.detach()
         records: list[bytes] = []
         while True:
@@ -470,7 +474,9 @@ class DropsDiagnostic:
         return self._batch(self._raw.poll_records(timeout_ms))
 
     def drain(self) -> DropBatch:
-        return self._batch(self._raw.drain_records())
+        """The run's last drops: every caller drains once, at its end (the CLI, agent and fleet sessions,
+        conn, diagnose), so the programs stop first and the totals read after it are final."""
+        return self._batch(self._raw.last_records())
 
     def totals(self) -> DropTotals:
         return self._raw.totals()
