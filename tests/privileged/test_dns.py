@@ -6,6 +6,7 @@ Every count is compared with what the test sent or what the server says it answe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -76,6 +77,22 @@ def dig(
     host: Host, server: str, name: str, qtype: str = "A", *extra: str
 ) -> subprocess.CompletedProcess[str]:
     return host.run("dig", "+time=2", "+tries=1", f"@{server}", name, qtype, *extra, check=False)
+
+
+@contextlib.contextmanager
+def search_list(lab: DnsLab) -> Iterator[None]:
+    """The client's resolv.conf (bind-mounted by `ip netns exec` from /etc/netns/<name>/) with three search
+    domains and ndots:5: a lookup of `api.svc` tries each domain first."""
+    netns_etc = Path("/etc/netns") / lab.client.name
+    netns_etc.mkdir(parents=True)
+    (netns_etc / "resolv.conf").write_text(
+        f"nameserver {lab.pair.b4}\nsearch a.test b.test c.test\noptions ndots:5 attempts:1\n"
+    )
+    try:
+        yield
+    finally:
+        (netns_etc / "resolv.conf").unlink(missing_ok=True)
+        netns_etc.rmdir()
 
 
 class DnsTrace(TraceRun):
@@ -264,22 +281,12 @@ def test_timeout_from_full_receive_buffer_names_the_process(dns_lab: DnsLab, tmp
 
 
 def test_search_list_amplification_from_ndots(dns_lab: DnsLab) -> None:
-    # `ip netns exec` bind-mounts /etc/netns/<name>/resolv.conf over /etc/resolv.conf for the command.
-    netns_etc = Path("/etc/netns") / dns_lab.client.name
-    netns_etc.mkdir(parents=True)
-    try:
-        (netns_etc / "resolv.conf").write_text(
-            f"nameserver {dns_lab.pair.b4}\nsearch a.test b.test c.test\noptions ndots:5 attempts:1\n"
-        )
-        with trace(dns_lab, "--summary") as run:
-            run.wait_ready()
-            for _ in range(2):
-                result = dns_lab.client.run("getent", "ahostsv4", "api.svc", check=False)
-                assert "198.18.0.2" in result.stdout
-            run.stop()
-    finally:
-        (netns_etc / "resolv.conf").unlink(missing_ok=True)
-        netns_etc.rmdir()
+    with search_list(dns_lab), trace(dns_lab, "--summary") as run:
+        run.wait_ready()
+        for _ in range(2):
+            result = dns_lab.client.run("getent", "ahostsv4", "api.svc", check=False)
+            assert "198.18.0.2" in result.stdout
+        run.stop()
     rows = [row for row in run.summary()["rows"] if row["comm"] == "getent"]
     assert len(rows) == 2  # one per getent process
     for row in rows:
@@ -413,26 +420,28 @@ def test_agent_session_runs_dns_from_the_registry(dns_lab: DnsLab) -> None:
 
 
 def test_diagnose_gives_dns_verdicts(dns_lab: DnsLab) -> None:
-    netns_etc = Path("/etc/netns") / dns_lab.client.name
-    netns_etc.mkdir(parents=True)
-    (netns_etc / "resolv.conf").write_text(
-        f"nameserver {dns_lab.pair.b4}\nsearch a.test b.test c.test\noptions ndots:5 attempts:1\n"
-    )
-    try:
-        with DnsTrace("diagnose", "--netns", dns_lab.client.name, "--duration", "6") as run:
-            run.wait_ready()
-            dns_lab.client.run("getent", "ahostsv4", "api.svc", check=False)
-            for _ in range(3):
-                dig(dns_lab.client, dns_lab.pair.b4, "servfail.test")
-            dns_lab.client.run("iptables", "-A", "INPUT", "-p", "udp", "--sport", "53", "-j", "DROP")
-            dig(dns_lab.client, dns_lab.pair.b4, "lost.ok.test")
-            assert run.finish(60) == 0
-            records = run.records()
-    finally:
-        (netns_etc / "resolv.conf").unlink(missing_ok=True)
-        netns_etc.rmdir()
+    with search_list(dns_lab), DnsTrace("diagnose", "--netns", dns_lab.client.name, "--duration", "6") as run:
+        run.wait_ready()
+        dns_lab.client.run("getent", "ahostsv4", "api.svc", check=False)
+        for _ in range(3):
+            dig(dns_lab.client, dns_lab.pair.b4, "servfail.test")
+        dns_lab.client.run("iptables", "-A", "INPUT", "-p", "udp", "--sport", "53", "-j", "DROP")
+        dig(dns_lab.client, dns_lab.pair.b4, "lost.ok.test")
+        assert run.finish(60) == 0
+        records = run.records()
     verdicts = {record["category"]: record for record in records if record.get("type") == "verdict"}
     assert {"dns-timeout-firewall", "dns-servfail", "dns-search-amplification"} <= set(verdicts)
+    assert {
+        category: verdicts[category]["cause_code"] for category in verdicts if category.startswith("dns-")
+    } == {
+        "dns-timeout-firewall": "firewall_drop",
+        "dns-servfail": "dns_servfail",
+        "dns-search-amplification": "dns_search_amplification",
+    }
+    # The firewall verdict of the same rule and packets is part of the DNS verdict, not another one.
+    assert (
+        "firewall" not in verdicts and verdicts["dns-timeout-firewall"]["evidence"]["firewall"]["drops"] >= 1
+    )
     firewall = verdicts["dns-timeout-firewall"]
     assert "--sport 53 -j DROP" in firewall["cause"] and firewall["severity"] == "critical"
     assert any("iptables -t filter -D INPUT 1" in fix for fix in firewall["fix"])
@@ -440,6 +449,26 @@ def test_diagnose_gives_dns_verdicts(dns_lab: DnsLab) -> None:
     amplification = verdicts["dns-search-amplification"]
     assert "api.svc" in amplification["cause"] and "becomes 4.0 DNS queries" in amplification["cause"]
     assert any("ndots" in fix for fix in amplification["fix"])
+    # Only names this resolv.conf's search list makes: no Kubernetes suggestion on a host without one.
+    assert amplification["evidence"]["search_domains"] == ["a.test", "b.test", "c.test"]
+    assert "api.svc.a.test, api.svc.b.test, api.svc.c.test answered NXDOMAIN" in amplification["cause"]
+    assert not any("svc.cluster.local" in fix or "Kubernetes" in fix for fix in amplification["fix"])
+
+
+def test_diagnose_groups_the_same_lookup_of_many_processes_into_one_verdict(dns_lab: DnsLab) -> None:
+    """Three `getent` runs in a shell loop (a cron job's pattern) are one amplification verdict that counts
+    the processes, not three identical ones."""
+    with search_list(dns_lab), DnsTrace("diagnose", "--netns", dns_lab.client.name, "--duration", "4") as run:
+        run.wait_ready()
+        dns_lab.client.run("sh", "-c", "for i in 1 2 3; do getent ahostsv4 api.svc; done")
+        assert run.finish(60) == 0
+        records = run.records()
+    verdicts = [record for record in records if record.get("type") == "verdict"]
+    amplification = [verdict for verdict in verdicts if verdict["category"] == "dns-search-amplification"]
+    assert len(amplification) == 1, [verdict["cause"] for verdict in verdicts]
+    (verdict,) = amplification
+    assert "each lookup of api.svc by getent (3 processes) becomes 4.0 DNS queries" in verdict["cause"]
+    assert len(verdict["evidence"]["processes"]) == 3 and verdict["evidence"]["lookups"] == 3
 
 
 def test_timeout_joined_with_a_drop_in_the_servers_namespace(dns_lab: DnsLab) -> None:

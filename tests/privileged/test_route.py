@@ -160,7 +160,9 @@ def test_diagnose_turns_blackhole_and_silent_next_hop_into_verdicts(routed: Pair
         "(ip rule 1000: from 198.18.3.0/24 lookup 100)" in blackhole["cause"]
     )
     assert blackhole["evidence"]["lookups"] == 12
+    assert blackhole["cause_code"] == "route_reject"  # the catalogue's codes, as every verdict carries
     silent = by_category["next-hop-unresolved"]
+    assert silent["cause_code"] == "neighbour_unresolved"
     assert f"next hop {SILENT_HOP} never answered ARP" in silent["cause"]
     assert silent["evidence"]["drops"] == 4
 

@@ -161,6 +161,7 @@ def test_diagnose_names_net_rx_runs_stopped_on_the_packet_budget(
     budget = [verdict for verdict in verdicts if verdict["category"] == "net-rx-budget"]
     assert len(budget) == 1, [verdict["category"] for verdict in verdicts]
     (verdict,) = budget
+    assert verdict["cause_code"] == "net_rx_budget"
     evidence = verdict["evidence"]
     assert evidence["netdev_budget"] == small_netdev_budget
     assert sum(evidence["budget_runs_by_cpu"].values()) > 0

@@ -103,3 +103,32 @@ def test_listen_overflow_reads_the_same_everywhere(tmp_path: Path) -> None:
     assert dropped.fix[1].endswith("ip netns exec srv sysctl -w net.core.somaxconn=8192")  # as doctor's fix
     assert finding.explanation == entry.explain(somaxconn=finding.evidence["somaxconn"])
     assert entry.remedy in record.check and "ss -ltn 'sport = :80'" in record.check
+
+
+def _doctor_rule_ids() -> set[str]:
+    """The rule part of every finding id the doctor's rules make, read from their source (`id="rule"`,
+    `id=f"rule:{subject}"`, and the two spelled with a direction)."""
+    import re
+
+    rules = Path(__file__).resolve().parents[2] / "src" / "netsleuth" / "doctor" / "rules"
+    found: set[str] = set()
+    for source in rules.glob("*.py"):
+        for literal in re.findall(r'\bid=f?"([^"]+)"', source.read_text()):
+            prefix = literal.split(":", 1)[0]
+            prefix = prefix.replace("{'rcvbuf' if direction == 'receive' else 'sndbuf'}", "{kind}")
+            for direction, kind in (("rx", "rcvbuf"), ("tx", "sndbuf")):
+                found.add(prefix.replace("{direction}", direction).replace("{kind}", kind))
+    return found
+
+
+def test_every_doctor_rule_has_a_catalogued_code_as_a_verdict() -> None:
+    from netsleuth.diagnose.correlate import PATH_CAUSE_CODES
+
+    rules = _doctor_rule_ids()
+    assert "gro-off" in rules and "udp-sndbuf-errors" in rules and "tx-errors" in rules  # the scan works
+    assert rules <= set(PATH_CAUSE_CODES), sorted(rules - set(PATH_CAUSE_CODES))
+    assert set(PATH_CAUSE_CODES.values()) <= set(CATALOGUE)
+
+
+def test_codes_are_snake_case() -> None:
+    assert all(code == code.lower() and "-" not in code and " " not in code for code in CATALOGUE)

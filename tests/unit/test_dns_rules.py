@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from netsleuth.diagnose.dns_rules import NXDOMAIN_STORM_MIN, dns_verdicts
-from netsleuth.diagnose.verdicts import Severity
+import dataclasses
+import random
+
+from netsleuth.diagnose.dns_rules import NXDOMAIN_STORM_MIN, absorb_firewall_verdicts, dns_verdicts
+from netsleuth.diagnose.verdicts import Severity, Verdict, rank
 from netsleuth.diagnostics.attribution import Owner
-from netsleuth.diagnostics.dns_records import DnsAnswer, DnsDrop, DnsQueryFacts, DnsTimeout
+from netsleuth.diagnostics.causes import CATALOGUE
+from netsleuth.diagnostics.dns_records import DnsAnswer, DnsDrop, DnsQueryFacts, DnsRecord, DnsTimeout
 from netsleuth.diagnostics.dns_summary import DnsSummaryRow
 from netsleuth.packet import PacketTuple
 
@@ -13,10 +17,10 @@ CLIENT = Owner(4242, "curl", "task")
 KERNEL = Owner(None, "kernel", "kernel")
 
 
-def facts(name: str = "api.example.com", server: str = "198.18.0.2") -> DnsQueryFacts:
+def facts(name: str = "api.example.com", server: str = "198.18.0.2", owner: Owner = CLIENT) -> DnsQueryFacts:
     return DnsQueryFacts(
         time=1.0,
-        owner=CLIENT,
+        owner=owner,
         netns=4026532000,
         netns_name="cli",
         proto="udp",
@@ -32,12 +36,12 @@ def facts(name: str = "api.example.com", server: str = "198.18.0.2") -> DnsQuery
     )
 
 
-def drop(reason: str, rule: str | None = None, owner: Owner = KERNEL) -> DnsDrop:
+def drop(reason: str, rule: str | None = None, owner: Owner = KERNEL, time: float = 1.0) -> DnsDrop:
     netfilter = None
     if rule:
         netfilter = {"backend": "iptables-nft", "table": "filter", "chain": "INPUT", "rule_number": 1}
     return DnsDrop(
-        time=1.0,
+        time=time,
         direction="answer",
         reason=reason,
         location="nft_do_chain+0x46f",
@@ -94,10 +98,18 @@ def test_servfail_and_refused_by_server() -> None:
     assert verdicts["dns-refused"].events == 2
 
 
-def _row(nxdomain: int, noerror: int, lookups: int, expansions: int) -> DnsSummaryRow:
+def _row(
+    nxdomain: int,
+    noerror: int,
+    lookups: int,
+    expansions: int,
+    pid: int = 4242,
+    comm: str = "curl",
+    domains: tuple[str, ...] = ("a.test", "b.test", "c.test"),
+) -> DnsSummaryRow:
     return DnsSummaryRow(
-        pid=4242,
-        comm="curl",
+        pid=pid,
+        comm=comm,
         server="198.18.0.2",
         suffix="api.svc",
         queries=lookups + expansions,
@@ -105,6 +117,7 @@ def _row(nxdomain: int, noerror: int, lookups: int, expansions: int) -> DnsSumma
         expansions=expansions,
         answers={"NXDOMAIN": nxdomain, "NOERROR": noerror},
         names={"api.svc"},
+        search_domains=set(domains),
     )
 
 
@@ -135,3 +148,131 @@ def test_drops_no_timeout_explains_get_their_own_verdict() -> None:
     assert sorted(verdict.category for verdict in verdicts) == ["dns-drop", "dns-timeout-firewall"]
     (dropped,) = [verdict for verdict in verdicts if verdict.category == "dns-drop"]
     assert "receive buffer of curl[4242]" in dropped.cause and dropped.severity is Severity.CRITICAL
+
+
+RULE = "-A INPUT -p udp -m udp --sport 53 -j DROP"
+GETENT = [Owner(pid, "getent", "task") for pid in (9001, 9002, 9003)]
+
+
+def test_search_list_fix_suggests_only_names_the_real_search_list_makes() -> None:
+    (plain,) = dns_verdicts([], [_row(nxdomain=6, noerror=2, lookups=2, expansions=6)], 10.0)
+    assert "api.svc.a.test, api.svc.b.test, api.svc.c.test answered NXDOMAIN" in plain.cause
+    assert plain.evidence["search_domains"] == ["a.test", "b.test", "c.test"]
+    assert not any("svc.cluster.local" in fix or "Kubernetes" in fix for fix in plain.fix), plain.fix
+    kubernetes = ("default.svc.cluster.local", "svc.cluster.local", "cluster.local")
+    (pod,) = dns_verdicts(
+        [], [_row(nxdomain=6, noerror=2, lookups=2, expansions=6, domains=kubernetes)], 10.0
+    )
+    assert any("Kubernetes, the pod's dnsConfig.options ndots" in fix for fix in pod.fix)
+    assert not any("<name>" in fix or "<namespace>" in fix for fix in pod.fix)
+
+
+def test_the_same_program_and_name_is_one_verdict_however_many_processes() -> None:
+    rows = [
+        _row(nxdomain=3, noerror=1, lookups=1, expansions=3, pid=owner.pid or 0, comm="getent")
+        for owner in GETENT
+    ]
+    (verdict,) = dns_verdicts([], rows, 10.0)
+    assert "by getent (3 processes) becomes 4.0 DNS queries" in verdict.cause
+    assert verdict.evidence["lookups"] == 3 and verdict.evidence["expansions"] == 9
+    assert [process["pid"] for process in verdict.evidence["processes"]] == [9001, 9002, 9003]
+    timeouts = [
+        DnsTimeout(facts(owner=owner), 5000.0, drop("NETFILTER_DROP", RULE, owner), None) for owner in GETENT
+    ]
+    (timed_out,) = dns_verdicts(timeouts, [], 10.0)
+    assert "3 DNS queries of getent (3 processes) to 198.18.0.2:53/udp timed out" in timed_out.cause
+
+
+def test_dropped_retries_of_a_query_that_timed_out_are_evidence_not_another_verdict() -> None:
+    """glibc retries on the same socket with the same id: each answer is dropped by the rule, and the one
+    timeout carries the last drop. Both drops belong to the timeout verdict."""
+    owner = Owner(4242, "getent", "socket")
+    first, retry = (
+        drop("NETFILTER_DROP", RULE, owner, time=1.0),
+        drop("NETFILTER_DROP", RULE, owner, time=2.0),
+    )
+    timeout = DnsTimeout(facts(owner=owner), 2000.0, retry, None)
+    (verdict,) = dns_verdicts([first, retry, timeout], [], 6.0)
+    assert verdict.category == "dns-timeout-firewall" and verdict.cause_code == "firewall_drop"
+    assert verdict.evidence["dns_drops"] == 2 and "2 packets in all" in verdict.cause
+
+
+def firewall_verdict(count: int, rule: str = RULE) -> Verdict:
+    netfilter = {"rule": rule, "table": "filter", "chain": "INPUT", "hook": "input"}
+    return Verdict(
+        "firewall",
+        Severity.WARNING,
+        f'firewall rule "{rule}" dropped {count} packet(s)',
+        {"drops": count, "netns": 4026532000, "location": "nft_do_chain+0x46f", "netfilter": netfilter},
+        ("ip netns exec cli iptables -t filter -D INPUT 1   # if this traffic should pass",),
+        count,
+        cause_code="firewall_drop",
+    )
+
+
+def test_the_firewall_verdict_of_the_same_drops_joins_the_dns_verdict() -> None:
+    owner = Owner(4242, "getent", "socket")
+    drops = [drop("NETFILTER_DROP", RULE, owner, time=t) for t in (1.0, 2.0)]
+    records: list[DnsRecord] = [*drops, DnsTimeout(facts(owner=owner), 2000.0, drops[-1], None)]
+    found = dns_verdicts(records, [], 6.0)
+    merged, kept = absorb_firewall_verdicts(found, [firewall_verdict(2)], records)
+    assert kept == []
+    (verdict,) = merged
+    assert verdict.evidence["firewall"]["drops"] == 2 and verdict.severity is Severity.CRITICAL
+    # A rule that dropped more than these DNS packets stays a verdict of its own.
+    merged, kept = absorb_firewall_verdicts(found, [firewall_verdict(7)], records)
+    assert [v.category for v in kept] == ["firewall"] and "firewall" not in merged[0].evidence
+    # Another rule is another fault.
+    _, kept = absorb_firewall_verdicts(found, [firewall_verdict(2, "-A INPUT -j DROP")], records)
+    assert len(kept) == 1
+
+
+def test_every_dns_verdict_carries_a_catalogued_code() -> None:
+    owner = Owner(4242, "curl", "socket")
+    records: list[DnsRecord] = [
+        DnsTimeout(facts(), 5000.0, drop("NETFILTER_DROP", RULE), None),
+        DnsTimeout(facts(server="198.18.0.3"), 5000.0, drop("SOCKET_RCVBUFF", owner=owner), None),
+        DnsTimeout(facts(server="198.18.0.4"), 5000.0, drop("IP_INNOROUTES"), None),
+        DnsTimeout(facts(server="198.18.0.5"), 5000.0, None, None),
+        drop("NETFILTER_DROP", "-A INPUT -j DROP", time=3.0),
+        answer("SERVFAIL"),
+        answer("REFUSED"),
+    ]
+    rows = [
+        _row(nxdomain=6, noerror=2, lookups=2, expansions=6),
+        _row(
+            nxdomain=NXDOMAIN_STORM_MIN + 5,
+            noerror=1,
+            lookups=NXDOMAIN_STORM_MIN + 6,
+            expansions=0,
+            comm="app",
+        ),
+    ]
+    verdicts = dns_verdicts(records, rows, 10.0)
+    codes = {verdict.category: verdict.cause_code for verdict in verdicts}
+    assert codes == {
+        "dns-timeout-firewall": "firewall_drop",
+        "dns-timeout-rcvbuf": "rcvbuf",
+        "dns-timeout-drop": "kernel_drop",
+        "dns-timeout": "dns_no_answer",
+        "dns-drop": "firewall_drop",
+        "dns-servfail": "dns_servfail",
+        "dns-refused": "dns_refused",
+        "dns-search-amplification": "dns_search_amplification",
+        "dns-nxdomain-storm": "dns_nxdomain",
+    }
+    assert set(codes.values()) <= set(CATALOGUE)
+
+
+def test_ranking_is_the_same_whatever_order_the_verdicts_come_in() -> None:
+    equal = [
+        dataclasses.replace(firewall_verdict(3), cause=f'firewall rule "{rule}" dropped 3 packet(s)')
+        for rule in ("-A INPUT -p tcp -j DROP", "-A INPUT -p udp -j DROP", "-A OUTPUT -j DROP")
+    ]
+    others = dns_verdicts([answer("SERVFAIL")] * 3 + [answer("REFUSED")] * 3, [], 10.0)
+    verdicts = [*equal, *others]
+    expected = rank(verdicts)
+    for seed in range(20):
+        shuffled = list(verdicts)
+        random.Random(seed).shuffle(shuffled)
+        assert rank(shuffled) == expected

@@ -74,6 +74,9 @@ def test_search_list_expansions_fold_into_the_name_asked_for() -> None:
     assert (api.queries, api.lookups, api.expansions) == (8, 2, 6)
     assert api.amplification == 4.0
     assert api.answers == {"NXDOMAIN": 6, "NOERROR": 2}
+    # The search list as the resolver used it: what it appended to the name.
+    assert api.search_domains == {"default.svc.cluster.local", "svc.cluster.local", "cluster.local"}
+    assert rows["example.com"].search_domains == set()
     assert rows["example.com"].amplification == 1.0
 
 

@@ -12,11 +12,48 @@ import dataclasses
 from netsleuth.diagnose.verdicts import Verdict
 from netsleuth.doctor.findings import Finding
 
-__all__ = ["finding_verdict", "merge_findings"]
+__all__ = ["PATH_CAUSE_CODES", "finding_verdict", "merge_findings"]
 
 
 def _rule_of(finding: Finding) -> str:
     return finding.id.split(":", 1)[0]
+
+
+# The catalogue's code of each doctor rule, for the findings that carry none themselves (the NIC, queue,
+# interrupt and MTU rules): a path verdict names its cause in the one vocabulary like every other verdict.
+PATH_CAUSE_CODES = {
+    "backlog-drops": "cpu_backlog",
+    "listen-overflow": "listen_overflow",
+    "syn-queue-full": "syn_queue_full",
+    "tcp-receive-drops": "tcp_receive_full",
+    "udp-rcvbuf-errors": "rcvbuf",
+    "udp-sndbuf-errors": "sndbuf",
+    "conntrack-full": "conntrack_full",
+    "conntrack-invalid": "conntrack_invalid",
+    "rp-filter-drops": "rp_filter",
+    "rx-drops": "device_drops",
+    "tx-drops": "device_drops",
+    "rx-errors": "device_errors",
+    "tx-errors": "device_errors",
+    "rx-nohandler": "rx_nohandler",
+    "ring-exhaustion": "ring_exhaustion",
+    "irq-pileup": "irq_pileup",
+    "irq-numa": "irq_numa",
+    "softirq-skew": "softirq_skew",
+    "time-squeeze": "net_rx_budget",
+    "queues-vs-cpus": "queues_vs_cpus",
+    "rps-single-queue": "rps_single_queue",
+    "rps-on-multiqueue": "rps_on_multiqueue",
+    "xps-off": "xps_off",
+    "coalesce-off": "coalesce_off",
+    "coalesce-high": "coalesce_high",
+    "gro-off": "gro_off",
+    "lro-forwarding": "lro_forwarding",
+    "tunnel-tso": "tunnel_tso",
+    "bond-slave-offload": "bond_slave_offload",
+    "tunnel-mtu": "tunnel_mtu",
+    "veth-mtu": "veth_mtu",
+}
 
 
 def finding_verdict(finding: Finding) -> Verdict:
@@ -36,7 +73,7 @@ def finding_verdict(finding: Finding) -> Verdict:
             ),
         ),
         absorbed=(finding.id,),
-        cause_code=finding.cause_code,
+        cause_code=finding.cause_code or PATH_CAUSE_CODES[_rule_of(finding)],
     )
 
 

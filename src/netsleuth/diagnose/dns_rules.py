@@ -4,12 +4,22 @@ server, NXDOMAIN storms, and search-list amplification with its fix.
 Inputs are the typed records of netsleuth.diagnostics.dns (a timeout already carries the drop of its query
 or answer that the dns programs saw: a firewall rule, a full receive buffer) and the summary rows; pure
 functions, so they run on recorded records.
+
+One fault, one verdict:
+- verdicts group by what a person would change, the program and the name or cause, not by process: a cron
+  job running `getent` every minute is one verdict that says how many processes it saw;
+- the DNS packets a fault dropped are evidence of the timeout verdict they caused (`dns_drops`), never a
+  verdict of their own; only drops that no timeout of the same cause followed make a `dns-drop` verdict;
+- the firewall verdict the drops object makes of the same packets (same rule, same namespace) is absorbed
+  into the DNS verdict (`absorb_firewall_verdicts`): the rule is the cause, the DNS timeouts its effect.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from netsleuth.diagnose.verdicts import Severity, Verdict
@@ -17,25 +27,41 @@ from netsleuth.diagnostics.dns_records import DnsAnswer, DnsDrop, DnsQueryFacts,
 from netsleuth.diagnostics.dns_summary import DnsSummaryRow
 from netsleuth.netns_command import in_netns
 
-__all__ = ["NXDOMAIN_STORM_MIN", "dns_verdicts"]
+__all__ = ["NXDOMAIN_STORM_MIN", "absorb_firewall_verdicts", "dns_verdicts"]
 
-NXDOMAIN_STORM_MIN = 20  # NXDOMAIN answers to one process in the window before it is called a storm
+NXDOMAIN_STORM_MIN = 20  # NXDOMAIN answers to one program in the window before it is called a storm
 _NXDOMAIN_STORM_SHARE = 0.5  # ... and at least this share of its answers
 _AMPLIFICATION_MIN = 2.0
 _RCVBUF_REASONS = ("SOCKET_RCVBUFF", "UDP_RCVBUFF")
+# A search domain of a Kubernetes pod's resolv.conf: <namespace>.svc.<cluster domain>, svc.<...>, <...>.
+_KUBERNETES_SEARCH = ".svc."
 
 
-def _process(facts: DnsQueryFacts) -> str:
-    owner = facts.owner
-    return f"{owner.comm}[{owner.pid}]" if owner.pid else owner.comm
+def _plural(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+def _who(comm: str, pids: Iterable[int | None]) -> str:
+    """The program as a person would name it: `getent[812]`, or `getent (3 processes)` when several
+    processes of it did the same."""
+    known = sorted({pid for pid in pids if pid})
+    if len(known) == 1:
+        return f"{comm}[{known[0]}]"
+    if not known:
+        return comm
+    return f"{comm} ({len(known)} processes)"
+
+
+def _processes(owners: Iterable[tuple[int | None, str]]) -> list[dict[str, Any]]:
+    return [{"pid": pid, "comm": comm} for pid, comm in sorted({(p or 0, c) for p, c in owners})]
 
 
 def _server(facts: DnsQueryFacts) -> str:
     return f"{facts.server}:{facts.server_port}/{facts.proto}"
 
 
-def _names(facts: Iterable[DnsQueryFacts], limit: int = 5) -> list[str]:
-    return [name for name, _ in Counter(f.name for f in facts).most_common(limit)]
+def _names(names: Iterable[str | None], limit: int = 5) -> list[str]:
+    return [name for name, _ in Counter(name for name in names if name).most_common(limit)]
 
 
 def _firewall_fix(drop: DnsDrop) -> list[str]:
@@ -54,79 +80,157 @@ def _firewall_fix(drop: DnsDrop) -> list[str]:
     return [f"allow udp/tcp port 53 through the {drop.hook or 'firewall'} hook (netns {netns or drop.netns})"]
 
 
-def _timeout_verdict(timeouts: list[DnsTimeout], seconds: float) -> Verdict:
+# -- what dropped DNS packets, and which drops belong together ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class _DropCause:
+    """What a person would change about a dropped DNS packet: the rule (or reason) in its namespace, for
+    queries or answers of one program."""
+
+    reason: str
+    rule: str | None
+    direction: str
+    netns: int
+    comm: str
+
+    @staticmethod
+    def of(drop: DnsDrop, comm: str) -> _DropCause:
+        return _DropCause(drop.reason, drop.rule, drop.direction, drop.netns, comm)
+
+
+def _drop_key(drop: DnsDrop) -> tuple[Any, ...]:
+    packet = drop.packet
+    return (drop.time, drop.reason, drop.id, packet.saddr, packet.sport, packet.daddr, packet.dport)
+
+
+def _asker(drop: DnsDrop, timeouts_by_query: dict[tuple[Any, ...], DnsTimeout]) -> str:
+    """The program a dropped packet was for: its socket's owner, else the process whose query it was."""
+    if drop.owner.pid:
+        return drop.owner.comm
+    timeout = timeouts_by_query.get(_query_of(drop))
+    return timeout.query.owner.comm if timeout is not None else drop.owner.comm
+
+
+def _query_of(drop: DnsDrop) -> tuple[Any, ...]:
+    """(client, client port, server, id): the query a dropped query or answer belongs to."""
+    packet = drop.packet
+    if drop.direction == "query":
+        return (packet.saddr, packet.sport, packet.daddr, drop.id)
+    return (packet.daddr, packet.dport, packet.saddr, drop.id)
+
+
+def _all_drops(records: Sequence[DnsRecord]) -> list[DnsDrop]:
+    """Every dropped DNS packet seen once: the drop records and the drops timeouts carry (a drop outside
+    --netns is no record, only a timeout's cause)."""
+    drops: dict[tuple[Any, ...], DnsDrop] = {}
+    for record in records:
+        found = record if isinstance(record, DnsDrop) else getattr(record, "drop", None)
+        if isinstance(found, DnsDrop):
+            drops.setdefault(_drop_key(found), found)
+    return list(drops.values())
+
+
+# -- timeouts ------------------------------------------------------------------------------------------------
+
+
+def _timeout_verdict(timeouts: list[DnsTimeout], dropped: list[DnsDrop], seconds: float) -> Verdict:
     first = timeouts[0]
     facts, drop = first.query, first.drop
+    who = _who(facts.owner.comm, (timeout.query.owner.pid for timeout in timeouts))
+    where = _server(facts)
+    queries = _plural(len(timeouts), "DNS query", "DNS queries")
     evidence: dict[str, Any] = {
         "timeouts": len(timeouts),
         "rate_per_s": round(len(timeouts) / seconds, 2) if seconds else None,
-        "names": _names(t.query for t in timeouts),
-        "server": _server(facts),
+        "names": _names(timeout.query.name for timeout in timeouts),
+        "server": where,
         "example": f"{facts.name} {facts.qtype} from {facts.client}:{facts.client_port} id {facts.id}",
-        "process": {"pid": facts.owner.pid, "comm": facts.owner.comm},
+        "processes": _processes((t.query.owner.pid, t.query.owner.comm) for t in timeouts),
         "netns": facts.netns_name or facts.netns,
     }
-    who, where = _process(facts), _server(facts)
     if drop is not None:
         evidence["drop"] = drop.to_json()
+        # Every packet this cause dropped for the program: the retries' too, each of which also timed out.
+        evidence["dns_drops"] = len(dropped)
     if drop is not None and drop.rule:
         return Verdict(
             "dns-timeout-firewall",
             Severity.CRITICAL,
-            f"{len(timeouts)} DNS quer{'y' if len(timeouts) == 1 else 'ies'} of {who} to {where} timed out: "
-            f'the {drop.direction}s are dropped by firewall rule "{drop.rule}" ({drop.hook} hook, '
-            f"netns {drop.netns_name or drop.netns})",
+            f"{queries} of {who} to {where} timed out: the {drop.direction}s are dropped by firewall rule "
+            f'"{drop.rule}" ({drop.hook} hook, netns {drop.netns_name or drop.netns}), '
+            f"{_plural(len(dropped), 'packet', 'packets')} in all",
             evidence,
             (*_firewall_fix(drop), "or point the resolver at a server the firewall lets through"),
             len(timeouts),
+            cause_code="firewall_drop",
         )
     if drop is not None and drop.reason in _RCVBUF_REASONS:
-        owner = drop.owner
-        target = f"{owner.comm}[{owner.pid}]" if owner.pid else who
         return Verdict(
             "dns-timeout-rcvbuf",
             Severity.CRITICAL,
-            f"{len(timeouts)} DNS answer(s) from {where} reached {target} but were dropped: its socket's "
-            "receive buffer was full, so the lookups timed out",
+            f"{_plural(len(timeouts), 'DNS answer', 'DNS answers')} from {where} reached {who} but were "
+            "dropped: its socket's receive buffer was full, so the lookups timed out",
             evidence,
             (
-                f"make {owner.comm or 'the process'} read its DNS socket faster (fewer queries in flight)",
+                f"make {facts.owner.comm} read its DNS socket faster (fewer queries in flight)",
                 "or give the socket a larger SO_RCVBUF (net.core.rmem_default / rmem_max bound it)",
             ),
             len(timeouts),
+            cause_code="rcvbuf",
         )
     if drop is not None:
         return Verdict(
             "dns-timeout-drop",
             Severity.CRITICAL,
-            f"{len(timeouts)} DNS quer{'y' if len(timeouts) == 1 else 'ies'} of {who} to {where} timed out: "
-            f"the kernel dropped the {drop.direction} ({drop.reason} at {drop.location})",
+            f"{queries} of {who} to {where} timed out: the kernel dropped the {drop.direction}s "
+            f"({drop.reason} at {drop.location})",
             evidence,
             (f"netsleuth drops --reason {drop.reason} --port 53   # the full path of each drop",),
             len(timeouts),
+            cause_code="kernel_drop",
         )
     return Verdict(
         "dns-timeout",
         Severity.WARNING,
-        f"{len(timeouts)} DNS quer{'y' if len(timeouts) == 1 else 'ies'} of {who} to {where} got no answer "
-        f"within {first.waited_ms / 1000:.1f} s, and nothing on this host dropped them: the loss is on the "
-        "path or at the server",
+        f"{queries} of {who} to {where} got no answer within {first.waited_ms / 1000:.1f} s, and nothing on "
+        "this host dropped them: the loss is on the path or at the server",
         evidence,
         (
             f"dig @{facts.server} {facts.name} {facts.qtype}   # does the server answer at all?",
             "check the server's load and logs, and drops on the path (netsleuth diagnose on its host)",
         ),
         len(timeouts),
+        cause_code="dns_no_answer",
     )
 
 
-def _timeout_verdicts(timeouts: Sequence[DnsTimeout], seconds: float) -> list[Verdict]:
+def _timeout_and_drop_verdicts(
+    timeouts: Sequence[DnsTimeout], drops: Sequence[DnsDrop], seconds: float
+) -> list[Verdict]:
+    by_query = {(t.query.client, t.query.client_port, t.query.server, t.query.id): t for t in timeouts}
+    dropped: dict[_DropCause, list[DnsDrop]] = defaultdict(list)
+    for drop in drops:
+        dropped[_DropCause.of(drop, _asker(drop, by_query))].append(drop)
     groups: dict[tuple[Any, ...], list[DnsTimeout]] = defaultdict(list)
+    causes: dict[tuple[Any, ...], _DropCause | None] = {}
     for timeout in timeouts:
-        facts, drop = timeout.query, timeout.drop
-        cause = (drop.reason, drop.rule, drop.direction) if drop is not None else None
-        groups[(facts.owner.pid, facts.owner.comm, facts.server, facts.proto, cause)].append(timeout)
-    return [_timeout_verdict(group, seconds) for group in groups.values()]
+        facts = timeout.query
+        cause = _DropCause.of(timeout.drop, facts.owner.comm) if timeout.drop is not None else None
+        key = (facts.owner.comm, facts.server, facts.server_port, facts.proto, cause)
+        groups[key].append(timeout)
+        causes[key] = cause
+    verdicts = []
+    explained: set[_DropCause] = set()
+    for key, timed_out in groups.items():
+        cause = causes[key]
+        verdicts.append(_timeout_verdict(timed_out, dropped.get(cause, []) if cause else [], seconds))
+        if cause is not None:
+            explained.add(cause)
+    for cause, unexplained in dropped.items():
+        if cause not in explained:
+            verdicts.append(_drop_verdict(unexplained, seconds))
+    return verdicts
 
 
 def _packet_text(drop: DnsDrop) -> str:
@@ -137,49 +241,40 @@ def _packet_text(drop: DnsDrop) -> str:
     )
 
 
-def _drop_key(drop: DnsDrop) -> tuple[Any, ...]:
-    packet = drop.packet
-    return (drop.time, drop.reason, drop.id, packet.saddr, packet.sport, packet.daddr, packet.dport)
+def _drop_verdict(group: list[DnsDrop], seconds: float) -> Verdict:
+    """DNS packets dropped on this host that no timeout of the same cause followed in the window: the
+    resolver's retry got through, or the window ended before its timeout."""
+    first = group[0]
+    evidence: dict[str, Any] = {
+        "dns_drops": len(group),
+        "rate_per_s": round(len(group) / seconds, 2) if seconds else None,
+        "names": _names(drop.name for drop in group),
+        "example": _packet_text(first),
+        "drop": first.to_json(),
+        "processes": _processes((drop.owner.pid, drop.owner.comm) for drop in group if drop.owner.pid),
+    }
+    if first.rule:
+        fix, code = (*_firewall_fix(first),), "firewall_drop"
+    elif first.reason in _RCVBUF_REASONS:
+        fix = (f"make {first.owner.comm} read its DNS socket faster, or give it a larger SO_RCVBUF",)
+        code = "rcvbuf"
+    else:
+        fix = (f"netsleuth drops --reason {first.reason} --port 53   # the full path of each drop",)
+        code = "kernel_drop"
+    packets = _plural(len(group), f"DNS {first.direction}", f"DNS {first.direction}s")
+    return Verdict(
+        "dns-drop",
+        Severity.CRITICAL if first.rule or first.reason in _RCVBUF_REASONS else Severity.WARNING,
+        f"{packets} {first.cause().split(' ', 1)[1]}; no lookup timed out in the window for them: a resolver "
+        "retry got through, each after a retry interval (seconds), or the window ended first",
+        evidence,
+        fix,
+        len(group),
+        cause_code=code,
+    )
 
 
-def _drop_verdicts(drops: Sequence[DnsDrop], timeouts: Sequence[DnsTimeout], seconds: float) -> list[Verdict]:
-    """DNS packets dropped on this host that no timeout explains (yet): the resolver may have retried and
-    got through, but each such drop cost the application a retry interval."""
-    explained = {_drop_key(timeout.drop) for timeout in timeouts if timeout.drop is not None}
-    groups: dict[tuple[Any, ...], list[DnsDrop]] = defaultdict(list)
-    for drop in drops:
-        if _drop_key(drop) not in explained:
-            groups[(drop.direction, drop.reason, drop.rule, drop.owner.pid, drop.netns)].append(drop)
-    verdicts = []
-    for group in groups.values():
-        first = group[0]
-        evidence = {
-            "drops": len(group),
-            "rate_per_s": round(len(group) / seconds, 2) if seconds else None,
-            "names": [name for name, _ in Counter(d.name for d in group if d.name).most_common(5)],
-            "example": _packet_text(first),
-            "drop": first.to_json(),
-        }
-        if first.owner.pid:
-            evidence["process"] = {"pid": first.owner.pid, "comm": first.owner.comm}
-        if first.rule:
-            fix = (*_firewall_fix(first),)
-        elif first.reason in _RCVBUF_REASONS:
-            fix = (f"make {first.owner.comm} read its DNS socket faster, or give it a larger SO_RCVBUF",)
-        else:
-            fix = (f"netsleuth drops --reason {first.reason} --port 53   # the full path of each drop",)
-        verdicts.append(
-            Verdict(
-                "dns-drop",
-                Severity.CRITICAL if first.rule or first.reason in _RCVBUF_REASONS else Severity.WARNING,
-                f"{len(group)} DNS {first.direction}(s) {first.cause().split(' ', 1)[1]}: each costs the "
-                "asking process a resolver retry (seconds)",
-                evidence,
-                fix,
-                len(group),
-            )
-        )
-    return verdicts
+# -- answers -----------------------------------------------------------------------------------------------
 
 
 def _server_failure_verdicts(answers: Sequence[DnsAnswer], seconds: float) -> list[Verdict]:
@@ -189,18 +284,18 @@ def _server_failure_verdicts(answers: Sequence[DnsAnswer], seconds: float) -> li
             failed[(answer.query.server, answer.query.server_port, answer.rcode)].append(answer)
     verdicts = []
     for (server, port, rcode), group in failed.items():
-        names = _names(answer.query for answer in group)
-        processes = sorted({_process(answer.query) for answer in group})
+        names = _names(answer.query.name for answer in group)
         evidence = {
             "answers": len(group),
             "rate_per_s": round(len(group) / seconds, 2) if seconds else None,
             "names": names,
-            "processes": processes,
+            "processes": _processes((a.query.owner.pid, a.query.owner.comm) for a in group),
         }
+        queries = _plural(len(group), "query", "queries")
         if rcode == "SERVFAIL":
             cause = (
-                f"DNS server {server}:{port} answered SERVFAIL to {len(group)} quer(ies) (e.g. {names[0]}): "
-                "it could not resolve them (upstream unreachable, DNSSEC failure, or a broken zone)"
+                f"DNS server {server}:{port} answered SERVFAIL to {queries} (e.g. {names[0]}): it could not "
+                "resolve them (upstream unreachable, DNSSEC failure, or a broken zone)"
             )
             fix: tuple[str, ...] = (
                 f"dig @{server} {names[0]} +dnssec +trace   # where resolution fails",
@@ -208,77 +303,117 @@ def _server_failure_verdicts(answers: Sequence[DnsAnswer], seconds: float) -> li
             )
         else:
             cause = (
-                f"DNS server {server}:{port} REFUSED {len(group)} quer(ies) (e.g. {names[0]}): it does not "
-                "serve these clients or this zone (recursion or ACL)"
+                f"DNS server {server}:{port} REFUSED {queries} (e.g. {names[0]}): it does not serve these "
+                "clients or this zone (recursion or ACL)"
             )
             fix = (
                 "allow these clients in the server's ACL / enable recursion for them",
                 "or configure the clients with a resolver that serves them (resolv.conf nameserver)",
             )
-        verdicts.append(Verdict(f"dns-{rcode.lower()}", Severity.WARNING, cause, evidence, fix, len(group)))
+        verdicts.append(
+            Verdict(
+                f"dns-{rcode.lower()}",
+                Severity.WARNING,
+                cause,
+                evidence,
+                fix,
+                len(group),
+                cause_code=f"dns_{rcode.lower()}",
+            )
+        )
     return verdicts
 
 
-def _nxdomain_verdicts(rows: Sequence[DnsSummaryRow], seconds: float) -> list[Verdict]:
-    """NXDOMAIN for names the application itself asked for (search-list expansions have their own verdict)."""
-    by_process: dict[tuple[int | None, str], list[DnsSummaryRow]] = defaultdict(list)
+def _by_program(rows: Iterable[DnsSummaryRow]) -> dict[str, list[DnsSummaryRow]]:
+    programs: dict[str, list[DnsSummaryRow]] = defaultdict(list)
     for row in rows:
-        by_process[(row.pid, row.comm)].append(row)
+        programs[row.comm].append(row)
+    return programs
+
+
+def _nxdomain_verdicts(rows: Sequence[DnsSummaryRow], seconds: float) -> list[Verdict]:
+    """NXDOMAIN for names the application itself asked for (search-list expansions have their own verdict),
+    per program: the names it looks up are what to fix, however many processes ran it."""
     verdicts = []
-    for (pid, comm), process_rows in by_process.items():
-        answered = sum(sum(row.answers.values()) for row in process_rows)
-        nxdomain = sum(row.answers.get("NXDOMAIN", 0) for row in process_rows)
-        own = nxdomain - sum(row.expansions for row in process_rows)
+    for comm, program_rows in _by_program(rows).items():
+        answered = sum(sum(row.answers.values()) for row in program_rows)
+        nxdomain = sum(row.answers.get("NXDOMAIN", 0) for row in program_rows)
+        own = nxdomain - sum(row.expansions for row in program_rows)
         if own < NXDOMAIN_STORM_MIN or own < _NXDOMAIN_STORM_SHARE * answered:
             continue
-        who = f"{comm}[{pid}]" if pid else comm
-        suffixes = [row.suffix for row in sorted(process_rows, key=lambda r: -r.answers.get("NXDOMAIN", 0))]
+        failing: Counter[str] = Counter()
+        for row in program_rows:
+            failing[row.suffix] += row.answers.get("NXDOMAIN", 0)
+        suffixes = [suffix for suffix, _ in sorted(failing.items(), key=lambda item: (-item[1], item[0]))]
         verdicts.append(
             Verdict(
                 "dns-nxdomain-storm",
                 Severity.WARNING,
-                f"{who} got {own} NXDOMAIN answers ({own / seconds:.1f}/s) for names that do not exist, "
-                f"e.g. under {', '.join(suffixes[:3])}",
-                {"nxdomain": own, "answers": answered, "suffixes": suffixes[:10]},
+                f"{_who(comm, (row.pid for row in program_rows))} got {own} NXDOMAIN answers "
+                f"({own / seconds:.1f}/s) for names that do not exist, e.g. under {', '.join(suffixes[:3])}",
+                {
+                    "nxdomain": own,
+                    "answers": answered,
+                    "suffixes": suffixes[:10],
+                    "processes": _processes((row.pid, row.comm) for row in program_rows),
+                },
                 (
                     f"fix the names {comm} looks up (a typo, a stale config, a deleted service)",
                     "a caching resolver (nscd, systemd-resolved, NodeLocal DNSCache) keeps the repeats off "
                     "the server",
                 ),
                 own,
+                cause_code="dns_nxdomain",
             )
         )
     return verdicts
 
 
 def _amplification_verdicts(rows: Sequence[DnsSummaryRow]) -> list[Verdict]:
-    verdicts = []
+    """One verdict per program, name and server, whatever the number of processes: the fix (a fully
+    qualified name, fewer ndots) is made once, in the program's config or resolv.conf."""
+    together: dict[tuple[str, str, tuple[str, ...]], list[DnsSummaryRow]] = defaultdict(list)
     for row in rows:
-        amplification = row.amplification
-        if amplification is None or amplification < _AMPLIFICATION_MIN:
-            continue
-        who = f"{row.comm}[{row.pid}]" if row.pid else row.comm
-        name = sorted(row.names)[0] if row.names else row.suffix
+        if row.amplification is not None and row.amplification >= _AMPLIFICATION_MIN:
+            together[(row.comm, row.server, tuple(sorted(row.names)) or (row.suffix,))].append(row)
+    verdicts = []
+    for (comm, server, names), group in together.items():
+        lookups = sum(row.lookups for row in group)
+        expansions = sum(row.expansions for row in group)
+        queries = sum(row.queries for row in group)
+        domains = sorted(set().union(*(row.search_domains for row in group)))
+        name = names[0]
+        tried = ", ".join(f"{name}.{domain}" for domain in domains[:4]) + (
+            ", ..." if len(domains) > 4 else ""
+        )
+        amplification = (lookups + expansions) / lookups
+        fix = [
+            f"look up the fully qualified name with a trailing dot: {name}.",
+            "or lower ndots (resolv.conf `options ndots:1`)",
+        ]
+        if any(_KUBERNETES_SEARCH in f".{domain}." for domain in domains):
+            # Only where the search list is a Kubernetes pod's: `<ns>.svc.<cluster domain>` and its parents.
+            fix[1] += "; in Kubernetes, the pod's dnsConfig.options ndots"
         verdicts.append(
             Verdict(
                 "dns-search-amplification",
                 Severity.WARNING,
-                f"each lookup of {name} by {who} becomes {amplification:.1f} DNS queries: the resolver tries "
-                f"the search list first ({row.expansions} expansion(s) answered NXDOMAIN in "
-                f"{row.lookups} lookup(s)), because the name has fewer dots than ndots",
+                f"each lookup of {name} by {_who(comm, (row.pid for row in group))} becomes "
+                f"{amplification:.1f} DNS queries: the resolver tries the search list first "
+                f"({tried or 'its search domains'} answered NXDOMAIN: {expansions} expansion(s) in "
+                f"{lookups} lookup(s)), because the name has fewer dots than ndots",
                 {
-                    "lookups": row.lookups,
-                    "expansions": row.expansions,
-                    "queries": row.queries,
-                    "server": row.server,
-                    "names": sorted(row.names)[:5],
+                    "lookups": lookups,
+                    "expansions": expansions,
+                    "queries": queries,
+                    "server": server,
+                    "names": list(names[:5]),
+                    "search_domains": domains,
+                    "processes": _processes((row.pid, row.comm) for row in group),
                 },
-                (
-                    f"look up the fully qualified name with a trailing dot: {name}.",
-                    "or lower ndots (resolv.conf `options ndots:1`; Kubernetes: dnsConfig.options ndots)",
-                    "or the full name the search list would reach (<name>.<namespace>.svc.cluster.local)",
-                ),
-                row.expansions,
+                tuple(fix),
+                expansions,
+                cause_code="dns_search_amplification",
             )
         )
     return verdicts
@@ -290,11 +425,50 @@ def dns_verdicts(
     """Every DNS verdict of one watch: `records` from a DnsDiagnostic in event mode, `rows` its summary."""
     timeouts = [record for record in records if isinstance(record, DnsTimeout)]
     answers = [record for record in records if isinstance(record, DnsAnswer)]
-    drops = [record for record in records if isinstance(record, DnsDrop)]
     return [
-        *_timeout_verdicts(timeouts, seconds),
-        *_drop_verdicts(drops, timeouts, seconds),
+        *_timeout_and_drop_verdicts(timeouts, _all_drops(records), seconds),
         *_server_failure_verdicts(answers, seconds),
         *_nxdomain_verdicts(rows, seconds),
         *_amplification_verdicts(rows),
     ]
+
+
+def absorb_firewall_verdicts(
+    dns: list[Verdict], drop_verdicts: list[Verdict], records: Sequence[DnsRecord]
+) -> tuple[list[Verdict], list[Verdict]]:
+    """The drops object's `firewall` verdict of a rule that dropped only DNS packets (its count no more than
+    the DNS packets that rule dropped in that namespace) is the same fault as the DNS verdict naming the rule:
+    its evidence joins the DNS verdict (`firewall`) and it is not a verdict of its own."""
+    by_rule: Counter[tuple[Any, Any]] = Counter(
+        (drop.rule, drop.netns) for drop in _all_drops(records) if drop.rule
+    )
+    kept = []
+    merged = list(dns)
+    for verdict in drop_verdicts:
+        netfilter = verdict.evidence.get("netfilter") or {}
+        key = (netfilter.get("rule"), verdict.evidence.get("netns"))
+        owner = next(
+            (
+                index
+                for index, candidate in enumerate(merged)
+                if candidate.cause_code == "firewall_drop"
+                and (candidate.evidence.get("drop") or {}).get("rule") == key[0]
+                and (candidate.evidence.get("drop") or {}).get("netns") == key[1]
+            ),
+            None,
+        )
+        if verdict.category != "firewall" or owner is None or verdict.events > by_rule.get(key, 0):
+            kept.append(verdict)
+            continue
+        host = merged[owner]
+        firewall = {
+            "drops": verdict.events,
+            "location": verdict.evidence.get("location"),
+            "netfilter": netfilter,
+        }
+        merged[owner] = dataclasses.replace(
+            host,
+            severity=min(host.severity, verdict.severity),
+            evidence={**host.evidence, "firewall": firewall},
+        )
+    return merged, kept

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from netsleuth.diagnose.dns_rules import dns_verdicts
+from netsleuth.diagnose.dns_rules import absorb_firewall_verdicts, dns_verdicts
 from netsleuth.diagnose.session_watch import SessionWatch
 from netsleuth.diagnose.verdicts import Verdict
 
@@ -51,8 +51,11 @@ class DnsWatch(SessionWatch["DnsDiagnostic"]):
         if self._session is not None:
             self._keep(self._session.poll(0))
 
-    def verdicts(self, seconds: float) -> list[Verdict]:
+    def verdicts(self, seconds: float, drop_verdicts: list[Verdict]) -> tuple[list[Verdict], list[Verdict]]:
+        """The DNS verdicts, and `drop_verdicts` less the firewall verdicts a DNS verdict absorbed (the same
+        rule dropping the same DNS packets: one fault, one verdict)."""
         if self._session is None:
-            return []
+            return [], drop_verdicts
         self._keep(self._session.drain())
-        return dns_verdicts(self._records, self._session.summary(False).rows, seconds)
+        found = dns_verdicts(self._records, self._session.summary(False).rows, seconds)
+        return absorb_firewall_verdicts(found, drop_verdicts, self._records)

@@ -283,17 +283,15 @@ def _generic(group: DropGroup, context: DropContext) -> Verdict:
         f"the kernel dropped {group.count} packet(s) with reason {group.reason} at {group.location} "
         f"({_where(group)}), e.g. {endpoints(group.example.packet)}"
     )
-    fix = (
-        f"netsleuth drops --reason {group.reason} --stack --netns {group.netns}"
-        "   # the full path of each drop",
-    )
+    kernel_drop = cause_entry("kernel_drop")
     return Verdict(
         f"drop:{group.reason}",
         _severity(group, context.seconds, loss),
         cause,
         _evidence(group, context.seconds),
-        fix,
+        kernel_drop.fixes_for(reason=group.reason, netns=group.netns),
         group.count,
+        cause_code=kernel_drop.code,
     )
 
 

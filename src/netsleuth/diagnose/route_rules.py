@@ -106,6 +106,7 @@ def _reject_verdicts(groups: Sequence[RouteGroup], seconds: float) -> list[Verdi
                 evidence=evidence,
                 fix=tuple(fixes),
                 events=count,
+                cause_code="route_reject",
             )
         )
     return verdicts
@@ -180,6 +181,7 @@ def _hop_verdicts(groups: Sequence[RouteGroup]) -> tuple[list[Verdict], int]:
                     f"{enter} route show table all via {hop.address}   # the routes through it",
                 ),
                 events=lost or failed,
+                cause_code="neighbour_unresolved",
             )
         )
     return verdicts, explained

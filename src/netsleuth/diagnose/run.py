@@ -172,19 +172,15 @@ class DiagnosisSession:
             host_netns=current_netns_inode(),
             netns_file=self._context.netns_path,
         )
-        verdicts = drop_verdicts(groups, context) + self._softirq.verdicts()  # may absorb time-squeeze
+        dns_verdicts, kernel_verdicts = self._dns.verdicts(seconds, drop_verdicts(groups, context))
+        verdicts = kernel_verdicts + self._softirq.verdicts()  # may absorb time-squeeze
         if not any(verdict.category == "listen-overflow" for verdict in verdicts):
             overflows = counter_delta(self._before.netstat.get(_OVERFLOWS), after.netstat.get(_OVERFLOWS))
             somaxconn = after.sysctls.get("net.core.somaxconn")
             verdicts += listener_verdicts(
                 list(self._listeners.values()), overflows, somaxconn, config.netns_name
             )
-        verdicts = (
-            merge_findings(verdicts, report.findings)
-            + tcp_verdicts
-            + self._dns.verdicts(seconds)
-            + route_verdicts
-        )
+        verdicts = merge_findings(verdicts, report.findings) + tcp_verdicts + dns_verdicts + route_verdicts
         problems = tuple(
             problem
             for problem in (self._tcp.problem, self._dns.problem, self._route.problem, self._softirq.problem)

@@ -90,6 +90,7 @@ def net_rx_budget_verdicts(summary: SoftirqSummary) -> list[Verdict]:
             fix=(*fix.commands, *fix.persistent),
             events=stopped,
             absorbed=("time-squeeze",),
+            cause_code="net_rx_budget",
         )
     ]
 

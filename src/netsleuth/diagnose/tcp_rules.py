@@ -9,6 +9,7 @@ from types import TracebackType
 from netsleuth._generated.tcp_abi import EventKind
 from netsleuth.bpf.errors import BpfError
 from netsleuth.diagnose.verdicts import Severity, Verdict
+from netsleuth.diagnostics.causes import cause as cause_entry
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.resets import RESET_KINDS, ResetEnricher, ResetGroup, ResetRecord
 from netsleuth.diagnostics.tcp_session import TcpSession, TcpSessionConfig
@@ -95,8 +96,9 @@ class TcpWatch:
                         "retransmits": retransmits,
                         "rate_per_s": round(retransmits / seconds, 2) if seconds else None,
                     },
-                    ("netsleuth tcp retrans --summary   # per-flow counts, with state and SYN/TLP kinds",),
+                    cause_entry("retransmits").fixes,
                     retransmits,
+                    cause_code="retransmits",
                 )
             )
         return verdicts

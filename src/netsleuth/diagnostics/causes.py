@@ -428,7 +428,74 @@ _ENTRIES = (
     ),
 )
 
-CATALOGUE: dict[str, Cause] = {entry.code: entry for entry in _ENTRIES}
+# -- causes only `diagnose` names (its DNS, routing, softirq and generic verdicts) ---------------------------
+_VERDICT_ENTRIES = (
+    Cause(
+        "kernel_drop",
+        "dropped by the kernel for a reason without a verdict of its own",
+        summary="the kernel freed the packet with this drop reason",
+        fixes=("netsleuth drops --reason {reason} --stack --netns {netns}   # the full path of each drop",),
+    ),
+    Cause(
+        "retransmits",
+        "TCP retransmissions",
+        summary="packets or ACKs are being lost on the path",
+        fixes=("netsleuth tcp retrans --summary   # per-flow counts, with state and SYN/TLP kinds",),
+    ),
+    Cause(
+        "dns_no_answer",
+        "DNS queries unanswered, nothing dropped on this host",
+        summary="the loss is on the path or at the server",
+    ),
+    Cause("dns_servfail", "DNS server failure (SERVFAIL)", summary="the server could not resolve the name"),
+    Cause("dns_refused", "DNS query refused (REFUSED)", summary="the server does not serve these clients"),
+    Cause("dns_nxdomain", "NXDOMAIN storm", summary="a process keeps asking for names that do not exist"),
+    Cause(
+        "dns_search_amplification",
+        "search-list amplification",
+        summary="the resolver tries the search list before the name itself (fewer dots than ndots)",
+    ),
+    Cause(
+        "route_reject",
+        "a blackhole, unreachable or prohibit route",
+        summary="the routing lookup ended in a route that refuses the packet",
+    ),
+    Cause(
+        "neighbour_unresolved",
+        "next hop never resolved",
+        summary="the next hop never answered ARP or neighbour solicitation",
+    ),
+    Cause(
+        "net_rx_budget",
+        "NET_RX softirq stopped on its budget",
+        summary="net_rx_action ran out of netdev_budget packets or netdev_budget_usecs with packets left",
+    ),
+)
+
+# -- doctor's findings about devices, queues and interrupts, as `diagnose` verdicts (path:<rule>) -----------
+_PATH_ENTRIES = (
+    Cause("device_drops", "a device drops packets"),
+    Cause("device_errors", "a device reports errors"),
+    Cause("rx_nohandler", "packets for no protocol handler"),
+    Cause("ring_exhaustion", "NIC ring too small for bursts"),
+    Cause("irq_pileup", "one CPU takes a device's interrupts"),
+    Cause("irq_numa", "interrupts on another NUMA node"),
+    Cause("softirq_skew", "softirq work piles up on one CPU"),
+    Cause("queues_vs_cpus", "fewer receive queues than CPUs"),
+    Cause("rps_single_queue", "a single-queue device without RPS"),
+    Cause("rps_on_multiqueue", "RPS on a multi-queue device"),
+    Cause("xps_off", "transmit queues without XPS"),
+    Cause("coalesce_off", "interrupt coalescing off"),
+    Cause("coalesce_high", "interrupt coalescing delays packets"),
+    Cause("gro_off", "GRO off"),
+    Cause("lro_forwarding", "LRO on a forwarding device"),
+    Cause("tunnel_tso", "a tunnel without segmentation offload"),
+    Cause("bond_slave_offload", "bond members with different offloads"),
+    Cause("tunnel_mtu", "tunnel MTU larger than its path allows"),
+    Cause("veth_mtu", "veth ends with different MTUs"),
+)
+
+CATALOGUE: dict[str, Cause] = {entry.code: entry for entry in (*_ENTRIES, *_VERDICT_ENTRIES, *_PATH_ENTRIES)}
 
 
 def cause(code: str) -> Cause:

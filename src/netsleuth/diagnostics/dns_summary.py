@@ -97,6 +97,9 @@ class DnsSummaryRow:
     tcp_queries: int = 0
     names: set[str] = field(default_factory=set)
     histogram: list[int] = field(default_factory=list)
+    # The search domains the resolver appended to these names (`a.test` of `api.svc.a.test`): the search list
+    # as this process's resolver really used it, in no order.
+    search_domains: set[str] = field(default_factory=set)
 
     @property
     def amplification(self) -> float | None:
@@ -177,6 +180,7 @@ def summary_rows(groups: Iterable[DnsGroupStats], suffix_labels: int = 2) -> lis
                     row.lookups += group.queries
                 else:
                     row.expansions += group.queries
+                    row.search_domains.add(name[len(base) + 1 :])
                 for rcode, count in group.rcodes.items():
                     if count:
                         label = rcode_name(rcode)

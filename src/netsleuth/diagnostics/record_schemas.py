@@ -339,7 +339,7 @@ class VerdictJson(TypedDict):
     severity: str
     category: str
     cause: str
-    cause_code: str | None
+    cause_code: str  # netsleuth.diagnostics.causes: every verdict has one
     evidence: dict[str, Any]
     fix: list[str]
     absorbed_findings: list[str]
