@@ -310,7 +310,7 @@ static __always_inline void handle_query(struct __sk_buff *skb, struct dns_packe
 	bool kthread = false;
 
 	sock_ino = socket_inode(skb, &netns);
-	if (cfg.netns && netns != cfg.netns)
+	if (!ns_netns_matches(cfg.netns, cfg.filter_netns, netns))
 		return;
 	if (!tuple_matches(&pkt->tuple))
 		return;
@@ -480,7 +480,7 @@ static __always_inline void handle_answer(struct __sk_buff *skb, struct dns_pack
 		__u32 netns = 0;
 		__u64 sock_ino = socket_inode(skb, &netns);
 
-		if (cfg.netns && netns != cfg.netns)
+		if (!ns_netns_matches(cfg.netns, cfg.filter_netns, netns))
 			return;
 		reverse_tuple(&pkt->tuple, &forward);
 		if (!tuple_matches(&forward))
@@ -582,7 +582,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	event->netns = ns_skb_netns_rd(direct, dev, sk);
 	/* Outside --netns: still sent (its own counters), so a timeout in the traced namespace can be joined
 	 * with the drop of its query or answer elsewhere on this host (e.g. the server's firewall). */
-	stats_base = cfg.netns && event->netns != cfg.netns ? DNS_CONTEXT_STATS : 0;
+	stats_base = ns_netns_matches(cfg.netns, cfg.filter_netns, event->netns) ? 0 : DNS_CONTEXT_STATS;
 	if (!stats_base)
 		count(DNS_STAT_DROPS);
 	ns_count(&dns_stats, stats_base + NS_STAT_MATCHED);

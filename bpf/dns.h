@@ -78,7 +78,8 @@ struct dns_config {
 	__u8 emit_events;	   /* 0 in --summary mode: only count (drops are still sent) */
 	__u8 has_rx_sk;		   /* kfree_skb passes the receiving socket (6.11+) */
 	__u8 per_server;	   /* group by server only (the agent's metrics: no process or name labels) */
-	__u8 pad[5];
+	__u8 filter_netns;	   /* keep only namespaces in `netns_filter` (instead of `netns`) */
+	__u8 pad[4];
 	char dev[16];
 	char comm[16];
 };

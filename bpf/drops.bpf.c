@@ -227,7 +227,7 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 	dev = NS_RD(direct, skb, dev);
 	sk = rx_sk ? rx_sk : NS_RD(direct, skb, sk);
 	group_key.netns = ns_skb_netns_rd(direct, dev, sk);
-	if (cfg.netns && group_key.netns != cfg.netns)
+	if (!ns_netns_matches(cfg.netns, cfg.filter_netns, group_key.netns))
 		return 0;
 
 	/* Cleared only when some field will be written: the common --summary path never touches the event. */

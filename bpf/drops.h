@@ -45,6 +45,7 @@ struct drops_config {
 	__u8 ignore_reason;	   /* 1: do not read `reason` (nor rx_sk), as before 5.17: events and groups carry 0
 				    * and userspace infers the reason from the location (kernel/inferred_reasons.py) */
 	__u8 ignore_task_btf;	   /* 1: bpf_get_current_task and copies, as before 5.11 */
+	__u8 filter_netns;	   /* keep only namespaces in `netns_filter` (instead of `netns`) */
 	char dev[16];
 	__u32 pid;		   /* --pid (tgid); 0 = any */
 	char comm[16];		   /* --comm; empty = any */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The maps behind the shared packet filters, declared once for every program that filters packets
- * (drops.bpf.c, tcp.bpf.c). Their names and layouts are the contract with
+ * (drops.bpf.c, tcp.bpf.c, dns.bpf.c, route.bpf.c). Their names and layouts are the contract with
  * src/netsleuth/diagnostics/filter_maps.py, which fills them.
  */
 #ifndef NETSLEUTH_FILTER_MAPS_BPF_H
@@ -31,6 +31,23 @@ struct {
 	__type(key, __u64);
 	__type(value, __u8);
 } owner_inodes SEC(".maps");
+
+/* --k8s-namespace (and a role's Kubernetes namespaces): the inodes of the network namespaces to keep, when a
+ * filter names several (the pods of one Kubernetes namespace); one namespace is the config's `netns`. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} netns_filter SEC(".maps");
+
+/* The namespace filter of a configuration: the set in netns_filter when `in_set`, else one inode (0 = any). */
+static __always_inline bool ns_netns_matches(__u32 want, __u8 in_set, __u32 netns)
+{
+	if (in_set)
+		return bpf_map_lookup_elem(&netns_filter, &netns) != NULL;
+	return !want || netns == want;
+}
 
 /* The port filters of a configuration (0 = any) against a packet's or socket's two ends. */
 static __always_inline bool ns_ports_match(__u16 port, __u16 sport, __u16 dport, __u16 source, __u16 dest)

@@ -195,7 +195,7 @@ static __always_inline int finish_if_matching(struct route_scratch *buf)
 {
 	struct route_event *e = &buf->event;
 
-	if (cfg.netns && e->netns != cfg.netns)
+	if (!ns_netns_matches(cfg.netns, cfg.filter_netns, e->netns))
 		return 0;
 	if (!flow_matches(e) || !owner_matches(e) || !dev_matches(e))
 		return 0;
@@ -402,7 +402,7 @@ static __always_inline int neigh_event(const bool direct, void *ctx, __u8 neigh_
 		e->netns_from = 1;
 	}
 	fill_task(ctx, e);
-	if (cfg.netns && e->netns != cfg.netns)
+	if (!ns_netns_matches(cfg.netns, cfg.filter_netns, e->netns))
 		return 0;
 	if (!dev_matches(e))
 		return 0;

@@ -59,7 +59,8 @@ struct route_config {
 	__u8 filter_dev;
 	__u8 errors_only;	/* --failed: only reject routes, failed/dead neighbours and drops */
 	__u8 family;		/* -4/-6: 4 or 6, 0 both */
-	__u8 pad[3];
+	__u8 filter_netns;	/* keep only namespaces in `netns_filter` (instead of `netns`) */
+	__u8 pad[2];
 };
 
 /* One event as sent to userspace. Lookups: the flow key, table, result and chosen next hop. Neighbour

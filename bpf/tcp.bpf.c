@@ -252,7 +252,7 @@ static __always_inline void describe_segment(struct tcp_scratch *buf, int transp
 
 static __always_inline bool flow_matches(const struct tcp_event *e)
 {
-	if (cfg.netns && e->netns != cfg.netns)
+	if (!ns_netns_matches(cfg.netns, cfg.filter_netns, e->netns))
 		return false;
 	if (cfg.family && e->family != cfg.family)
 		return false;

@@ -96,7 +96,8 @@ struct tcp_config {
 	__u8 has_rx_sk;		   /* kfree_skb passes the receiving socket (6.11+) */
 	__u8 group_flows;	   /* group keys keep both endpoints (per-flow counts) */
 	__u8 has_retrans_err;	   /* tcp_retransmit_skb passes the transmit result (6.11+) */
-	__u8 pad[3];
+	__u8 filter_netns;	   /* keep only namespaces in `netns_filter` (instead of `netns`) */
+	__u8 pad[2];
 };
 
 /* One event as sent to userspace: this header, then `nr_frames` u64 kernel addresses. Endpoints are the

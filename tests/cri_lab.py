@@ -24,6 +24,7 @@ give the sandbox the -998 it asks for otherwise).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -34,11 +35,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netsleuth.kernel.cri import CriClient, CriError, SandboxDetail
+from netsleuth.kernel.cri import ENDPOINT_VARIABLE, CriClient, CriError, SandboxDetail
 from netsleuth.kernel.cri_wire import Fields, encode_map, encode_message, encode_string, encode_varint_field
 from tests.netlab import run, wait_for
 
-__all__ = ["IMAGE", "CriLab", "LabPod", "build_pause_image"]
+__all__ = ["IMAGE", "CriLab", "LabPod", "build_pause_image", "runtime_for_tests"]
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "netsleuth.test/pause:1"
@@ -83,8 +84,9 @@ class LabPod:
         assert self.detail.netns_path is not None
         return self.detail.netns_path
 
-    @property
+    @functools.cached_property
     def inode(self) -> int:
+        """The namespace's inode (read once: it stays the record's number after the pod is gone)."""
         return os.stat(self.netns_path).st_ino
 
     @property
@@ -253,6 +255,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         )
         self.pods.append(pod)
         assert pod.detail.netns_path, f"sandbox {sandbox_id} has no network namespace: {pod.detail}"
+        assert pod.inode
         return pod
 
     def run_container(self, pod: LabPod, name: str, argv: Sequence[str]) -> str:
@@ -382,3 +385,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                     mounts.append(point)
         for point in sorted(mounts, key=len, reverse=True):
             run("umount", "-l", point, check=False)
+
+
+@contextlib.contextmanager
+def runtime_for_tests(image_archive: Path) -> Iterator[CriLab]:
+    """A lab whose socket netsleuth run by the tests (CLI, agent) finds through CONTAINER_RUNTIME_ENDPOINT,
+    as crictl would, while it runs (tests/privileged/conftest.py's `cri` fixture, one per module)."""
+    before = os.environ.get(ENDPOINT_VARIABLE)
+    with CriLab.start(image_archive) as lab:
+        os.environ[ENDPOINT_VARIABLE] = lab.endpoint
+        try:
+            yield lab
+        finally:
+            if before is None:
+                os.environ.pop(ENDPOINT_VARIABLE, None)
+            else:
+                os.environ[ENDPOINT_VARIABLE] = before

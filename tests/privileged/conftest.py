@@ -1,5 +1,6 @@
-"""Fixtures for privileged tests: a two-host lab, the C flood sender compiled once per session, and
-kernel.bpf_stats_enabled set for a test and restored."""
+"""Fixtures for privileged tests: a two-host lab, the C flood sender compiled once per session,
+kernel.bpf_stats_enabled set for a test and restored, and a container runtime of the test's own with the pod
+image built once per session (tests/cri_lab.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cri_lab import CriLab, build_pause_image, runtime_for_tests
 from tests.netlab import Host, Lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,3 +61,14 @@ def bpf_stats_sysctl() -> Iterator[Callable[[str], None]]:
         yield set_to
     finally:
         BPF_STATS.write_text(original)
+
+
+@pytest.fixture(scope="session")
+def pause_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_pause_image(tmp_path_factory.mktemp("pause-image"))
+
+
+@pytest.fixture(scope="module")
+def cri(pause_image: Path) -> Iterator[CriLab]:
+    with runtime_for_tests(pause_image) as lab:
+        yield lab

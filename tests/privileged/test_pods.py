@@ -7,28 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from netsleuth.kernel.cgroups import CgroupPaths, cgroup2_mount
 from netsleuth.kernel.cri import CriClient
 from netsleuth.kernel.pods import PodIndex
 from netsleuth.kernel.process import cgroup_identity, container_of
-from tests.cri_lab import CriLab, build_pause_image
+from tests.cri_lab import CriLab
 from tests.netlab import wait_for
-
-
-@pytest.fixture(scope="session")
-def pause_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_pause_image(tmp_path_factory.mktemp("pause-image"))
-
-
-@pytest.fixture(scope="module")
-def cri(pause_image: Path) -> Iterator[CriLab]:
-    with CriLab.start(pause_image) as lab:
-        yield lab
 
 
 def test_runtime_answers_on_its_own_socket(cri: CriLab) -> None:

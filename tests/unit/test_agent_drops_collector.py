@@ -17,6 +17,7 @@ from netsleuth.diagnostics.drops_decode import RawDropGroup, decode_event
 from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.netns import NetnsNames
+from netsleuth.kernel.pods import PodIndex
 from netsleuth.kernel.reasons import DropReasons, load_drop_reasons
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -119,6 +120,7 @@ def collector(
             proc_root=str(machine.proc),
             clock=clock or Clock(),
             container_lookup=lambda pid, _root: "0123456789ab" if pid == 20 else None,
+            pods=PodIndex(environ={}, candidates=()),  # no container runtime (tests/privileged/test_pods.py)
         )
     )
     return registry, names
@@ -165,8 +167,13 @@ def test_counts_by_reason_netns_and_location_are_exact(tmp_path: Path) -> None:
     )
     assert value(registry, "netsleuth_drops_unattributed_total") == 5
     assert value(registry, "netsleuth_drop_groups") == 4
-    assert value(registry, "netsleuth_netns_info", netns=str(web), name="web", container="0123456789ab") == 1
-    assert value(registry, "netsleuth_netns_info", netns=str(machine.host), name="host", container="") == 1
+    no_pod = {"k8s_namespace": "", "pod": ""}
+    assert value(
+        registry, "netsleuth_netns_info", netns=str(web), name="web", container="0123456789ab", **no_pod
+    )
+    assert value(
+        registry, "netsleuth_netns_info", netns=str(machine.host), name="host", container="", **no_pod
+    )
     total = sum(samples(registry, "netsleuth_drops_total").values())
     assert total + value(registry, "netsleuth_drops_unattributed_total") == source.totals().matched
 

@@ -105,7 +105,8 @@ class DnsConfigC(ctypes.Structure):
         ("emit_events", ctypes.c_uint8),
         ("has_rx_sk", ctypes.c_uint8),
         ("per_server", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 5),
+        ("filter_netns", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 4),
         ("dev", ctypes.c_char * 16),
         ("comm", ctypes.c_char * 16),
     )
@@ -216,6 +217,7 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "dst_filter": 256,
     "events": 8388608,
     "host_filter": 256,
+    "netns_filter": 4096,
     "owner_inodes": 65536,
     "pending": 65536,
     "sample_counter": 1,

@@ -86,7 +86,8 @@ class RouteConfigC(ctypes.Structure):
         ("filter_dev", ctypes.c_uint8),
         ("errors_only", ctypes.c_uint8),
         ("family", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 3),
+        ("filter_netns", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 2),
     )
 
 
@@ -165,6 +166,7 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "events": 8388608,
     "host_filter": 256,
     "neigh_reasons": 16,
+    "netns_filter": 4096,
     "owner_inodes": 65536,
     "route_groups": 8192,
     "route_stats": 24,

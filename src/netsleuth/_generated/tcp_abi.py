@@ -137,7 +137,8 @@ class TcpConfigC(ctypes.Structure):
         ("has_rx_sk", ctypes.c_uint8),
         ("group_flows", ctypes.c_uint8),
         ("has_retrans_err", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 3),
+        ("filter_netns", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 2),
     )
 
 
@@ -261,6 +262,7 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "events_perf": 0,
     "host_filter": 256,
     "listeners": 4096,
+    "netns_filter": 4096,
     "owner_inodes": 65536,
     "queue_reasons": 64,
     "reject_ranges": 4,

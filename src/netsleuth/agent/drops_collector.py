@@ -4,7 +4,8 @@ The kernel counts every drop exactly by reason x code location x netns (`drop_gr
 those running totals, so there is no double counting and nothing to lose between scrapes. Three views:
 
 - `netsleuth_drops_total{reason, netns}` and `netsleuth_dropped_bytes_total` — per namespace, the largest
-  `netns_series` namespaces by inode (names and containers come from `netsleuth_netns_info`), the rest
+  `netns_series` namespaces by inode (names, containers and Kubernetes pods come from
+  `netsleuth_netns_info`, one series per admitted namespace, so pods add no series of their own), the rest
   summed as netns="other" (see cardinality.py).
 - `netsleuth_drops_by_location_total{reason, location}` — the kernel function that freed the packet, the
   largest `location_series` pairs, the rest as location="other".
@@ -35,6 +36,7 @@ from netsleuth.agent.function_names import FunctionNames
 from netsleuth.diagnostics.drops import DropTotals
 from netsleuth.diagnostics.drops_decode import RawDropGroup
 from netsleuth.kernel.netns import NetnsNames
+from netsleuth.kernel.pods import PodIndex
 from netsleuth.kernel.process import container_of
 from netsleuth.kernel.reasons import DropReasons
 
@@ -75,6 +77,7 @@ class DropsCollector:
         proc_root: str = "/proc",
         clock: Callable[[], float] = time.monotonic,
         container_lookup: Callable[[int, str], str | None] = container_of,
+        pods: PodIndex | None = None,
     ) -> None:
         self._source = source
         self._reasons = reasons
@@ -84,6 +87,7 @@ class DropsCollector:
         self._proc_root = proc_root
         self._clock = clock
         self._container_lookup = container_lookup
+        self._pods = pods if pods is not None else PodIndex(proc_root=proc_root)
         self._netns_guard: SeriesGuard[int] = SeriesGuard(config.netns_series)
         self._location_guard: SeriesGuard[tuple[str, str]] = SeriesGuard(config.location_series)
         # Counts of retired namespaces' groups, by (reason, location address): they stay in every sum.
@@ -142,9 +146,10 @@ class DropsCollector:
     def _netns_info(self, admitted: Iterable[int]) -> GaugeMetricFamily:
         info = GaugeMetricFamily(
             "netsleuth_netns_info",
-            'A network namespace with its own drop series: its `ip netns` name ("host" for the host one) and '
-            "container, to join on the netns label",
-            labels=["netns", "name", "container"],
+            'A network namespace with its own drop series: its `ip netns` name ("host" for the host one), '
+            "container, and the Kubernetes namespace and name of the pod it belongs to, to join on the netns "
+            "label",
+            labels=["netns", "name", "container", "k8s_namespace", "pod"],
         )
         host = self._host_netns()
         for netns in sorted(admitted):
@@ -154,7 +159,9 @@ class DropsCollector:
             if netns not in self._containers:
                 pids = self._netns_names.pids_of(netns)
                 self._containers[netns] = self._container_lookup(pids[0], self._proc_root) if pids else None
-            info.add_metric([str(netns), name, self._containers[netns] or ""], 1)
+            pod = self._pods.pod_of_netns(netns)
+            k8s = [pod.namespace, pod.name] if pod is not None else ["", ""]
+            info.add_metric([str(netns), name, self._containers[netns] or "", *k8s], 1)
         return info
 
     # -- exporting -------------------------------------------------------------------------------------

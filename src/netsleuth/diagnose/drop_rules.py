@@ -78,7 +78,8 @@ def _who(example: DropRecord) -> str:
 
 
 def _where(group: DropGroup) -> str:
-    return f"netns {group.netns_name}" if group.netns_name else f"netns {group.netns}"
+    netns = f"netns {group.netns_name}" if group.netns_name else f"netns {group.netns}"
+    return f"pod {group.pod.ref}, {netns}" if group.pod is not None else netns
 
 
 def _evidence(group: DropGroup, seconds: float, **extra: Any) -> dict[str, Any]:
@@ -90,6 +91,7 @@ def _evidence(group: DropGroup, seconds: float, **extra: Any) -> dict[str, Any]:
         "location": group.location,
         "netns": group.netns,
         "netns_name": group.netns_name,
+        **({"pod": group.pod.ref} if group.pod is not None else {}),
         "example": endpoints(example.packet),
         "process": None
         if example.owner.pid is None

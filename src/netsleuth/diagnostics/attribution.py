@@ -40,6 +40,7 @@ class Owner:
     comm: str
     source: str  # "task" | "socket" | "kernel"
     container: str | None = None
+    container_name: str | None = None  # the runtime's name for it (CRI), when a runtime on this host knows it
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,20 @@ def owner_text(owner: Owner) -> str:
     if owner.pid is None:
         return "the kernel"
     text = f"{owner.comm}[{owner.pid}]"
-    if owner.container:
+    if owner.container_name:
+        text += f" (container {owner.container_name} {owner.container})"
+    elif owner.container:
         text += f" (container {owner.container})"
     return text
 
 
 def owner_json(owner: Owner) -> dict[str, object]:
-    return {"pid": owner.pid, "comm": owner.comm, "owner": owner.source, "container": owner.container}
+    data: dict[str, object] = {
+        "pid": owner.pid,
+        "comm": owner.comm,
+        "owner": owner.source,
+        "container": owner.container,
+    }
+    if owner.container_name:
+        data["container_name"] = owner.container_name
+    return data

@@ -326,6 +326,7 @@ class DnsDiagnostic:
             name=name_from_wire(bytes(group.qname[: group.qname_len])),
             qtype=type_name(group.qtype),
             retransmits=query.retransmits,
+            pod=self.context.pod(group.netns),
         )
 
     def _prepared_drop_enricher(self) -> DropEnricher:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from netsleuth.diagnostics.record_parts import Clock
+from netsleuth.diagnostics.record_parts import Clock, PodRef
 
 __all__ = ["DNS_RECORD_TYPES"]
 
@@ -29,6 +29,8 @@ class _DnsQuery(TypedDict):
     name: str
     qtype: str
     retransmits: int
+    container_name: NotRequired[str]
+    pod: NotRequired[PodRef]
 
 
 class DnsDropJson(TypedDict):

@@ -12,6 +12,7 @@ from netsleuth.diagnostics.attribution import Owner
 from netsleuth.diagnostics.dns_summary import DnsSummaryRow
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.totals import EventTotals
+from netsleuth.kernel.pods import Pod
 from netsleuth.packet import PacketTuple
 
 __all__ = [
@@ -48,9 +49,10 @@ class DnsQueryFacts:
     name: str
     qtype: str
     retransmits: int
+    pod: Pod | None = None  # the Kubernetes pod whose network namespace asked
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "time": _iso(self.time),
             "pid": self.owner.pid,
             "comm": self.owner.comm,
@@ -69,6 +71,11 @@ class DnsQueryFacts:
             "qtype": self.qtype,
             "retransmits": self.retransmits,
         }
+        if self.owner.container_name:
+            data["container_name"] = self.owner.container_name
+        if self.pod is not None:
+            data["pod"] = self.pod.to_json()
+        return data
 
 
 @dataclass(frozen=True)

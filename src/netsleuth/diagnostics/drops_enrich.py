@@ -21,6 +21,7 @@ from netsleuth.diagnostics.struct_layout import frozen_record
 from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.netns import current_netns_inode
+from netsleuth.kernel.pods import Pod
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.kernel.symbolizer import SourceFrame, SourceSymbolizer
 from netsleuth.packet import PacketTuple, tcp_flags_text
@@ -54,6 +55,7 @@ class DropRecord:
     packet_bytes: bytes
     # `reason` was inferred from `location` (the kernel gave none: before 5.17), never the kernel's word.
     reason_inferred: bool = False
+    pod: Pod | None = None  # the Kubernetes pod whose network namespace this is
 
     def to_json(self) -> dict[str, Any]:
         packet = self.packet
@@ -82,6 +84,10 @@ class DropRecord:
             "cpu": self.cpu,
             "sk_state": self.sk_state,
         }
+        if self.owner.container_name:
+            data["container_name"] = self.owner.container_name
+        if self.pod is not None:
+            data["pod"] = self.pod.to_json()
         if self.reason_inferred:
             data["reason_inferred"] = True
         if packet.tcp_flags is not None:
@@ -109,6 +115,10 @@ class DropGroup:
     example: DropRecord
     reason_inferred: bool = False
 
+    @property
+    def pod(self) -> Pod | None:
+        return self.example.pod
+
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "reason": self.reason,
@@ -119,6 +129,8 @@ class DropGroup:
             "bytes": self.bytes,
             "example": self.example.to_json(),
         }
+        if self.example.pod is not None:
+            data["pod"] = self.example.pod.to_json()
         if self.reason_inferred:
             data["reason_inferred"] = True
         return data
@@ -267,6 +279,7 @@ class DropEnricher:
         reasons = self._reason_names
         symbol = context.symbol
         netns_names: dict[int, str | None] = {}
+        pods: dict[int, Pod | None] = {}
         owners: dict[tuple[int | None, str, int], Owner] = {}
         netfilters: dict[tuple[int, tuple[int, ...], PacketTuple, str], dict[str, Any] | None] = {}
         want_stack = self.want_stack
@@ -291,8 +304,10 @@ class DropEnricher:
             netns = raw.netns
             if netns in netns_names:
                 netns_name = netns_names[netns]
+                pod = pods[netns]
             else:
                 netns_name = netns_names[netns] = context.netns_names.name_of(netns)
+                pod = pods[netns] = context.pod(netns)
             task = raw.in_task and not raw.kthread and raw.pid
             owner_key = (raw.pid if task else None, raw.comm, raw.sock_ino)
             owner = owners.get(owner_key)
@@ -331,6 +346,7 @@ class DropEnricher:
                         "netfilter": netfilter,
                         "packet_bytes": raw.packet_bytes,
                         "reason_inferred": infer,
+                        "pod": pod,
                     },
                 )
             )

@@ -1,8 +1,9 @@
-"""The in-kernel side of the shared packet filters: the LPM address maps and the --pid/--comm socket-inode
-set, filled the same way for every program that declares them (drops.bpf.c, tcp.bpf.c).
+"""The in-kernel side of the shared packet filters: the LPM address maps, the --pid/--comm socket-inode set
+and the namespace set, filled the same way for every program that declares them (bpf/filter_maps.bpf.h).
 
 Map names and layouts are the programs' contract: `host_filter`, `src_filter`, `dst_filter` (LPM tries keyed
-by struct lpm_addr_key, bpf/packet.h) and `owner_inodes` (u64 socket inode -> u8).
+by struct lpm_addr_key, bpf/packet.h), `owner_inodes` (u64 socket inode -> u8) and `netns_filter` (u32
+netns inode -> u8).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def fill_filter_config(cfg: ctypes.Structure, packet_filter: PacketFilter) -> No
         "filter_src": int(bool(packet_filter.sources)),
         "filter_dst": int(bool(packet_filter.destinations)),
         "filter_owner": int(packet_filter.filters_owner),
+        "filter_netns": int(bool(packet_filter.netns_set)),
     }
     if packet_filter.proto is not None:
         values.update(filter_l4proto=1, l4proto=packet_filter.proto)
@@ -65,7 +67,12 @@ def fill_filter_config(cfg: ctypes.Structure, packet_filter: PacketFilter) -> No
 
 
 def fill_address_maps(bpf_object: BpfObject, packet_filter: PacketFilter) -> None:
-    """--host/--src/--dst prefixes into the object's LPM maps (the cfg flags say which to consult)."""
+    """--host/--src/--dst prefixes into the object's LPM maps, and the namespaces of a filter that names
+    several (--k8s-namespace) into `netns_filter` (the cfg flags say which to consult)."""
+    if packet_filter.netns_set:
+        netns_map = bpf_object.map("netns_filter")
+        for inode in packet_filter.netns_set:
+            netns_map.update(inode.to_bytes(4, "little"), b"\x01")
     for map_name, networks in (
         ("host_filter", packet_filter.hosts),
         ("src_filter", packet_filter.sources),

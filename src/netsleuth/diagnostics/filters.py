@@ -90,6 +90,8 @@ class PacketFilter:
     family: int | None = None
     extra: dict[str, object] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what the run should know from the start (an interface that does not exist)
+    # Several namespaces (--k8s-namespace: its pods'), kept in the kernel's netns_filter set, not in `netns`.
+    netns_set: frozenset[int] = frozenset()
 
     @property
     def filters_owner(self) -> bool:
@@ -114,6 +116,14 @@ def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--pid", help="process id: the sending task or the owner of the packet's socket")
     group.add_argument("--comm", help="process name (as in /proc/PID/comm)")
     group.add_argument("--netns", help="network namespace: inode, `ip netns` name, or /proc/PID/ns/net")
+    group.add_argument(
+        "--pod", metavar="NAMESPACE/NAME", help="a Kubernetes pod on this host (its network namespace)"
+    )
+    group.add_argument(
+        "--k8s-namespace",
+        metavar="NAMESPACE",
+        help="the pods of a Kubernetes namespace on this host (their network namespaces)",
+    )
     group.add_argument("--dev", help="interface name")
     group.add_argument("-4", dest="family", action="store_const", const=4, help="IPv4 only")
     group.add_argument("-6", dest="family", action="store_const", const=6, help="IPv6 only")
@@ -131,6 +141,8 @@ FILTER_KEYS = (
     "pid",
     "comm",
     "netns",
+    "pod",
+    "k8s_namespace",
     "dev",
     "family",
 )
@@ -320,6 +332,7 @@ def read_packet_filter(
                 f"contradicts the IPv{network.version} address {network}: drop one of them",
                 flag=f"-{family}",
             )
+    netns_inode, netns_set = _read_namespaces(values, netns, resolve_netns)
     packet_filter = PacketFilter(
         proto=proto,
         hosts=hosts,
@@ -330,8 +343,41 @@ def read_packet_filter(
         dport=port("dport"),
         pid=pid,
         comm=comm,
-        netns=resolve_netns(netns) if netns is not None else None,
+        netns=netns_inode,
         dev=dev,
         family=family,
+        netns_set=netns_set,
     )
     return on_this_host(packet_filter)
+
+
+def _read_namespaces(
+    values: ConfigInput, netns: str | None, resolve_netns: Callable[[str], int]
+) -> tuple[int | None, frozenset[int]]:
+    """--netns, --pod or --k8s-namespace (one of them) as the kernel filters them: one namespace inode, or
+    the set of a Kubernetes namespace's pods' namespaces (one inode when it has one pod here)."""
+    pod, k8s_namespace = values.text("pod"), values.text("k8s_namespace")
+    choices = (("--netns", netns), ("--pod", pod), ("--k8s-namespace", k8s_namespace))
+    given = [option for option, value in choices if value is not None]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)} each choose the network namespace: give one of them")
+    if netns is not None:
+        return resolve_netns(netns), frozenset()
+    if _ELSEWHERE.get():  # pods are the agent's to resolve, when the task reaches it
+        from netsleuth.kernel.pods import parse_k8s_namespace_arg, parse_pod_arg
+
+        if pod is not None:
+            parse_pod_arg(pod)
+        if k8s_namespace is not None:
+            parse_k8s_namespace_arg(k8s_namespace)
+        return None, frozenset()
+    if pod is not None:
+        from netsleuth.kernel.pods import resolve_pod_arg
+
+        return resolve_pod_arg(pod).netns, frozenset()
+    if k8s_namespace is not None:
+        from netsleuth.kernel.pods import resolve_k8s_namespace_arg
+
+        inodes = frozenset(found.netns for found in resolve_k8s_namespace_arg(k8s_namespace) if found.netns)
+        return (next(iter(inodes)), frozenset()) if len(inodes) == 1 else (None, inodes)
+    return None, frozenset()

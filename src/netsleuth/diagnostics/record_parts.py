@@ -4,9 +4,9 @@ cannot import it back). Schemas and docs/records.md name them without a leading 
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
-__all__ = ["Clock", "Owner", "Totals"]
+__all__ = ["Clock", "Owner", "PodRef", "Totals"]
 
 
 class Clock(TypedDict):
@@ -29,3 +29,13 @@ class Owner(TypedDict):
     comm: str
     owner: str  # "task" | "socket" | "kernel"
     container: str | None
+    container_name: NotRequired[str]  # the container runtime's name for `container` (CRI)
+
+
+class PodRef(TypedDict):
+    """The Kubernetes pod whose sandbox holds the record's network namespace (from the container runtime's
+    CRI API, netsleuth.kernel.pods); the key is absent where the namespace is no pod's."""
+
+    namespace: str
+    name: str
+    uid: str

@@ -21,7 +21,7 @@ import msgspec
 
 from netsleuth.diagnostics.dns_json import DNS_RECORD_TYPES
 from netsleuth.diagnostics.profile_json import PROFILE_RECORD_TYPES
-from netsleuth.diagnostics.record_parts import Clock, Owner, Totals
+from netsleuth.diagnostics.record_parts import Clock, Owner, PodRef, Totals
 from netsleuth.diagnostics.route_json import ROUTE_RECORD_TYPES
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.softirq_json import SOFTIRQ_RECORD_TYPES
@@ -77,6 +77,7 @@ class DropJson(Owner):
     # true when `reason` was inferred from `location` (the kernel gave none, before 5.17); `reason_code` is
     # then this kernel's number for that name, 0 where it has none
     reason_inferred: NotRequired[bool]
+    pod: NotRequired[PodRef]
 
 
 class DropGroupJson(TypedDict):
@@ -88,6 +89,7 @@ class DropGroupJson(TypedDict):
     bytes: int
     example: DropJson
     reason_inferred: NotRequired[bool]
+    pod: NotRequired[PodRef]
 
 
 class DropsSummaryJson(Totals):
@@ -146,6 +148,7 @@ class ResetJson(Owner):
     conntrack: NotRequired[dict[str, Any]]
     peer_cause: NotRequired[str]
     stack: NotRequired[list[str]]
+    pod: NotRequired[PodRef]
 
 
 class AbortJson(Owner):
@@ -170,6 +173,7 @@ class AbortJson(Owner):
     netns: int
     netns_name: str | None
     side: str | None
+    pod: NotRequired[PodRef]
 
 
 class ResetGroupJson(TypedDict):

@@ -32,6 +32,7 @@ from netsleuth.doctor.procfs import parse_conntrack_stat
 from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.netns_exec import read_file_in_netns
+from netsleuth.kernel.pods import Pod
 from netsleuth.packet import PacketTuple, tcp_flags_text
 
 __all__ = [
@@ -104,6 +105,7 @@ class ResetRecord:
     peer_cause: str | None = None
     stack: tuple[str, ...] | None = None
     sk: int = 0
+    pod: Pod | None = None  # the Kubernetes pod whose network namespace this is
 
     def to_json(self) -> dict[str, Any]:
         trigger = None
@@ -155,6 +157,8 @@ class ResetRecord:
             data["peer_cause"] = self.peer_cause
         if self.stack is not None:
             data["stack"] = list(self.stack)
+        if self.pod is not None:
+            data["pod"] = self.pod.to_json()
         return data
 
 
@@ -178,9 +182,10 @@ class AbortRecord:
     netns_name: str | None
     side: str | None
     cause: ResetCause
+    pod: Pod | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "type": "abort",
             "v": SCHEMA_VERSIONS["abort"],
             "time": iso_time(self.time),
@@ -204,6 +209,9 @@ class AbortRecord:
             "netns_name": self.netns_name,
             "side": self.side,
         }
+        if self.pod is not None:
+            data["pod"] = self.pod.to_json()
+        return data
 
 
 @dataclass(frozen=True)
@@ -336,6 +344,7 @@ class ResetEnricher:
             netns_name=context.netns_name(raw.netns),
             side=raw.side,
             cause=classify_abort(raw.reason, state, local, remote, raw.retransmits, raw.side),
+            pod=context.pod(raw.netns),
         )
 
     def _firewall_rule(
@@ -457,6 +466,7 @@ class ResetEnricher:
             peer_cause=peer_cause,
             stack=context.stack(raw.frames) if self.want_stack and raw.frames else None,
             sk=raw.sk,
+            pod=context.pod(raw.netns),
         )
 
     def enrich_group(self, group: RawTcpGroup) -> ResetGroup | None:

@@ -4,6 +4,8 @@
 - network namespace names and paths (`NetnsNames`);
 - socket owners and containers (`SocketOwners`, `ContainerCache`) and the owner attribution rules
   (netsleuth.diagnostics.attribution);
+- pods: the Kubernetes pod of a network namespace and the name of a container, from the container runtime
+  (`PodIndex`; nothing is asked, nor grpc loaded, on a host without a runtime socket);
 - the clock: BPF timestamps are CLOCK_MONOTONIC (bpf_ktime_get_ns), so one offset, read once, turns them
   into wall-clock time; `clock.to_json()` goes into a summary so records of several hosts can be merged;
 - one firewall matcher per namespace (its counter baseline is taken when first asked for it).
@@ -16,13 +18,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from netsleuth.diagnostics.attribution import Owner, OwnerFacts, attribute_owner
 from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.kallsyms import Kallsyms, default_kallsyms
 from netsleuth.kernel.netns import NetnsNames, current_netns_inode
+from netsleuth.kernel.pods import Pod, PodIndex
 from netsleuth.kernel.process import ContainerCache, SocketOwners
 
 if TYPE_CHECKING:
@@ -82,6 +85,7 @@ class KernelContext:
         containers: Callable[[int], str | None] | None = None,
         firewall: bool = False,
         clock: KernelClock | None = None,
+        pods: PodIndex | None = None,
     ) -> None:
         self._names = names
         self.kallsyms = kallsyms or default_kallsyms()
@@ -90,6 +94,8 @@ class KernelContext:
         self.containers = containers or ContainerCache(self.owners.proc_root)
         self.firewall = firewall
         self.clock = clock or KernelClock.now()
+        self._own_pods = pods is None
+        self.pods = pods if pods is not None else PodIndex(proc_root=self.owners.proc_root)
         self.firewall_problems: dict[int, str] = {}  # netns inode -> why its rules cannot be read
         self._symbols: dict[int, str] = {}
         self._matchers: dict[int, FirewallMatcher | None] = {}
@@ -115,6 +121,8 @@ class KernelContext:
             if close is not None:
                 close()
         self._matchers.clear()
+        if self._own_pods:
+            self.pods.close()
 
     # -- names -------------------------------------------------------------------------------------------
     @property
@@ -137,15 +145,28 @@ class KernelContext:
         return self.netns_names.name_of(inode) if inode else None
 
     def netns_label(self, inode: int) -> str:
+        """How a sentence names the namespace: "netns NAME" (or its inode), with its pod where it is one's."""
         name = self.netns_name(inode)
-        return f"netns {name}" if name else f"netns {inode}"
+        netns = f"netns {name}" if name else f"netns {inode}"
+        pod = self.pod(inode)
+        return f"pod {pod.ref}, {netns}" if pod is not None else netns
+
+    def pod(self, inode: int) -> Pod | None:
+        """The Kubernetes pod whose sandbox holds the namespace, None for any other namespace."""
+        return self.pods.pod_of_netns(inode) if inode else None
 
     def netns_path(self, inode: int | None) -> str | None:
         """A file to enter the namespace with; None for this process's own (or an unknown) namespace."""
         return self.netns_names.path_of(inode) if inode else None
 
     def owner(self, facts: OwnerFacts) -> Owner:
-        return attribute_owner(facts, self.owners, self.containers)
+        """Who owns the event (netsleuth.diagnostics.attribution), with its container's name (CRI)."""
+        owner = attribute_owner(facts, self.owners, self.containers)
+        if owner.container:
+            found = self.pods.container(owner.container)
+            if found is not None:
+                return replace(owner, container_name=found.name)
+        return owner
 
     # -- symbols -----------------------------------------------------------------------------------------
     def symbol(self, address: int) -> str:

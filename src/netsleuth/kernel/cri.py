@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_ENDPOINTS",
+    "ENDPOINT_VARIABLE",
     "CriClient",
     "CriContainer",
     "CriError",

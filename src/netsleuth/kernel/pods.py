@@ -29,8 +29,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.cri import (
     DEFAULT_ENDPOINTS,
+    ENDPOINT_VARIABLE,
     CriClient,
     CriError,
     CriSandbox,
@@ -38,7 +40,15 @@ from netsleuth.kernel.cri import (
     find_endpoint,
 )
 
-__all__ = ["Pod", "PodContainer", "PodIndex"]
+__all__ = [
+    "Pod",
+    "PodContainer",
+    "PodIndex",
+    "parse_k8s_namespace_arg",
+    "parse_pod_arg",
+    "resolve_k8s_namespace_arg",
+    "resolve_pod_arg",
+]
 
 _LOG = logging.getLogger("netsleuth.pods")
 _FAILURE_BACKOFF_S = 10.0  # a runtime that failed is not asked again sooner (a lookup must never stall)
@@ -61,6 +71,10 @@ class Pod:
     def ref(self) -> str:
         """`namespace/name`, as kubectl spells a pod across namespaces."""
         return f"{self.namespace}/{self.name}"
+
+    def to_json(self) -> dict[str, str]:
+        """What a record carries of its pod (netsleuth.diagnostics.record_parts.PodRef)."""
+        return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,3 +303,54 @@ def _pod(
         ip=detail.ip if detail is not None else "",
         containers=containers,
     )
+
+
+def _index_for(option: str, index: PodIndex | None) -> PodIndex:
+    index = index if index is not None else PodIndex()
+    if not index.available:
+        raise UsageError(
+            f"{option} names a Kubernetes pod, and this host has no container runtime socket to ask "
+            f"(set {ENDPOINT_VARIABLE}, e.g. unix:///run/containerd/containerd.sock)"
+        )
+    index.refresh()
+    if index.problem is not None:
+        raise EnvironmentProblem(f"{option} cannot be resolved: {index.problem}")
+    return index
+
+
+def parse_pod_arg(text: str) -> tuple[str, str]:
+    """`--pod NAMESPACE/NAME` as (namespace, name), its form only checked."""
+    namespace, _, name = text.strip().partition("/")
+    if not namespace or not name or "/" in name:
+        raise UsageError(f"--pod {text!r} is not NAMESPACE/NAME (e.g. team-a/web-1)")
+    return namespace, name
+
+
+def parse_k8s_namespace_arg(text: str) -> str:
+    namespace = text.strip()
+    if not namespace or "/" in namespace:
+        raise UsageError(f"--k8s-namespace {text!r} is not a Kubernetes namespace name (e.g. team-a)")
+    return namespace
+
+
+def resolve_pod_arg(text: str, index: PodIndex | None = None) -> Pod:
+    """`--pod NAMESPACE/NAME` → the pod running here, with a network namespace of its own."""
+    namespace, name = parse_pod_arg(text)
+    found = _index_for("--pod", index).find(namespace, name)
+    if found is None:
+        raise UsageError(f"no pod {namespace}/{name} runs on this host")
+    if found.netns is None:
+        raise UsageError(
+            f"pod {found.ref} shares the host's network namespace (hostNetwork): its packets cannot be "
+            "told apart from the host's"
+        )
+    return found
+
+
+def resolve_k8s_namespace_arg(text: str, index: PodIndex | None = None) -> list[Pod]:
+    """`--k8s-namespace NAMESPACE` → its pods running here with network namespaces of their own."""
+    namespace = parse_k8s_namespace_arg(text)
+    pods = [pod for pod in _index_for("--k8s-namespace", index).in_namespace(namespace) if pod.netns]
+    if not pods:
+        raise UsageError(f"no pod of Kubernetes namespace {namespace} runs on this host")
+    return pods

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from netsleuth.diagnostics.drops import DropTotals
 from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord
+from netsleuth.kernel.pods import Pod
 from netsleuth.packet import PacketTuple, endpoint_text, tcp_flags_text
 
 __all__ = ["drop_line", "endpoints", "print_summary", "totals_line"]
@@ -37,13 +38,16 @@ def _owner_text(record: DropRecord) -> str:
     text = f"{owner.comm}[{owner.pid}]"
     if owner.source == "socket":
         text += " (socket owner)"
-    if owner.container:
+    if owner.container_name:
+        text += f" container {owner.container_name} {owner.container}"
+    elif owner.container:
         text += f" container {owner.container}"
     return text
 
 
-def _netns_text(netns: int, name: str | None) -> str:
-    return f"netns {name}" if name else f"netns {netns}"
+def _netns_text(netns: int, name: str | None, pod: Pod | None = None) -> str:
+    text = f"netns {name}" if name else f"netns {netns}"
+    return f"pod {pod.ref}  {text}" if pod is not None else text
 
 
 def drop_line(record: DropRecord) -> str:
@@ -57,7 +61,7 @@ def drop_line(record: DropRecord) -> str:
     ]
     if record.ifname:
         parts.append(f"dev {record.ifname}")
-    parts.append(_netns_text(record.netns, record.netns_name))
+    parts.append(_netns_text(record.netns, record.netns_name, record.pod))
     parts.append(_owner_text(record))
     if record.sk_state:
         parts.append(f"state {record.sk_state}")
@@ -101,7 +105,7 @@ def print_summary(console: Console, groups: Sequence[DropGroup], totals: DropTot
             str(group.count),
             group.reason + " (inferred)" if group.reason_inferred else group.reason,
             group.location,
-            group.netns_name or str(group.netns),
+            f"pod {group.pod.ref}" if group.pod is not None else group.netns_name or str(group.netns),
             detail,
         )
     if groups:
