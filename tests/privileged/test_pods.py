@@ -4,6 +4,7 @@ carry them."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -114,3 +115,45 @@ def test_a_runtime_that_stops_answering_is_one_problem_not_an_error(cri: CriLab,
     index = PodIndex(f"unix://{tmp_path}/gone.sock")
     assert index.pod_of_netns(12345) is None
     assert index.problem is not None and "no container runtime socket" in index.problem
+
+
+def test_the_registry_entry_lists_the_pods_a_host_holds(cri: CriLab) -> None:
+    """What an agent writes to the fleet's host registry: every pod with a namespace of its own, or with a
+    netns scope only the pods in that namespace; the entry survives its JSON round trip."""
+    from netsleuth.fleet.host_registry import host_entry
+    from netsleuth.fleet.protocol import HostEntry
+    from netsleuth.kernel.netns import NetnsNames
+
+    web = cri.run_pod("team-a", "web-1", labels={"app": "web"})
+    db = cri.run_pod("team-b", "db-0")
+    try:
+        index = PodIndex(cri.endpoint)
+        names = NetnsNames()
+
+        def entry(scope: str) -> HostEntry:
+            made = host_entry("h1", {}, {}, scope, names, None, (), "", 0, pods=index)
+            return HostEntry.from_json(json.loads(made.encode()))
+
+        everything = entry("")
+        listed = {(pod["namespace"], pod["name"]): pod for pod in everything.pods}
+        assert listed[("team-a", "web-1")] == {
+            "namespace": "team-a",
+            "name": "web-1",
+            "uid": web.uid,
+            "netns": web.inode,
+            "labels": {
+                "app": "web",
+                "io.kubernetes.pod.namespace": "team-a",
+                "io.kubernetes.pod.name": "web-1",
+            },
+        }
+        assert ("team-b", "db-0") in listed
+        scoped = entry(os.path.basename(db.netns_path))  # an agent scoped to db-0's `ip netns` name
+        assert [(pod["namespace"], pod["name"]) for pod in scoped.pods] == [("team-b", "db-0")]
+        without = host_entry(
+            "h1", {}, {}, "", names, None, (), "", 0, pods=PodIndex(environ={}, candidates=())
+        )
+        assert without.pods == []
+    finally:
+        cri.remove_pod(web.sandbox_id)
+        cri.remove_pod(db.sandbox_id)

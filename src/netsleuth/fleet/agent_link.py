@@ -55,6 +55,7 @@ from netsleuth.fleet.protocol import (
 from netsleuth.fleet.refusal_audit import RefusalAudit, audit_time
 from netsleuth.fleet.session_runner import FleetSession
 from netsleuth.kernel.netns import NetnsNames
+from netsleuth.kernel.pods import PodIndex
 
 __all__ = ["FleetLink"]
 
@@ -77,6 +78,7 @@ class FleetLink:
         self._ledger = ledger
         self._cpu_accounting = cpu_accounting
         self._names = NetnsNames()
+        self._pods = PodIndex()  # asks nothing on a host without a container runtime socket
         self._clock = OffsetEstimator()
         # This run of the agent: in the registry entry, and in every task signed for it (replays across a
         # restart name an earlier run; admission.py).
@@ -272,6 +274,7 @@ class FleetLink:
                 self._clock.offset_ns,
                 status,
                 self.run_id,
+                self._pods,
             ),
         )
         key_subject = f"$KV.{HOSTS_BUCKET}.{self.config.host_id}"

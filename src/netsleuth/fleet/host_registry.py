@@ -1,8 +1,8 @@
 """The host registry: a JetStream KV bucket with one entry per host, kept fresh by its agent's heartbeat.
 
 The entry says what the controller needs to choose hosts and to explain a refusal before sending anything:
-kernel, probed BPF features, version, labels, the namespaces (and containers) the agent covers, when it was
-last heard from and its last error.
+kernel, probed BPF features, version, labels, the namespaces the agent covers (with their containers, and the
+Kubernetes pods its container runtime runs there), when it was last heard from and its last error.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from nats.js.api import KeyValueConfig, StorageType
 from netsleuth import __version__
 from netsleuth.fleet.protocol import HOSTS_BUCKET, HostEntry
 from netsleuth.kernel.netns import NetnsNames
+from netsleuth.kernel.pods import PodIndex
 from netsleuth.kernel.process import container_of
 
 __all__ = ["ensure_hosts_bucket", "host_entry", "probe_features"]
 
 _MAX_CONTAINERS = 256
+_MAX_PODS = 256
 
 
 async def ensure_hosts_bucket(js: JetStreamContext) -> None:
@@ -66,6 +68,19 @@ def _containers(names: NetnsNames, namespaces: list[dict[str, Any]]) -> list[dic
     return list(found.values())
 
 
+def _pods(index: PodIndex | None, namespaces: list[dict[str, Any]], scope_netns: str) -> list[dict[str, Any]]:
+    """The pods this host holds (all of them; with a netns scope, those in the covered namespace)."""
+    if index is None or not index.available:
+        return []
+    covered = {namespace.get("inode") for namespace in namespaces}
+    found = [
+        {**pod.to_json(), "netns": pod.netns, "labels": dict(pod.labels)}
+        for pod in index.pods()
+        if pod.netns is not None and (not scope_netns or pod.netns in covered)
+    ]
+    return found[:_MAX_PODS]
+
+
 def host_entry(
     host_id: str,
     features: dict[str, Any],
@@ -78,6 +93,7 @@ def host_entry(
     offset_ns: int,
     status: str = "up",
     run_id: str = "",
+    pods: PodIndex | None = None,
 ) -> HostEntry:
     names.refresh()
     namespaces = _namespaces(names, scope_netns)
@@ -100,4 +116,5 @@ def host_entry(
         key_id=key_id,
         offset_ns=offset_ns,
         run_id=run_id,
+        pods=_pods(pods, namespaces, scope_netns),
     )

@@ -681,6 +681,9 @@ class HostEntry:
     key_id: str = ""  # which controller key it trusts (diagnosing a key mismatch starts here)
     offset_ns: int = 0  # this host's wall clock minus the NATS server's (fleet/clock.py)
     run_id: str = ""  # this run of the agent process: tasks must name it (a restart makes a new one)
+    # The Kubernetes pods whose namespaces this host's scope covers (from its container runtime, CRI):
+    # [{"namespace", "name", "uid", "netns", "labels"}]; empty where the host runs none.
+    pods: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -700,6 +703,7 @@ class HostEntry:
             "key_id": self.key_id,
             "offset_ns": self.offset_ns,
             "run_id": self.run_id,
+            "pods": self.pods,
         }
 
     def encode(self) -> bytes:
@@ -731,4 +735,5 @@ class HostEntry:
             key_id=fields.string("key_id", "", max_len=128),
             offset_ns=fields.signed_integer("offset_ns", 0),
             run_id=fields.string("run_id", "", max_len=64),
+            pods=fields.objects("pods"),
         )

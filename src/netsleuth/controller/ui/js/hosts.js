@@ -74,6 +74,11 @@ export function namespaceNames(host) {
   return (host.namespaces || []).map((ns) => (typeof ns === "string" ? ns : ns.name || String(ns.inode)));
 }
 
+// Kubernetes pods the host's container runtime runs, as kubectl spells them across namespaces.
+function podNames(host) {
+  return (host.pods || []).map((p) => `${p.namespace}/${p.name}`);
+}
+
 function containerNames(host) {
   return (host.containers || []).map((c) => (typeof c === "string" ? c : c.name || c.id || JSON.stringify(c)));
 }
@@ -83,7 +88,7 @@ function labelsOf(host) {
 }
 
 function haystack(host) {
-  return [host.host, host.hostname, host.kernel, host.version, ...labelsOf(host), ...namespaceNames(host), ...containerNames(host)]
+  return [host.host, host.hostname, host.kernel, host.version, ...labelsOf(host), ...namespaceNames(host), ...containerNames(host), ...podNames(host)]
     .join(" ")
     .toLowerCase();
 }
@@ -175,7 +180,7 @@ export async function renderHosts(root, ctx) {
     }
     put(cells[5], h("span", { class: "mono" }, host.version || "–"));
     put(cells[6], h("span", { title: fmtTime(host.heartbeat) }, fmtAgo(host.heartbeat)));
-    const names = [...namespaceNames(host).map((n) => `netns ${n}`), ...containerNames(host).map((c) => `container ${c}`)];
+    const names = [...namespaceNames(host).map((n) => `netns ${n}`), ...containerNames(host).map((c) => `container ${c}`), ...podNames(host).map((p) => `pod ${p}`)];
     put(cells[7], h("div", { class: "tags" }, names.length ? names.map((n) => h("span", { class: "tag" }, n)) : h("span", { class: "muted" }, "none reported")));
     return tr;
   }
