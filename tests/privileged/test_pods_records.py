@@ -209,6 +209,8 @@ def test_diagnose_verdict_names_the_pod(pods: Pods) -> None:
     assert refused, verdicts
     assert "pod team-b/db-0" in refused[0]["cause"], refused[0]["cause"]
     assert refused[0]["evidence"]["pod"] == "team-b/db-0"
+    [summary] = [record for record in records if record["type"] == "summary"]
+    assert summary["watched"].startswith("pod team-b/db-0, netns cni-"), summary["watched"]
 
 
 def _metrics(agent: AgentProcess) -> str:
@@ -242,3 +244,16 @@ def test_agent_metrics_name_the_pod_of_a_namespace(pods: Pods) -> None:
     assert by_netns[str(pods.web.inode)]["pod"] == "web-1"  # the sender container's drops: web-1 is there too
     ours = {str(pods.web.inode), str(pods.db.inode)}
     assert all(labels["pod"] == "" for netns, labels in by_netns.items() if netns not in ours)
+
+
+def test_tcp_views_name_the_pod(pods: Pods) -> None:
+    run = TraceRun("tcp", "connlat", "--pod", pods.web.ref)
+    try:
+        run.wait_ready()
+        connect_refused(pods.web, pods.db.ip, 8080)
+        run.wait_records(lambda r: r.get("type") == "connect")
+    finally:
+        run.stop()
+    connects = [r for r in run.records() if r.get("type") == "connect"]
+    assert connects and all(r["pod"] == pods.ref(pods.web) and r["netns"] == pods.web.inode for r in connects)
+    assert not connects[0]["ok"] and connects[0]["dport"] == 8080

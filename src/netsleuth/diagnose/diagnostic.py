@@ -32,7 +32,9 @@ def read_diagnose_config(values: ConfigInput) -> DiagnoseConfig:
         # doctor reads devices and sysctls from inside the namespace: by its name or a process in it.
         names = NetnsNames()
         netns_name = names.name_of(packet_filter.netns) or names.path_of(packet_filter.netns)
-    return DiagnoseConfig(duration=duration, packet_filter=packet_filter, netns_name=netns_name)
+    pod, k8s_namespace = values.text("pod"), values.text("k8s_namespace")
+    pods = f"pod {pod}" if pod else f"Kubernetes namespace {k8s_namespace}" if k8s_namespace else None
+    return DiagnoseConfig(duration=duration, packet_filter=packet_filter, netns_name=netns_name, pods=pods)
 
 
 def _open(config: DiagnoseConfig, context: KernelContext | None) -> DiagnosisSession:

@@ -50,14 +50,18 @@ class DiagnoseConfig:
     packet_filter: PacketFilter = field(default_factory=PacketFilter)
     netns_name: str | None = None  # doctor reads this namespace's devices and sysctls
     root: Path = Path("/")
+    pods: str | None = None  # how --pod / --k8s-namespace named what is watched
+
+    @property
+    def watched(self) -> str:
+        netns = f"netns {self.netns_name}" if self.netns_name else None
+        if self.pods:
+            return f"{self.pods}, {netns}" if netns else self.pods
+        return netns or "this host"
 
     @property
     def run_options(self) -> RunOptions:
         return RunOptions(summary=True, duration=self.duration)
-
-    @property
-    def watched(self) -> str:
-        return f"netns {self.netns_name}" if self.netns_name else "this host"
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ class _TcpBase(Owner):
     dport: int
     netns: int
     netns_name: str | None
+    pod: NotRequired[PodRef]
 
 
 # -- drops ---------------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from netsleuth.doctor.procfs import parse_mib
 from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.netns_exec import read_file_in_netns
+from netsleuth.kernel.pods import Pod
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.packet import tcp_flags_text
 
@@ -90,9 +91,9 @@ _SOCKET_PROTOCOLS = {6: "TCP", 17: "UDP", 136: "UDP-Lite", 1: "ICMP", 58: "ICMPv
 
 
 def _base_json(
-    kind: str, when: float, raw: RawTcpEvent, owner: Owner, netns_name: str | None
+    kind: str, when: float, raw: RawTcpEvent, owner: Owner, netns_name: str | None, pod: Pod | None = None
 ) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "type": kind,
         "v": SCHEMA_VERSIONS[kind],
         "time": iso_time(when),
@@ -106,6 +107,9 @@ def _base_json(
         "netns": raw.netns,
         "netns_name": netns_name,
     }
+    if pod is not None:
+        data["pod"] = pod.to_json()
+    return data
 
 
 @dataclass(frozen=True)
@@ -127,9 +131,11 @@ class LifeRecord:
     def remote(self) -> str:
         return endpoint_text(self.raw.raddr, self.raw.rport)
 
+    pod: Pod | None = None  # the Kubernetes pod whose network namespace this is
+
     def to_json(self) -> dict[str, Any]:
         return {
-            **_base_json("life", self.time, self.raw, self.owner, self.netns_name),
+            **_base_json("life", self.time, self.raw, self.owner, self.netns_name, self.pod),
             "side": self.raw.side,
             "duration_s": self.duration_s,
             "bytes_acked": self.bytes_acked,
@@ -151,9 +157,11 @@ class StateRecord:
     previous_s: float | None  # time spent in old_state; None when its start was not seen
     error: int | None
 
+    pod: Pod | None = None  # the Kubernetes pod whose network namespace this is
+
     def to_json(self) -> dict[str, Any]:
         return {
-            **_base_json("state", self.time, self.raw, self.owner, self.netns_name),
+            **_base_json("state", self.time, self.raw, self.owner, self.netns_name, self.pod),
             "old_state": self.old_state,
             "new_state": self.new_state,
             "previous_state_s": self.previous_s,
@@ -173,10 +181,12 @@ class RetransRecord:
     flow_count: int  # retransmits of this flow seen so far in this run
     congestion: str | None
 
+    pod: Pod | None = None  # the Kubernetes pod whose network namespace this is
+
     def to_json(self) -> dict[str, Any]:
         raw = self.raw
         data = {
-            **_base_json("retrans", self.time, raw, self.owner, self.netns_name),
+            **_base_json("retrans", self.time, raw, self.owner, self.netns_name, self.pod),
             "kind": self.kind,
             "state": self.state,
             "flow_count": self.flow_count,
@@ -208,9 +218,11 @@ class ConnectRecord:
     latency_s: float
     error: int  # 0: connected
 
+    pod: Pod | None = None  # the Kubernetes pod whose network namespace this is
+
     def to_json(self) -> dict[str, Any]:
         return {
-            **_base_json("connect", self.time, self.raw, self.owner, self.netns_name),
+            **_base_json("connect", self.time, self.raw, self.owner, self.netns_name, self.pod),
             "latency_ms": self.latency_s * 1e3,
             "ok": self.error == 0,
             "errno": errno_name(self.error) if self.error else None,
@@ -231,10 +243,12 @@ class QueueRecord:
     state: str | None = None
     cause_code: str | None = None  # netsleuth.diagnostics.causes
 
+    pod: Pod | None = None  # the Kubernetes pod whose network namespace this is
+
     def to_json(self) -> dict[str, Any]:
         raw = self.raw
         data = {
-            **_base_json("queue", self.time, raw, self.owner, self.netns_name),
+            **_base_json("queue", self.time, raw, self.owner, self.netns_name, self.pod),
             "what": self.what,
             "reason": self.reason,
             "state": self.state,
@@ -369,6 +383,11 @@ class TcpEventEnricher:
         return self._somaxconn[netns]
 
     def enrich(self, raw: RawTcpEvent, count_flows: bool = True) -> TcpRecord | None:
+        record = self._enrich(raw, count_flows)
+        pod = self.context.pod(raw.netns) if record is not None else None
+        return dataclasses.replace(record, pod=pod) if record is not None and pod is not None else record
+
+    def _enrich(self, raw: RawTcpEvent, count_flows: bool) -> TcpRecord | None:
         context = self.context
         names = context.names
         when = context.wall_time(raw.monotonic_ns)
