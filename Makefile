@@ -30,7 +30,7 @@ DEB_PACKAGES := $(DEB_RUN_PACKAGES) clang llvm libbpf-dev bpftool bpftrace tshar
 KUBECTL ?= kubectl
 RUN_DURATION ?= 5
 
-.PHONY: all setup deps deps-run venv venv-core bpf bpf-objects check-bpf wheels lint typecheck unit privileged test run bench clean fleet-demo
+.PHONY: all setup deps deps-run venv venv-core bpf bpf-objects check-bpf wheels image lint typecheck unit privileged test run bench clean fleet-demo
 
 all: bpf
 
@@ -110,6 +110,10 @@ check-bpf: deps venv
 	done; \
 	[ $$status -eq 0 ] && echo "BPF objects match their sources ($(words $(BPF_SOURCES)) checked for $(BPF_ARCHES))"; \
 	$(BIN)/python -m netsleuth.bpf.abigen --check || status=1; exit $$status
+
+# The OCI image, built offline from Debian packages (packaging/image/build.py; docs/kubernetes.md).
+image: deps venv
+	$(BIN)/python packaging/image/build.py
 
 # One wheel per architecture in dist/, each holding the objects built for it (packaging/build_wheels.py).
 wheels: deps venv
