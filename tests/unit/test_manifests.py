@@ -221,7 +221,9 @@ def test_the_nats_secret_is_generated_from_the_fleet_permissions() -> None:
     assert spec is not None and spec.loader is not None
     generator = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generator)
-    assert generator.SECRET.read_text() == generator.secret_yaml(["node-a"])
+    assert generator.SECRET.read_text() == generator.secret_yaml(["node-a"]), (
+        "the NATS permissions changed: run `.venv/bin/python packaging/kubernetes/nats_secret.py` and commit"
+    )
 
 
 def test_nats_server_accepts_the_configuration(rendered: dict[str, list[Object]], tmp_path: Path) -> None:
