@@ -42,17 +42,23 @@ from netsleuth.kernel.netns_exec import sockets_in_netns
 __all__ = [
     "ConntrackReader",
     "ConntrackSource",
+    "Namespace",
     "entry_from_message",
+    "list_namespaces",
+    "messages",
+    "netlink_sockets",
+    "subscribe",
 ]
 
 _NETLINK_NETFILTER = 12
 # include/uapi/linux/netfilter/nfnetlink.h, nfnetlink_conntrack.h, linux/netlink.h
 _NFNL_SUBSYS_CTNETLINK = 1
-_IPCTNL_MSG_CT_NEW, _IPCTNL_MSG_CT_GET = 0, 1
+_IPCTNL_MSG_CT_NEW, _IPCTNL_MSG_CT_GET, _IPCTNL_MSG_CT_GET_STATS_CPU = 0, 1, 4
 _NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
 _NLMSG_ERROR, _NLMSG_DONE = 2, 3
 _NLA_F_NESTED = 0x8000
 _NFNLGRP_CONNTRACK_DESTROY = 3  # include/uapi/linux/netfilter/nfnetlink.h enum nfnetlink_groups
+_CTA_STATS_INVALID = 4  # include/uapi/linux/netfilter/nfnetlink_conntrack.h enum ctattr_stats_cpu
 _SOL_NETLINK, _NETLINK_ADD_MEMBERSHIP = 270, 1
 _SO_RCVBUFFORCE = 33
 _EVENT_RCVBUF = 4 << 20
@@ -207,27 +213,30 @@ def _request(flow: FlowTuple | None, sequence: int) -> bytes:
     return _HEADER.pack(_HEADER.size + len(body), kind, flags, sequence, 0) + body
 
 
-def _replies(sock: socket.socket, sequence: int, dump: bool) -> Iterator[bytes]:
-    """The ctnetlink messages answering request `sequence`; ENOENT (no such entry) ends it quietly."""
+def _replies(
+    sock: socket.socket, sequence: int, dump: bool, kind: int = _IPCTNL_MSG_CT_NEW
+) -> Iterator[bytes]:
+    """The ctnetlink messages of `kind` answering request `sequence`; ENOENT (no such entry) ends it
+    quietly."""
     while True:
         data = sock.recv(1 << 20)
         offset = 0
         while offset + _HEADER.size <= len(data):
-            length, kind, _, seq, _ = _HEADER.unpack_from(data, offset)
+            length, message_kind, _, seq, _ = _HEADER.unpack_from(data, offset)
             if length < _HEADER.size:
                 return
             chunk = data[offset : offset + length]
             offset += (length + 3) & ~3
             if seq != sequence:
                 continue  # a late answer to an earlier request that timed out
-            if kind == _NLMSG_DONE:
+            if message_kind == _NLMSG_DONE:
                 return
-            if kind == _NLMSG_ERROR:
+            if message_kind == _NLMSG_ERROR:
                 code = -struct.unpack_from("=i", chunk, _HEADER.size)[0]
                 if code in (0, errno.ENOENT):
                     return
                 raise OSError(code, os.strerror(code))
-            if kind & 0xFF == _IPCTNL_MSG_CT_NEW:
+            if message_kind & 0xFF == kind:
                 yield chunk
                 if not dump:
                     return
@@ -238,7 +247,7 @@ def _packed_pair(flow: FlowTuple) -> tuple[bytes, bytes]:
     return socket.inet_pton(family, flow.src[0]), socket.inet_pton(family, flow.dst[0])
 
 
-def _messages(data: bytes) -> Iterator[bytes]:
+def messages(data: bytes) -> Iterator[bytes]:
     """The netlink messages in one datagram."""
     offset = 0
     while offset + _HEADER.size <= len(data):
@@ -247,6 +256,66 @@ def _messages(data: bytes) -> Iterator[bytes]:
             return
         yield data[offset : offset + length]
         offset += (length + 3) & ~3
+
+
+Namespace = tuple[int, str | None, str]  # (inode, file to enter or None for our own, label)
+
+
+def netlink_sockets(namespaces: list[Namespace], per_netns: int) -> dict[int, list[socket.socket] | OSError]:
+    """`per_netns` NETLINK_NETFILTER sockets made inside each namespace (ours directly, the others by one
+    forked child, kernel/netns_exec.py), by inode; a namespace that cannot be entered maps to its error."""
+    elsewhere = [path for _, path, _ in namespaces if path is not None]
+    made = sockets_in_netns(elsewhere, socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_NETFILTER, per_netns)
+    found: dict[int, list[socket.socket] | OSError] = {}
+    for inode, path, _ in namespaces:
+        if path is None:
+            found[inode] = [
+                socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, _NETLINK_NETFILTER)
+                for _ in range(per_netns)
+            ]
+        else:
+            found[inode] = made.get(path, OSError(errno.EIO, "no answer from the namespace helper"))
+    return found
+
+
+def list_namespaces(names: NetnsNames, only: Iterable[str] | None = None) -> list[Namespace]:
+    """(inode, file to enter or None for our own, label `netns NAME`) of the namespaces given (`ip netns`
+    names or namespace files), or of every namespace on the host."""
+    own = current_netns_inode()
+    found: dict[int, tuple[str | None, str]] = {}
+    if only is not None:
+        for given in only:
+            full = given if "/" in given else f"/run/netns/{given}"
+            inode = os.stat(full).st_ino
+            found[inode] = (None if inode == own else full, f"netns {names.name_of(inode) or given}")
+    else:
+        for inode in sorted(set(names.inodes()) | {own}):
+            path = None if inode == own else names.path_of(inode)
+            if inode != own and path is None:
+                continue
+            name = names.name_of(inode)
+            found[inode] = (path, f"netns {name or ('host' if inode == own else inode)}")
+    return [(inode, path, label) for inode, (path, label) in sorted(found.items())]
+
+
+def subscribe(sock: socket.socket, groups: Iterable[int]) -> None:
+    """Bind `sock` and join conntrack's event groups (enum nfnetlink_groups); non-blocking, with room for a
+    burst of events between two reads (root may exceed rmem_max)."""
+    sock.bind((0, 0))
+    for group in groups:
+        sock.setsockopt(_SOL_NETLINK, _NETLINK_ADD_MEMBERSHIP, group)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, _EVENT_RCVBUF)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _EVENT_RCVBUF)
+    sock.setblocking(False)
+
+
+def _stats_request(sequence: int) -> bytes:
+    """IPCTNL_MSG_CT_GET_STATS_CPU: one message per CPU with its counters (ctnetlink_ct_stat_cpu_dump)."""
+    body = struct.pack("=BBH", socket.AF_UNSPEC, 0, 0)
+    kind = (_NFNL_SUBSYS_CTNETLINK << 8) | _IPCTNL_MSG_CT_GET_STATS_CPU
+    return _HEADER.pack(_HEADER.size + len(body), kind, _NLM_F_REQUEST | _NLM_F_DUMP, sequence, 0) + body
 
 
 class ConntrackReader:
@@ -301,40 +370,16 @@ class ConntrackReader:
                 self._open(self._namespaces())
 
     # -- namespaces and sockets ------------------------------------------------------------------------
-    def _namespaces(self) -> list[tuple[int, str | None, str]]:
-        """(inode, file to enter or None for our own, label) for every namespace to read."""
-        own = current_netns_inode()
-        found: dict[int, tuple[str | None, str]] = {}
-        if self._only is not None:
-            for given in self._only:
-                full = given if "/" in given else f"/run/netns/{given}"
-                inode = os.stat(full).st_ino
-                found[inode] = (None if inode == own else full, f"netns {self.names.name_of(inode) or given}")
-        else:
-            for inode in sorted(set(self.names.inodes()) | {own}):
-                path = None if inode == own else self.names.path_of(inode)
-                if inode != own and path is None:
-                    continue
-                name = self.names.name_of(inode)
-                found[inode] = (path, f"netns {name or ('host' if inode == own else inode)}")
-        return [(inode, path, label) for inode, (path, label) in sorted(found.items())]
+    def _namespaces(self) -> list[Namespace]:
+        return list_namespaces(self.names, self._only)
 
-    def _open(self, namespaces: list[tuple[int, str | None, str]]) -> None:
+    def _open(self, namespaces: list[Namespace]) -> None:
         """Sockets for the namespaces that have none yet: made inside each by one forked child."""
         per_netns = 2 if self.watch_destroyed else 1
         missing = [(inode, path, where) for inode, path, where in namespaces if inode not in self._sockets]
-        elsewhere = [path for _, path, _ in missing if path is not None]
-        made = sockets_in_netns(elsewhere, socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_NETFILTER, per_netns)
-        for inode, path, where in missing:
-            if path is None:
-                socks: list[socket.socket] | OSError = [
-                    socket.socket(
-                        socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, _NETLINK_NETFILTER
-                    )
-                    for _ in range(per_netns)
-                ]
-            else:
-                socks = made.get(path, OSError(errno.EIO, "no answer from the namespace helper"))
+        made = netlink_sockets(missing, per_netns)
+        for inode, _, where in missing:
+            socks = made[inode]
             if isinstance(socks, OSError):
                 self.problems[inode] = f"conntrack of {where} unreadable: {socks}"
                 continue
@@ -342,15 +387,8 @@ class ConntrackReader:
                 socks[0].settimeout(self.timeout)
                 socks[0].bind((0, 0))
                 if self.watch_destroyed:
-                    events = socks[1]
-                    events.bind((0, 0))
-                    events.setsockopt(_SOL_NETLINK, _NETLINK_ADD_MEMBERSHIP, _NFNLGRP_CONNTRACK_DESTROY)
-                    try:  # room for a burst of deaths between two polls (root may exceed rmem_max)
-                        events.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, _EVENT_RCVBUF)
-                    except OSError:
-                        events.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _EVENT_RCVBUF)
-                    events.setblocking(False)
-                    self._events[inode] = (events, where)
+                    subscribe(socks[1], (_NFNLGRP_CONNTRACK_DESTROY,))
+                    self._events[inode] = (socks[1], where)
             except OSError as error:
                 self.problems[inode] = f"conntrack of {where} unreadable: {error}"
                 for sock in socks:
@@ -432,7 +470,7 @@ class ConntrackReader:
             # Most messages are other flows: a byte search finds the candidates before any parsing.
             if not any(src in data and dst in data for src, dst in needles):
                 continue
-            for message in _messages(data):
+            for message in messages(data):
                 entry = entry_from_message(message, where)
                 if entry is not None and ({entry.original, entry.reply} & wanted):
                     found.append(entry)
@@ -452,6 +490,34 @@ class ConntrackReader:
         """Every entry of every namespace (of `proto`, when set)."""
         with self._lock:
             return self._each_namespace([None])
+
+    def invalid_counts(self) -> dict[str, int]:
+        """Each namespace's count of packets conntrack found INVALID (the `invalid` column of
+        /proc/net/stat/nf_conntrack, summed over CPUs), by label; a namespace that cannot answer is left out
+        and named in `problems`. Counted since the namespace's conntrack started, never reset: compare two
+        readings."""
+        counts: dict[str, int] = {}
+        with self._lock:
+            namespaces = self._namespaces()
+            self._open(namespaces)
+            for inode, _, where in namespaces:
+                if inode not in self._sockets:
+                    continue
+                try:
+                    counts[where] = self._invalid(self._sockets[inode])
+                except (OSError, TimeoutError) as error:
+                    self.problems[inode] = f"conntrack counters of {where} unreadable: {error}"
+        return counts
+
+    def _invalid(self, sock: socket.socket) -> int:
+        self._sequence += 1
+        self.requests += 1
+        sock.send(_stats_request(self._sequence))
+        total = 0
+        for message in _replies(sock, self._sequence, dump=True, kind=_IPCTNL_MSG_CT_GET_STATS_CPU):
+            attrs = _attrs(message, _HEADER.size + 4, len(message))
+            total += _be32(message, attrs.get(_CTA_STATS_INVALID))
+        return total
 
     def close(self) -> None:
         with self._lock:
