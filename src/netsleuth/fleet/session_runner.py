@@ -36,7 +36,7 @@ from netsleuth.agent.record_caps import take_within_caps
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import NetsleuthError
 from netsleuth.fleet.admission import AcceptedTask
-from netsleuth.fleet.conntrack_records import CONNTRACK_DIAGNOSTICS, conntrack_records
+from netsleuth.fleet.conntrack_records import CONNTRACK_DIAGNOSTICS, ConntrackWatch
 from netsleuth.fleet.diagnostic_source import FleetDiagnostic
 from netsleuth.fleet.protocol import HostState, HostStatus, RecordBatch, records_subject, status_subject
 from netsleuth.fleet.scope_filter import ScopeFilter
@@ -123,6 +123,8 @@ class FleetSession:
         self._t0_mono = 0
         self._baseline = EventTotals()
         self._scope: ScopeFilter | None = None  # built on the session's thread (it reads namespace names)
+        self._conntrack: ConntrackWatch | None = None  # flow diagnostics: NAT hops timed by conntrack events
+        self._conntrack_note = ""
         self.thread = threading.Thread(target=self._run, name=f"fleet-{self.id}", daemon=True)
 
     @property
@@ -155,6 +157,8 @@ class FleetSession:
             self._t0_mono = self._mono_ns()
             self._skew_ns = self._wall_ns() - self._t0_ns
             self._baseline = diagnostic.totals()
+            if self._conntrack is not None:
+                self._conntrack.mark()
             self._marked.set()
         self._status("running")
 
@@ -221,6 +225,7 @@ class FleetSession:
         try:
             self._status("preparing")
             self._scope = ScopeFilter(self.accepted.scope)
+            self._watch_conntrack()
             diagnostic = self._open()
             diagnostic.start()
             # The first read pays for lazy set-up (symbol tables, enrichers): in prepare, not after T0, where
@@ -251,6 +256,8 @@ class FleetSession:
                 self._ledger.detaching(handle)
             if diagnostic is not None:
                 diagnostic.close()
+            if self._conntrack is not None:
+                self._conntrack.close()
             self._on_end(self)
 
     def _interruption(self, when: str = "") -> tuple[str, str] | None:
@@ -332,16 +339,28 @@ class FleetSession:
             notes.append(withheld)
         self._status("ended", f"{reason}: {detail}" if detail else reason, self._window, notes)
 
-    def _send_conntrack(self) -> list[str]:
-        """The namespace's conntrack entries of this session's flows (for the controller's NAT join);
-        outside the event cap like the summary, and bounded on their own. Returns notes."""
-        config = self.accepted.config
-        netns = config.get("netns")
-        where = netns if isinstance(netns, str) and netns else "/proc/self/ns/net"
-        label = where if not where.startswith("/") else "host"
+    def _watch_conntrack(self) -> None:
+        """Conntrack's events from now on, in the namespaces the scope allows (a flow diagnostic only): they
+        must be subscribed before the session's traffic creates its entries."""
+        if self.task.diagnostic not in CONNTRACK_DIAGNOSTICS:
+            return
+        scope = self.accepted.scope
+        namespaces = None if scope.host_wide else [scope.netns or "/proc/self/ns/net"]
         try:
-            records, note = conntrack_records(config, where, label)
-        except Exception as error:  # no ctnetlink, a namespace gone: the session's own records still stand
+            self._conntrack = ConntrackWatch(self.accepted.config, namespaces)
+            self._conntrack.start()
+        except (NetsleuthError, OSError) as error:  # no ctnetlink, a namespace gone: the session still runs
+            self._conntrack_note = f"conntrack not watched: {error}"
+
+    def _send_conntrack(self) -> list[str]:
+        """The conntrack entries of this session's flows, timed by conntrack's events, and each namespace's
+        INVALID count over the window (for the controller's NAT join); outside the event cap like the
+        summary, and bounded on their own. Returns notes."""
+        if self._conntrack is None:
+            return [self._conntrack_note] if self._conntrack_note else []
+        try:
+            records, notes = self._conntrack.finish(self._t0_ns, self._wall_ns())
+        except (NetsleuthError, OSError) as error:  # the session's own records still stand
             return [f"conntrack entries not read: {error}"]
         if self._scope is not None:
             records = self._scope.keep(records)
@@ -349,7 +368,7 @@ class FleetSession:
             batch = RecordBatch(self.host, self.id, self._batches, records[start : start + _BATCH_RECORDS])
             self._publish(records_subject(self.id, self.host), batch.encode())
             self._batches += 1
-        return [note] if note else []
+        return notes
 
     def _send_summary(self, summary: dict[str, Any]) -> None:
         # Always sent, like a local session's summary: outside the event cap, its groups cut to fit a message.
