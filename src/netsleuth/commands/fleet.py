@@ -213,10 +213,20 @@ def _record_line(entry: dict[str, Any]) -> str:
         what = f"{entry.get('event')}: {entry.get('text', '')}"
     elif kind == "conntrack":
         orig, reply = entry.get("orig") or {}, entry.get("reply") or {}
+        states = " → ".join(str(s.get("state")) for s in entry.get("states") or [] if isinstance(s, dict))
+        life = f"  {states}" if states else f"  {entry.get('state') or ''}"
+        if "created" in entry and entry.get("created") is None:
+            life += " (older than the session)"
+        if entry.get("destroyed"):
+            life += f", destroyed {str(entry['destroyed'])[11:26]}"
         what = (
-            f"{entry.get('state') or ''} orig {orig.get('src')}:{orig.get('sport')} > {orig.get('dst')}:"
-            f"{orig.get('dport')}  reply {reply.get('src')}:{reply.get('sport')} > "
-            f"{reply.get('dst')}:{reply.get('dport')}"
+            f"orig {orig.get('src')}:{orig.get('sport')} > {orig.get('dst')}:{orig.get('dport')}  reply "
+            f"{reply.get('src')}:{reply.get('sport')} > {reply.get('dst')}:{reply.get('dport')}{life}"
+        )
+    elif kind == "conntrack_stats":
+        liberal = entry.get("be_liberal")
+        what = f"netns {entry.get('netns')}: {entry.get('invalid')} packet(s) conntrack found INVALID" + (
+            f" (nf_conntrack_tcp_be_liberal={liberal})" if liberal is not None else ""
         )
     elif kind == "drop":
         netfilter = entry.get("netfilter") or {}
@@ -232,6 +242,26 @@ def _record_line(entry: dict[str, Any]) -> str:
         )
     flow = f"  {entry['flow']}" if entry.get("flow") else ""
     return f"{time_text}  {entry.get('host', '?'):<12} {kind:<10}{flow}  {what}".rstrip()
+
+
+def _verdict_lines(verdict: dict[str, Any]) -> list[str]:
+    """A merged verdict: its first line (what the application saw, where it began, the cause), then its hops
+    in causal order - `*` where it began, `~` a hop the clocks cannot order against the one before - then the
+    fixes."""
+    lines = [f"VERDICT {verdict.get('outcome')}: {verdict.get('text')}"]
+    for number, hop in enumerate(verdict.get("hops") or [], start=1):
+        if not isinstance(hop, dict):
+            continue
+        mark = "*" if hop.get("began") else "~" if hop.get("order") == "concurrent" else " "
+        when = str(hop.get("time") or "before the session")[11:26] or "before"
+        unknown = (
+            f"  (order against hop {number - 1} unknown: clocks ±{hop['uncertainty_ms']} ms)"
+            if hop.get("order") == "concurrent"
+            else ""
+        )
+        lines.append(f"  {mark}{number:>2}. {when:<15}  {hop.get('detail')}{unknown}")
+    lines.extend(f"  fix: {fix}" for fix in verdict.get("fix") or [])
+    return lines
 
 
 def _print_end(session: dict[str, Any]) -> None:
@@ -315,7 +345,8 @@ def _run(args: argparse.Namespace, client: _Client) -> int:
             elif name == "record":
                 _out(_record_line(data))
             elif name == "verdict":
-                _out(f"VERDICT {data.get('outcome')}: {data.get('text')}")
+                for line in _verdict_lines(data):
+                    _out(line)
             if name == "end":
                 final = data
                 break
@@ -373,7 +404,8 @@ def _show(args: argparse.Namespace, client: _Client) -> int:
         return 0
     _print_end(session)
     for verdict in session.get("verdicts", []):
-        _out(f"VERDICT {verdict.get('outcome')}: {verdict.get('text')}")
+        for line in _verdict_lines(verdict):
+            _out(line)
     return 0
 
 

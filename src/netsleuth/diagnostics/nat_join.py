@@ -123,6 +123,12 @@ class ConntrackEntry:
     def is_nat(self) -> bool:
         return self.dnat or self.snat
 
+    @property
+    def redirect(self) -> bool:
+        """A DNAT that keeps the address and changes only the port: what `-j REDIRECT` (and nftables
+        `redirect`) make - the packet goes to this host itself, to another port (a sidecar's capture)."""
+        return self.dnat and not self.snat and self.reply.src[0] == self.original.dst[0]
+
     def to_record(self, netns: str, time: str) -> dict[str, Any]:
         """The fleet's `conntrack` record (FLEET-CONTRACT.md)."""
         return {
@@ -173,17 +179,25 @@ class NatHop:
 
     @property
     def kind(self) -> str:
+        if self.entry.redirect:
+            return "REDIRECT"
         kinds = [name for name, changed in (("DNAT", self.entry.dnat), ("SNAT", self.entry.snat)) if changed]
         return "+".join(kinds)
 
-    def text(self) -> str:
-        """`DNAT 198.18.70.2:80 → 198.18.71.2:8080 in netns lb`."""
+    def translation(self, arrow: str = "→") -> str:
+        """`DNAT 198.18.70.2:80 → 198.18.71.2:8080`, `REDIRECT 198.18.2.7:9000 → :15006`."""
+        if self.entry.redirect:
+            return f"REDIRECT {endpoint_text(*self.before.dst)} {arrow} :{self.after.dst[1]}"
         parts = []
         if self.entry.dnat:
-            parts.append(f"DNAT {endpoint_text(*self.before.dst)} → {endpoint_text(*self.after.dst)}")
+            parts.append(f"DNAT {endpoint_text(*self.before.dst)} {arrow} {endpoint_text(*self.after.dst)}")
         if self.entry.snat:
-            parts.append(f"SNAT {endpoint_text(*self.before.src)} → {endpoint_text(*self.after.src)}")
-        return f"{', '.join(parts)} in {self.where}"
+            parts.append(f"SNAT {endpoint_text(*self.before.src)} {arrow} {endpoint_text(*self.after.src)}")
+        return ", ".join(parts)
+
+    def text(self) -> str:
+        """`DNAT 198.18.70.2:80 → 198.18.71.2:8080 in netns lb`."""
+        return f"{self.translation()} in {self.where}"
 
     def to_json(self) -> dict[str, Any]:
         return {

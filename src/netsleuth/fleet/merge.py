@@ -2,16 +2,22 @@
 across NAT, ending in one per-hop verdict per flow.
 
 Time: each record's wall-clock `time` is the host's; subtracting the host's measured clock offset (agent minus
-controller) puts all hosts on the controller's clock, so "SYN left a" sorts before "dropped on c" even when
-c's clock runs ahead.
+controller) puts all hosts on the controller's clock. The timeline is sorted by that corrected time; a
+verdict's hops are told in causal order (flow_verdict.py, causal_order.py): what happened before what
+where it is known (a packet is received after it is sent, a socket's states follow each other), clocks only
+where they differ by more than their uncertainty (half the round trip each offset was measured over), and
+hops the clocks cannot order are marked concurrent rather than given an order.
 
-Flows across NAT: the agents ship their conntrack entries as `conntrack` records at the end of a session
-(FLEET-CONTRACT.md). `netsleuth.diagnostics.nat_join` - the same join the single-host `conn` uses - places
-every packet seen anywhere on its flow's NAT path: the client's original tuple, then the tuple after each NAT.
-A flow is named by that original tuple; flows no NAT touched are keyed by their unordered pair of endpoints
-(the same from either side, as `conn` does). Hops are ordered by their position on the path (how many NATs
-lie between them and the client), then by corrected time: conntrack entries are read at the end of the
-session, so their own time says nothing about where in the path they sit.
+Whose record: a record belongs to the host that sent it - the host of the subject it arrived on, which the
+controller gives here. A record naming another host's namespace stays on its sender (and is marked so):
+joins across hosts link records (a flow through a NAT is one flow), they never move one to another host.
+
+Flows across NAT: the agents ship their conntrack entries as `conntrack` records (fleet/conntrack_records.py),
+each with the time its NAT was set up (conntrack's NEW event) or null when it is older than the session.
+`netsleuth.diagnostics.nat_join` - the same join the single-host `conn` uses - places every packet seen
+anywhere on its flow's NAT path: the client's original tuple, then the tuple after each NAT. A flow is named
+by that original tuple; flows no NAT touched are keyed by their unordered pair of endpoints (the same from
+either side, as `conn` does).
 """
 
 from __future__ import annotations
@@ -19,19 +25,41 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, NatHop, NatIndex
+from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, NatIndex
+from netsleuth.fleet.flow_verdict import (
+    AppView,
+    Hop,
+    Observation,
+    flow_verdict,
+    group_observations,
+    iso_from_ns,
+    reply_bypass_hops,
+    skipped_nat_hops,
+)
 from netsleuth.packet import endpoint_text
 
 __all__ = ["MergedTimeline", "iso_from_ns", "parse_time_ns"]
 
 Endpoint = tuple[str, int]
 _PairKey = tuple[str, frozenset[Endpoint]]
+_EntryKey = tuple[str, FlowTuple, FlowTuple]  # host, original, reply: one conntrack entry whatever its state
 
 _BENIGN_DROPS = frozenset({"QUEUE_PURGE"})  # a closed socket's queues purged: part of a normal close
-_OUTCOME_ORDER = {"nat-bypass": 0, "dropped": 1, "reset": 2, "unanswered": 3, "established": 4, "seen": 5}
+# Worst first: what an application saw break, then what nobody answered, then what worked.
+_OUTCOME_ORDER = {
+    "reset": 0,
+    "refused": 0,
+    "timeout": 1,
+    "dropped": 1,
+    "failed": 2,
+    "unanswered": 3,
+    "open": 4,
+    "established": 5,
+    "closed": 5,
+    "seen": 6,
+}
 
 
 def parse_time_ns(text: object) -> int | None:
@@ -46,12 +74,6 @@ def parse_time_ns(text: object) -> int | None:
     # Integer arithmetic: float seconds would lose the microseconds at today's epoch.
     delta = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
     return (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
-
-
-def iso_from_ns(ns: int) -> str:
-    seconds, rest = divmod(ns, 1_000_000_000)
-    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
-    return (moment + datetime.timedelta(microseconds=rest // 1000)).isoformat(timespec="microseconds")
 
 
 def _endpoint(address: object, port: object) -> Endpoint | None:
@@ -108,17 +130,17 @@ def _packet_tuple(record: Mapping[str, Any]) -> FlowTuple | None:
     return FlowTuple(str(record.get("proto") or "tcp"), src, dst) if src and dst else None
 
 
-def _nat_entry(record: Mapping[str, Any], where: str) -> ConntrackEntry | None:
+def _nat_entry(record: Mapping[str, Any], host: str) -> ConntrackEntry | None:
     """A conntrack record, or a `conn` timeline's NAT event (its before/after tuples), as a NAT entry."""
     if record.get("type") == "conntrack":
-        return ConntrackEntry.from_record(record, where=where)
+        return ConntrackEntry.from_record(record, where=host)
     if record.get("type") == "conn_event" and record.get("event") == "nat":
         proto = str(record.get("proto") or "tcp")
         before = FlowTuple.from_json(proto, record.get("before") or {})
         after = FlowTuple.from_json(proto, record.get("after") or {})
         if before is not None and after is not None:
             return ConntrackEntry(
-                where=where, original=before, reply=after.reversed(), state=record.get("state")
+                where=host, original=before, reply=after.reversed(), state=record.get("state")
             )
     return None
 
@@ -130,13 +152,18 @@ def _counts(names: list[str]) -> dict[str, int]:
     return counts
 
 
-def _drop_text(record: Mapping[str, Any], host: str) -> str:
+def _drop_texts(record: Mapping[str, Any], host: str) -> tuple[str, str]:
+    """(the hop with its host, the same without it)."""
     netfilter = record.get("netfilter")
+    flags = f"{record['tcp_flags']} " if record.get("tcp_flags") else ""
     if isinstance(netfilter, dict) and netfilter.get("rule"):
-        return f'dropped on host {host} by "{netfilter["rule"]}"'
+        return (
+            f'dropped on host {host} by "{netfilter["rule"]}"',
+            f'{flags}dropped by "{netfilter["rule"]}"',
+        )
     reason = record.get("reason") or "an unknown reason"
     location = f" at {record['location']}" if record.get("location") else ""
-    return f"dropped on host {host}: {reason}{location}"
+    return f"dropped on host {host}: {reason}{location}", f"{flags}dropped: {reason}{location}"
 
 
 def _carries_rst(record: Mapping[str, Any]) -> bool:
@@ -145,19 +172,12 @@ def _carries_rst(record: Mapping[str, Any]) -> bool:
     return isinstance(flags, str) and "RST" in flags.split("|")
 
 
-@dataclass(frozen=True)
-class _Observation:
-    """One thing one host saw of one flow, on the controller's clock."""
-
-    host: str
-    time_ns: int
-    flow: FlowTuple  # as the host saw it
-    kind: str  # sent | retransmit | drop | reset | established
-    text: str
-    directed: bool = False  # `flow` is known to be client -> server (a SYN sent, a conn report)
-    # A drop of an RST segment: the consequence of a reset sent, on another host often, and placed after
-    # it whatever the clocks say (hosts' corrected times are only as close as their offsets are known).
-    of_reset: bool = False
+def _netns_named(record: Mapping[str, Any]) -> str | None:
+    for key in ("netns_name", "netns"):
+        value = record.get(key)
+        if value is not None and not isinstance(value, bool):
+            return str(value)
+    return None
 
 
 class MergedTimeline:
@@ -169,9 +189,9 @@ class MergedTimeline:
         max_entries: int = 100_000,
         netns_owner: Mapping[str, str] | None = None,
     ) -> None:
-        """`netns_owner`: namespace name (or inode as text) -> the host id that holds it, from the registry,
-        so an event one host reports about another host's namespace (a `conn` report joins the server's
-        drop to the client's connection) is placed on the host where it happened."""
+        """`netns_owner`: namespace name (or inode as text) -> the host id that holds it, from the registry.
+        Used only to mark a record that names a namespace of a host other than its sender
+        (`claims_netns_of`, counted in `foreign_records`): such a record stays its sender's."""
         self._hostnames = dict(hostnames or {})
         self._netns_owner = dict(netns_owner or {})
         # Hostnames several hosts share (namespaces of one machine) name nobody: "host <id>" is said instead.
@@ -182,11 +202,15 @@ class MergedTimeline:
         self._offsets: dict[str, int] = {}
         # (corrected ns, arrival number, flow as recorded, the public entry): sorted on demand.
         self._entries: list[tuple[int, int, FlowTuple | None, dict[str, Any]]] = []
-        self._observations: list[_Observation] = []
+        self._observations: list[Observation] = []
         self._conntrack: list[ConntrackEntry] = []
-        self._conntrack_time: dict[ConntrackEntry, int] = {}
+        self._nat_times: dict[_EntryKey, int | None] = {}  # corrected NEW time; None: older than the session
+        self._nat_states: dict[_EntryKey, list[str]] = {}
+        self._invalid: dict[tuple[str, str], dict[str, Any]] = {}  # (host, netns) -> conntrack_stats
+        self._reports: list[tuple[FlowTuple, AppView]] = []
         self._max_entries = max_entries
         self.dropped_entries = 0  # beyond max_entries: counted, never silently forgotten
+        self.foreign_records = 0  # records naming another host's namespace (kept on their sender)
         self._sequence = 0
 
     @property
@@ -200,17 +224,42 @@ class MergedTimeline:
     def offset(self, host: str) -> int:
         return self._offsets.get(host, 0)
 
+    def _corrected(self, host: str, text: object) -> int | None:
+        stamp = parse_time_ns(text)
+        return None if stamp is None else stamp - self.offset(host)
+
     # -- input ------------------------------------------------------------------------------------------
     def add(self, host: str, record: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Takes one record as the host sent it; returns the merged entries it became (a `conn` report
-        becomes one entry per event of its timeline, then the report)."""
+        """Takes one record as `host` sent it (the host of the subject it came on); returns the merged entries
+        it became (a `conn` report becomes one entry per event of its timeline, then the report)."""
         entries = []
         if record.get("type") == "conn" and isinstance(record.get("timeline"), list):
             for event in record["timeline"]:
                 if isinstance(event, dict):
                     entries.append(self._entry(host, {"type": "conn_event", **event}, record))
+            self._report(host, record)
         entries.append(self._entry(host, record, None))
         return entries
+
+    def _report(self, host: str, record: Mapping[str, Any]) -> None:
+        """The client's own report: what the application saw (conn's outcome), kept for its flow."""
+        flow = _record_tuple(record)
+        outcome = record.get("outcome")
+        if flow is None or not isinstance(outcome, str) or not record.get("client_netns"):
+            return  # the server side's report says nothing of what the client's application saw
+        duration = record.get("duration_s")
+        errno = record.get("errno")
+        self._reports.append(
+            (
+                flow,
+                AppView(
+                    host,
+                    outcome,
+                    errno if isinstance(errno, str) else None,
+                    float(duration) if isinstance(duration, int | float) else None,
+                ),
+            )
+        )
 
     def _entry(self, host: str, record: Mapping[str, Any], conn: Mapping[str, Any] | None) -> dict[str, Any]:
         host_ns = parse_time_ns(record.get("time"))
@@ -227,58 +276,87 @@ class MergedTimeline:
         self._sequence += 1
         if flow is not None:
             entry["flow"] = f"{flow.proto} {flow.text()}"
-        where = self._owner(record, host)
-        conntrack = _nat_entry(record, where)
+        named = _netns_named(record)
+        owner = self._netns_owner.get(named) if named is not None else None
+        if owner is not None and owner != host:
+            entry["claims_netns_of"] = owner
+            self.foreign_records += 1
+        if record.get("type") == "conntrack_stats" and isinstance(record.get("invalid"), int):
+            self._invalid[(host, str(record.get("netns") or ""))] = dict(record)
+        conntrack = _nat_entry(record, host)
         if conntrack is not None:
-            self._conntrack.append(conntrack)
-            self._conntrack_time.setdefault(conntrack, corrected or 0)
+            self._keep_nat(host, conntrack, record, corrected)
         elif flow is not None and corrected is not None:
-            self._observe(where, corrected, record, _packet_tuple(record) or flow)
+            if record.get("type") == "reset":
+                # Its tuple is local > remote; what arrived here is the other way round - the segment
+                # that drew the RST, or the RST received.
+                flow = flow.reversed()
+            self._observe(host, corrected, record, _packet_tuple(record) or flow, owner)
         if len(self._entries) < self._max_entries:
             self._entries.append((corrected if corrected is not None else 0, self._sequence, flow, entry))
         else:
             self.dropped_entries += 1
         return entry
 
-    def _observe(self, host: str, time_ns: int, record: Mapping[str, Any], flow: FlowTuple) -> None:
+    def _keep_nat(
+        self, host: str, entry: ConntrackEntry, record: Mapping[str, Any], corrected: int | None
+    ) -> None:
+        self._conntrack.append(entry)
+        key = (host, entry.original, entry.reply)
+        # An agent that watched conntrack's events says when the NAT was set up (null: older than the
+        # session); a `conn` NAT event, or an agent that only read the table, when it was seen.
+        created = self._corrected(host, record.get("created")) if "created" in record else corrected
+        known = self._nat_times.get(key)
+        if key not in self._nat_times or (created is not None and (known is None or created < known)):
+            self._nat_times[key] = created
+        states = [s.get("state") for s in record.get("states") or [] if isinstance(s, dict)]
+        self._nat_states.setdefault(key, []).extend(str(s) for s in states if s)
+
+    def _observe(
+        self, host: str, time_ns: int, record: Mapping[str, Any], flow: FlowTuple, owner: str | None
+    ) -> None:
         """A conn report's events carry the report's flow (client -> server); drops and resets their own."""
         kind = record.get("type")
         event = record.get("event") if kind == "conn_event" else kind
-        new_state = record.get("new_state")
-        observation: _Observation | None = None
+        new_state, old_state = record.get("new_state"), record.get("old_state")
+        claim = (
+            f" (a record naming a namespace of host {owner})" if owner is not None and owner != host else ""
+        )
+        made: tuple[str, str, str, dict[str, Any]] | None = None  # kind, text, what, extra fields
         if event == "state" and new_state == "SYN_SENT":
-            observation = _Observation(host, time_ns, flow, "sent", f"SYN left {self._where(host)}", True)
+            made = ("sent", f"SYN left {self._where(host)}", "SYN left", {"directed": True})
+        elif event == "state" and new_state == "ESTABLISHED" and old_state == "SYN_RECV":
+            server = endpoint_text(*flow.dst)
+            made = ("accepted", f"accepted by {server} on host {host}", f"accepted by {server}", {})
         elif event == "state" and new_state == "ESTABLISHED":
-            observation = _Observation(host, time_ns, flow, "established", f"established on host {host}")
+            made = ("established", f"established on host {host}", "established", {})
         elif event == "drop" and record.get("reason") not in _BENIGN_DROPS:
-            text = _drop_text(record, host)
-            observation = _Observation(host, time_ns, flow, "drop", text, of_reset=_carries_rst(record))
+            text, what = _drop_texts(record, host)
+            made = ("drop", text, what, {"of_reset": _carries_rst(record)})
         elif event == "reset" and kind == "reset":
-            verb = "sent by" if record.get("direction") in ("sent", "out", "tx") else "received on"
-            observation = _Observation(
-                host,
-                time_ns,
-                flow,
+            sent = record.get("direction") in ("sent", "out", "tx")
+            verb = "sent by" if sent else "received on"
+            cause = record.get("cause") or "no cause"
+            made = (
                 "reset",
-                f"reset {verb} host {host} ({record.get('cause') or 'no cause'})",
+                f"reset {verb} host {host} ({cause})",
+                f"reset {'sent' if sent else 'received'} ({cause})",
+                {"direction": "sent" if sent else "received"},
             )
         elif event == "reset":
             # `RST sent (no socket): <why>`: the why is in the conn report; the hop says what and where.
             what = str(record.get("text") or "reset").split(":", 1)[0]
-            observation = _Observation(host, time_ns, flow, "reset", f"{what} on host {host}")
+            direction = record.get("direction") or ("sent" if what.startswith("RST sent") else "received")
+            made = ("reset", f"{what} on host {host}", what, {"direction": direction})
         elif event in ("retransmit", "synack_retransmit", "retrans"):
             text = record.get("text") or f"{record.get('kind', '')} retransmit".strip()
-            observation = _Observation(host, time_ns, flow, "retransmit", f"{text} on host {host}")
-        if observation is not None:
-            self._observations.append(observation)
-
-    def _owner(self, record: Mapping[str, Any], host: str) -> str:
-        """The host whose namespace the record happened in (the reporting host when unknown)."""
-        for key in ("netns_name", "netns"):
-            value = record.get(key)
-            if value is not None and str(value) in self._netns_owner:
-                return self._netns_owner[str(value)]
-        return host
+            made = ("retransmit", f"{text} on host {host}", str(text), {})
+        if made is None:
+            return
+        name, text, what, extra = made
+        self._observations.append(
+            Observation(host, time_ns, flow, name, text + claim, what, record=record, **extra)
+        )
 
     def _where(self, host: str) -> str:
         """`lb (host b)`; just `host b` when the hostname adds nothing (the same as the id, or shared by
@@ -298,20 +376,12 @@ class MergedTimeline:
             return placement.path.original, placement.position, placement.reply
         return (flow.proto, flow.pair), 0, False
 
-    def _flow_name(self, identity: FlowTuple | _PairKey, observations: list[_Observation]) -> str:
+    def _flow_name(self, identity: FlowTuple | _PairKey, observations: list[Observation]) -> str:
         if isinstance(identity, FlowTuple):
             return f"{identity.proto} {identity.text()}"
         directed = [o for o in observations if o.directed]
         first = min(directed or observations, key=lambda o: o.time_ns)
         return f"{first.flow.proto} {first.flow.text()}"
-
-    def _nat_text(self, hop: NatHop) -> str:
-        parts = []
-        if hop.entry.dnat:
-            parts.append(f"DNAT {endpoint_text(*hop.before.dst)} -> {endpoint_text(*hop.after.dst)}")
-        if hop.entry.snat:
-            parts.append(f"SNAT {endpoint_text(*hop.before.src)} -> {endpoint_text(*hop.after.src)}")
-        return f"{', '.join(parts)} on {self._where(hop.where)}"
 
     # -- output -----------------------------------------------------------------------------------------
     def timeline(self) -> list[dict[str, Any]]:
@@ -332,137 +402,65 @@ class MergedTimeline:
         return result
 
     def verdicts(self, host_states: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
-        """One verdict per flow any host saw something of; hosts that did not end normally are named."""
+        """One verdict per flow any host saw something of; hosts that did not end normally are named.
+        `host_states`: each host's view (state, reason, and `rtt_ns`, the round trip its clock offset was
+        measured over: half of it is how far that host's corrected times may be off)."""
         index = NatIndex(self._conntrack)
-        by_flow: dict[FlowTuple | _PairKey, list[tuple[_Observation, float, bool]]] = {}
+        by_flow: dict[FlowTuple | _PairKey, list[tuple[Observation, int, bool]]] = {}
         for observation in self._observations:
             identity, position, reply = self._place(index, observation.flow)
-            by_flow.setdefault(identity, []).append((observation, float(position), reply))
-        missing = sorted(
-            (host, state) for host, state in (host_states or {}).items() if state.get("state") != "ended"
-        )
-        suffix = ""
-        if missing:
-            suffix = (
-                " (partial: "
-                + "; ".join(
-                    f"host {host} {state.get('state')}"
-                    + (f": {state['reason']}" if state.get("reason") else "")
-                    for host, state in missing
-                )
-                + ")"
-            )
+            by_flow.setdefault(identity, []).append((observation, position, reply))
+        states = host_states or {}
+        missing = sorted((host, state) for host, state in states.items() if state.get("state") != "ended")
+        uncertainty = {
+            host: int(state["rtt_ns"]) // 2
+            for host, state in states.items()
+            if isinstance(state.get("rtt_ns"), int)
+        }
         verdicts: list[dict[str, Any]] = []
         for identity, placed in by_flow.items():
             hops = self._hops(identity, placed, index)
             if not hops:
                 continue
-            verdicts.append(
-                {
-                    "type": "verdict",
-                    "flow": self._flow_name(identity, [o for o, _, _ in placed]),
-                    "outcome": self._outcome(hops),
-                    "hops": hops,
-                    "missing_hosts": [host for host, _ in missing],
-                    "text": " -> ".join(hop["detail"] for hop in hops) + suffix,
-                }
-            )
+            name = self._flow_name(identity, [o for o, _, _ in placed])
+            verdicts.append(flow_verdict(name, hops, self._app_view(index, identity), uncertainty, missing))
         verdicts.sort(key=lambda v: (_OUTCOME_ORDER.get(v["outcome"], 9), v["flow"]))
         return verdicts
 
+    def _app_view(self, index: NatIndex, identity: FlowTuple | _PairKey) -> AppView | None:
+        for flow, view in reversed(self._reports):  # the latest report of the flow
+            if self._place(index, flow)[0] == identity:
+                return view
+        return None
+
     def _hops(
-        self, identity: FlowTuple | _PairKey, placed: list[tuple[_Observation, float, bool]], index: NatIndex
-    ) -> list[dict[str, Any]]:
-        # One hop per (host, what, text): a SYN retransmitted five times is one hop "(x5)".
-        chosen: dict[tuple[str, str, str], tuple[_Observation, float]] = {}
-        counts: dict[tuple[str, str, str], int] = {}
-        seen: set[tuple[str, str, str, int]] = set()
-        rows: list[tuple[float, float, int, dict[str, Any]]] = []
-        bypass = self._bypass(identity, placed, index)
-        if bypass is not None:
-            rows.append(bypass)
-        for observation, position, _reply in placed:
-            # The same kernel event reported twice (the server's own drop record and the client's conn
-            # report that joined it) counts once.
-            exact = (observation.host, observation.kind, observation.text, observation.time_ns)
-            if exact in seen:
-                continue
-            seen.add(exact)
-            key = (observation.host, observation.kind, observation.text)
-            counts[key] = counts.get(key, 0) + 1
-            if key not in chosen or observation.time_ns < chosen[key][0].time_ns:
-                # The client's own send comes before anything else seen of its tuple.
-                chosen[key] = (observation, -1.0 if observation.kind == "sent" else position)
-        rank = {"sent": 0, "retransmit": 1}
-        for key, (observation, position) in chosen.items():
-            order = 3 if observation.of_reset else rank.get(observation.kind, 2)
-            detail = observation.text + (f" (x{counts[key]})" if counts[key] > 1 else "")
-            hop = {
-                "host": observation.host,
-                "event": observation.kind,
-                "detail": detail,
-                "time": iso_from_ns(observation.time_ns),
-            }
-            rows.append((position, order, observation.time_ns, hop))
-        if isinstance(identity, FlowTuple):
-            for number, nat in enumerate(index.path(identity).hops):
-                # Between the tuple it came in with (position n) and the one it leaves with (n + 1).
-                time_ns = self._conntrack_time.get(nat.entry, 0)
-                hop = {
-                    "host": nat.where,
-                    "event": "nat",
-                    "detail": self._nat_text(nat),
-                    "time": iso_from_ns(time_ns),
-                }
-                rows.append((number + 0.5, 2, time_ns, hop))
-        rows.sort(key=lambda row: row[:3])
-        hops = [row[3] for row in rows]
-        # The client's retransmits are evidence, not a hop of the path: keep them only when nothing further
-        # along the path explains the flow.
-        if any(hop["event"] in ("drop", "reset", "established") for hop in hops):
-            hops = [hop for hop in hops if hop["event"] != "retransmit"]
-        return hops
-
-    def _bypass(
-        self, identity: FlowTuple | _PairKey, placed: list[tuple[_Observation, float, bool]], index: NatIndex
-    ) -> tuple[float, float, int, dict[str, Any]] | None:
-        """A reply that reached the client's host still carrying the address the NAT translated to (the
-        server answered straight to the client, not back through the NAT host, so nothing undid the DNAT):
-        the client has no socket for it and resets. Seen only by joining hosts: the client sees a stray
-        SYN-ACK, the load balancer a half-open entry, the server a reset."""
+        self, identity: FlowTuple | _PairKey, placed: list[tuple[Observation, int, bool]], index: NatIndex
+    ) -> list[Hop]:
+        grouped = group_observations(placed)
         if not isinstance(identity, FlowTuple):
-            return None
-        clients = {o.host for o, _, _ in placed if o.kind == "sent"}
-        strays = [(o, p) for o, p, reply in placed if reply and p >= 1 and o.host in clients]
-        if not strays:
-            return None
-        observation, position = min(strays, key=lambda item: item[0].time_ns)
-        nat = index.path(identity).hops[int(position) - 1]
-        source = observation.flow.src if observation.flow.dst[0] == identity.src[0] else observation.flow.dst
-        detail = (
-            f"the reply from {endpoint_text(*source)} came straight back to host {observation.host}, "
-            f"bypassing the NAT on {self._where(nat.where)} "
-            f"(nothing undid the {nat.kind}: no socket expects it)"
-        )
-        hop = {
-            "host": observation.host,
-            "event": "bypass",
-            "detail": detail,
-            "time": iso_from_ns(observation.time_ns),
-        }
-        return (position, 1.5, observation.time_ns, hop)
+            return [hop for hop, _ in grouped]
+        path = index.path(identity)
 
-    @staticmethod
-    def _outcome(hops: list[dict[str, Any]]) -> str:
-        events = {hop["event"] for hop in hops}
-        if "bypass" in events:
-            return "nat-bypass"
-        if "drop" in events:
-            return "dropped"
-        if "reset" in events:
-            return "reset"
-        if "established" in events:
-            return "established"
-        if "sent" in events or "retransmit" in events:
-            return "unanswered"
-        return "seen"
+        def states_of(entry: ConntrackEntry) -> list[str]:
+            return self._nat_states.get((entry.where, entry.original, entry.reply), [])
+
+        grouped = skipped_nat_hops(path, grouped, self._invalid, states_of, self._where)
+        grouped = reply_bypass_hops(path, grouped, self._where)
+        hops = [hop for hop, _ in grouped]
+        for number, nat in enumerate(path.hops):
+            created = self._nat_times.get((nat.where, nat.entry.original, nat.entry.reply))
+            what = nat.translation("->")
+            older = "" if created is not None else " (entry older than the session)"
+            hops.append(
+                Hop(
+                    host=nat.where,
+                    event="nat",
+                    what=what,
+                    detail=f"{what} on {self._where(nat.where)}{older}",
+                    time_ns=created,
+                    exact=False,  # conntrack's NEW, read off a socket: never early, maybe late
+                    position=number,
+                    nat_number=number,
+                )
+            )
+        return hops
