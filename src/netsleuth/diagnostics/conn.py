@@ -159,6 +159,10 @@ class Connection:
     def add(self, entry: TimelineEntry) -> None:
         self.entries.append(entry)
         self.last_time = max(self.last_time, entry.time)
+        if entry.event == "state":
+            # connect()'s first state change has no local port yet and waits for the next event, which
+            # creates the connection: that earlier change is where the connection began.
+            self.first_time = min(self.first_time, entry.time)
 
 
 @dataclass(frozen=True)
