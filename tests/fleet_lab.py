@@ -36,6 +36,7 @@ Topology (every address in 198.18.0.0/16, one L2 segment on a bridge inside a "f
     lb:     nftables DNAT 198.18.1.10:80 -> 198.18.2.7:8080 and 198.18.1.10:81 -> 198.18.2.7:8081, no SNAT
             (so a reply from the server on 8081 goes straight to the client: the DNAT-bypass reset)
     server: iptables -A INPUT -p tcp --dport 8080 -j DROP (the firewall drop on a far host)
+    lb:     also 198.18.1.10:82 -> 198.18.2.7:9000; server: REDIRECT :9000 -> :15006 (the seed-001 story)
 
 Agents run in the root namespace (BPF programs see every namespace) and are scoped to their host's
 namespace by their config (`[fleet] netns`). nats-server listens on a free loopback port; each agent has
@@ -44,7 +45,16 @@ Everything the lab starts it stops, also when the block raises: agents, nats-ser
 Namespaces are named `nsf<pid>-<n>-<host>` and veth ends are created inside them (nothing appears in the root
 namespace); a lab whose process was killed is cleaned up by the next lab that starts (`reap_leftovers`).
 `python -m tests.fleet_lab` brings one up and prints it; `--demo` (`make fleet-demo`) adds the controller and
-runs `netsleuth fleet run diagnose` over a dropped flow and a DNAT-bypassed one.
+runs the seed-001 story under `netsleuth fleet run conn`, merged verdict first; `--record FILE` writes one
+`conn` session over the three stories as the merge's unit-test fixture.
+
+The seed-001 story (serve_story, invalid_ack): the server's application listens on APP_PORT (9000) and its
+sidecar on SIDECAR_PORT (15006), where `iptables -t nat -A PREROUTING --dport 9000 -j REDIRECT` sends every
+inbound connection (the server answers through the lb: a policy route for those two source ports); the lb
+DNATs VIP:82 to server:9000 with nf_conntrack_tcp_be_liberal=1. The client opens a connection through the VIP,
+then sends one ACK of it 1 GiB ahead of its sequence: the server's conntrack marks it INVALID, so the
+REDIRECT is skipped, the application's LISTEN socket answers with a RST, and the lb carries that RST back to
+the client, whose connection dies (ECONNRESET).
 """
 
 from __future__ import annotations
@@ -62,7 +72,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,15 +113,21 @@ __all__ = [
     "LabHost",
     "NkeyUser",
     "connect",
+    "invalid_ack",
     "new_nkey_seed",
     "reap_leftovers",
     "serve",
+    "serve_story",
+    "session_fixture",
 ]
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 ADDRESSES = {"client": "198.18.0.5", "lb": "198.18.1.10", "server": "198.18.2.7"}
 VIP = "198.18.1.10"
+STORY_VIP_PORT = 82  # lb DNATs VIP:82 to the server's app port (the seed-001 story)
+APP_PORT = 9000  # the server's application listens here ...
+SIDECAR_PORT = 15006  # ... and its sidecar here, where the server's REDIRECT sends inbound :9000
 _T = TypeVar("_T")
 _LAB_COUNT = itertools.count()
 
@@ -414,20 +430,33 @@ class FleetLab:
             lb.run("sysctl", "-qw", "net.ipv4.conf.all.send_redirects=0")
             lb.run("sysctl", "-qw", "net.ipv4.conf.eth0.send_redirects=0")
             server = ADDRESSES["server"]
+            # Liberal TCP window tracking on the middle host (kube-proxy's --conntrack-tcp-be-liberal): the
+            # out-of-window ACK of the seed-001 story passes it translated, and only the server judges it.
+            lb.run("sysctl", "-qw", "net.netfilter.nf_conntrack_tcp_be_liberal=1")
             rules = (
                 "table ip lab_nat {\n"
                 " chain prerouting {\n"
                 "  type nat hook prerouting priority dstnat; policy accept;\n"
                 f"  ip daddr {VIP} tcp dport 80 dnat to {server}:8080\n"
                 f"  ip daddr {VIP} tcp dport 81 dnat to {server}:8081\n"
+                f"  ip daddr {VIP} tcp dport {STORY_VIP_PORT} dnat to {server}:{APP_PORT}\n"
                 " }\n"
                 "}\n"
             )
             run(*lb.argv("nft", "-f", "-"), input_text=rules)
         if "server" in self.hosts:
-            self.hosts["server"].ns.run(
-                "iptables", "-A", "INPUT", "-p", "tcp", "--dport", "8080", "-j", "DROP"
-            )
+            server_ns = self.hosts["server"].ns
+            server_ns.run("iptables", "-A", "INPUT", "-p", "tcp", "--dport", "8080", "-j", "DROP")
+            # The sidecar's capture, as istio-init writes it: inbound :9000 goes to the proxy on :15006.
+            server_ns.run(
+                "iptables", "-t", "nat", "-A", "PREROUTING", "-p", "tcp", "--dport", str(APP_PORT),
+                "-j", "REDIRECT", "--to-ports", str(SIDECAR_PORT),
+            )  # fmt: skip
+            # Its answers (the proxy's, the application's) go back through the lb, which undoes the DNAT;
+            # the rest of the server still answers the client straight (the asymmetric-reply story on :81).
+            server_ns.run("ip", "route", "add", "default", "via", ADDRESSES["lb"], "table", "90")
+            for port in (APP_PORT, SIDECAR_PORT):
+                server_ns.run("ip", "rule", "add", "ipproto", "tcp", "sport", str(port), "table", "90")
 
     # -- nats-server -----------------------------------------------------------------------------------
     def start_nats(self, timeout: float = 15) -> None:
@@ -863,6 +892,60 @@ _CONNECT = (
 )
 
 
+_ECHO = (
+    "import socket,sys,threading\n"
+    "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+    "s.bind(('0.0.0.0',int(sys.argv[1])));s.listen(64);open(sys.argv[2],'w').close()\n"
+    "def echo(c):\n"
+    "  while (data:=c.recv(4096)): c.sendall(data)\n"
+    "while True: threading.Thread(target=echo,args=(s.accept()[0],),daemon=True).start()\n"
+)
+# The seed-001 client: a long-lived connection through the VIP, proven up end to end by one echo; then the
+# kernel's own next sequence numbers (TCP_REPAIR, read only: the socket leaves repair mode without a window
+# probe) and one ACK of that connection sent 1 GiB ahead of them on a raw socket: out of any window, so the
+# server's conntrack marks it INVALID. Prints what the application saw as JSON.
+_INVALID_ACK = (
+    "import json,socket,struct,sys\n"
+    "vip,port,ahead,wait=sys.argv[1],int(sys.argv[2]),int(sys.argv[3]),float(sys.argv[4])\n"
+    "s=socket.create_connection((vip,port),timeout=5);s.sendall(b'ping');assert s.recv(16)==b'ping'\n"
+    "def seq(queue):\n"
+    "  s.setsockopt(6,20,queue);return s.getsockopt(6,21)&0xffffffff\n"  # TCP_REPAIR_QUEUE, TCP_QUEUE_SEQ
+    "s.setsockopt(6,19,1);snd,rcv=seq(2),seq(1);s.setsockopt(6,19,-1)\n"  # TCP_REPAIR on, off (no probe)
+    "src,sport=s.getsockname()\n"
+    "tcp=struct.pack('!HHIIBBHHH',sport,port,(snd+ahead)&0xffffffff,rcv,5<<4,0x10,502,0,0)\n"
+    "words=socket.inet_aton(src)+socket.inet_aton(vip)+struct.pack('!BBH',0,6,len(tcp))+tcp\n"
+    "total=sum(struct.unpack('!%dH'%(len(words)//2),words))\n"
+    "while total>>16: total=(total&0xffff)+(total>>16)\n"
+    "tcp=tcp[:16]+struct.pack('!H',~total&0xffff)+tcp[18:]\n"
+    "raw=socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_TCP);raw.sendto(tcp,(vip,0))\n"
+    "s.settimeout(wait)\n"
+    "try: seen='data' if s.recv(16) else 'closed'\n"
+    "except OSError as e: seen=type(e).__name__\n"
+    "print(json.dumps({'client':f'{src}:{sport}','snd_nxt':snd,'rcv_nxt':rcv,'ack_seq':(snd+ahead)&0xffffffff,"
+    "'seen':seen}))\n"
+)
+
+
+def serve_story(lab: FleetLab) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """The seed-001 server: the application listening on APP_PORT and its sidecar (an echo) on
+    SIDECAR_PORT, where the server's REDIRECT sends every connection to APP_PORT. Returns (app, sidecar)."""
+    app = serve(lab, "server", APP_PORT)
+    ready = lab.workdir / f"listen-server-{SIDECAR_PORT}"
+    sidecar = lab.hosts["server"].ns.popen(["python3", "-c", _ECHO, str(SIDECAR_PORT), str(ready)])
+    wait_for(ready.exists, 10, f"the sidecar on server:{SIDECAR_PORT}")
+    return app, sidecar
+
+
+def invalid_ack(lab: FleetLab, wait: float = 3.0, ahead: int = 1 << 30) -> dict[str, Any]:
+    """The seed-001 story from the client: connect to VIP:STORY_VIP_PORT (lb DNATs it to the server's app
+    port, the server REDIRECTs it to the sidecar), echo once, then send one ACK `ahead` bytes past the
+    connection's sequence and wait up to `wait` s. {"client": "198.18.0.5:PORT", "snd_nxt", "rcv_nxt",
+    "ack_seq", "seen": "ConnectionResetError" when the reset reached the application}."""
+    argv = ("python3", "-c", _INVALID_ACK, VIP, str(STORY_VIP_PORT), str(ahead), str(wait))
+    result: dict[str, Any] = json.loads(lab.hosts["client"].run(*argv).stdout)
+    return result
+
+
 def serve(lab: FleetLab, host: str, port: int) -> subprocess.Popen[bytes]:
     """A TCP listener in `host`'s namespace (killed with the namespace when the lab closes)."""
     ready = lab.workdir / f"listen-{host}-{port}"
@@ -876,39 +959,108 @@ def connect(lab: FleetLab, host: str, address: str, port: int, timeout: float = 
     return lab.hosts[host].run("python3", "-c", _CONNECT, address, str(port), str(timeout)).stdout.strip()
 
 
-def _demo(lab: FleetLab) -> int:
-    """The fleet at work: a controller, `netsleuth fleet run diagnose` on client, lb and server, and two
-    flows through the load balancer - one dropped by the server's firewall, one whose reply bypasses the
-    DNAT and is reset by the client."""
+def session_fixture(lines: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """A `netsleuth fleet run --json` stream turned back into what each host sent: the fixture the merge's
+    unit tests replay (tests/fixtures/fleet/). Records as their hosts stamped them (`host_time`), each
+    host's last clock offset and round trip, and its final state."""
+    records: list[dict[str, Any]] = []
+    offsets: dict[str, int] = {}
+    states: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        kind, host = line.get("type"), line.get("host")
+        if kind == "status" and isinstance(host, str):
+            if isinstance(line.get("offset_ns"), int):
+                offsets[host] = line["offset_ns"]
+            states[host] = {key: line.get(key) for key in ("state", "reason", "rtt_ns")}
+        elif kind not in ("verdict", "end", "session", "conn_event") and isinstance(host, str):
+            record = {
+                k: v for k, v in line.items() if k not in ("host", "host_time", "flow", "claims_netns_of")
+            }
+            if "host_time" in line:
+                record["time"] = line["host_time"]
+            records.append({"host": host, "record": record})
+    return {"offsets": offsets, "host_states": states, "records": records}
+
+
+def _fleet_run(
+    lab: FleetLab, controller: Any, diagnostic: str, duration: float, traffic: Callable[[], None], *extra: str
+) -> str:
+    """`netsleuth fleet run --hosts client,lb,server --proto tcp DIAGNOSTIC` as alice, with `traffic` once
+    every host runs; its whole output."""
+    argv = [PYTHON, "-m", "netsleuth", "fleet", "run", "--hosts", "client,lb,server", "--proto", "tcp"]
+    argv += ["--duration", f"{duration:g}", diagnostic, *extra]
+    run_log = lab.workdir / f"fleet-run-{diagnostic}.txt"
+    with run_log.open("w") as out:
+        fleet_run = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=controller.env("alice"))
+        # (Preparing loads the diagnostic's BPF objects on every host; on a busy machine that takes a while.)
+        running = '"running"' if "--json" in extra else ": running"
+        try:
+            wait_for(lambda: run_log.read_text().count(running) >= 3, 90, "all three hosts running")
+        except TimeoutError:
+            fleet_run.kill()
+            print(run_log.read_text(), file=sys.stderr)
+            raise
+        traffic()
+        fleet_run.wait(90)
+    return run_log.read_text()
+
+
+def _demo(lab: FleetLab, header: list[str]) -> int:
+    """The seed-001 story on three hosts: the client's long-lived connection through the lb's DNAT to the
+    server, whose REDIRECT sends it to a sidecar; one ACK out of window, which the server's conntrack marks
+    INVALID, skips the REDIRECT, reaches the application's LISTEN socket and draws a RST that kills the
+    connection. `netsleuth fleet run conn` watches all three; the merged verdict is printed first, then the
+    lab, what the client's application saw and the whole run."""
     from tests.controller_lab import ControllerProcess
 
+    serve_story(lab)
+    seen: dict[str, Any] = {}
+    with ControllerProcess(lab) as controller:
+        output = _fleet_run(lab, controller, "conn", 5, lambda: seen.update(invalid_ack(lab)))
+    lines = output.splitlines()
+    verdict = [
+        line
+        for number, line in enumerate(lines)
+        if line.startswith("VERDICT") or (line.startswith("  ") and _in_verdict(lines, number))
+    ]
+    print("\n".join(verdict) or "no merged verdict: see the run below")
+    print()
+    print("\n".join(header))
+    print(
+        f"client {seen.get('client')} -> {VIP}:{STORY_VIP_PORT} (lb: DNAT to :{APP_PORT}; server: REDIRECT "
+        f"to the sidecar on :{SIDECAR_PORT}); one ACK 1 GiB ahead; the application saw: {seen.get('seen')}"
+    )
+    print(f"$ netsleuth fleet run --hosts client,lb,server --proto tcp --duration 5 conn\n{output}")
+    return 0 if verdict else 1
+
+
+def _in_verdict(lines: list[str], number: int) -> bool:
+    """Is this indented line part of a VERDICT block (its hops and fixes)?"""
+    while number > 0 and lines[number].startswith("  ") and not lines[number].startswith("VERDICT"):
+        number -= 1
+    return lines[number].startswith("VERDICT")
+
+
+def _record(lab: FleetLab, path: Path) -> int:
+    """`--record FILE`: one `conn` session over the three stories - the INVALID ACK (VIP:82), the firewall
+    drop (VIP:80), the asymmetric reply (VIP:81) - written as the merge's unit-test fixture."""
+    from tests.controller_lab import ControllerProcess
+
+    serve_story(lab)
     serve(lab, "server", 8081)
     with ControllerProcess(lab) as controller:
-        print(f"controller {controller.url}; running: netsleuth fleet run --hosts client,lb,server diagnose")
-        argv = [PYTHON, "-m", "netsleuth", "fleet", "run", "--hosts", "client,lb,server", "--proto", "tcp"]
-        argv += ["--duration", "4", "diagnose"]
-        run_log = lab.workdir / "fleet-run.txt"
-        with run_log.open("w") as out:
-            fleet_run = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, env=controller.env("alice")
-            )
-            # Traffic once every host is running (the CLI prints each host's state as it changes).
-            # (Preparing `diagnose` loads three BPF objects per host; on a busy machine that takes a while.)
-            try:
-                wait_for(lambda: run_log.read_text().count("running") >= 3, 90, "all three hosts running")
-            except TimeoutError:
-                fleet_run.kill()
-                print(run_log.read_text(), file=sys.stderr)
-                raise
-            print(
-                f"  client -> {VIP}:80 (DNAT to :8080, dropped on server): {connect(lab, 'client', VIP, 80)}"
-            )
-            print(
-                f"  client -> {VIP}:81 (DNAT to :8081, reply bypasses lb): {connect(lab, 'client', VIP, 81)}"
-            )
-            fleet_run.wait(60)
-        print(run_log.read_text())
-        return fleet_run.returncode or 0
+
+        def stories() -> None:
+            invalid_ack(lab)
+            connect(lab, "client", VIP, 80, 1.5)
+            connect(lab, "client", VIP, 81, 1.5)
+
+        output = _fleet_run(lab, controller, "conn", 8, stories, "--json")
+    fixture = session_fixture(json.loads(line) for line in output.splitlines() if line.startswith("{"))
+    fixture["hostnames"] = {name: name for name in lab.hosts}
+    path.write_text(json.dumps(fixture, indent=1) + "\n")
+    print(f"{len(fixture['records'])} records from {len(fixture['host_states'])} hosts written to {path}")
+    return 0
 
 
 def _main() -> int:
@@ -918,16 +1070,19 @@ def _main() -> int:
         print("the fleet lab needs root (namespaces, BPF): run `sudo make fleet-demo`", file=sys.stderr)
         return 1
     with FleetLab() as lab:
-        print(f"NATS {lab.nats_url} (config {lab.nats_config_path})")
+        header = [f"NATS {lab.nats_url} (config {lab.nats_config_path})"]
         for name, entry in sorted(lab.registry().items()):
             host = lab.hosts[name]
-            print(
+            header.append(
                 f"  {name:<8} {host.address:<12} netns {host.netns:<14} agent pid {lab.agent(name).pid:<7} "
                 f"kernel {entry.kernel}, {len(entry.diagnostics)} diagnostics, "
                 f"clock offset {entry.offset_ns / 1e3:+.0f} us"
             )
         if "--demo" in sys.argv[1:]:
-            return _demo(lab)
+            return _demo(lab, header)
+        print("\n".join(header))
+        if "--record" in sys.argv[1:]:
+            return _record(lab, Path(sys.argv[sys.argv.index("--record") + 1]))
         access = {"nats_url": lab.nats_url, **lab.controller_credentials, "key": lab.controller_key_text}
         print(json.dumps(access))
         if sys.stdin.isatty():
