@@ -149,13 +149,15 @@ def test_three_host_session_traces_the_flow_through_the_dnat(
         assert view["state"] == "ended" and isinstance(view["offset_ns"], int), (host, view)
         assert abs(view["start_skew_ns"]) < 100_000_000, (host, view)
         assert view["lost"] == 0
-    dropped = [v for v in session["verdicts"] if v["outcome"] == "dropped"]
-    assert len(dropped) == 1, session["verdicts"]
-    text = dropped[0]["text"]
-    assert text.startswith("SYN left host client -> DNAT 198.18.1.10:80 -> 198.18.2.7:8080 on host lb -> "), (
-        text
+    # The application gave up connecting: a timeout, which began where the server's firewall dropped the SYN.
+    dropped = [v for v in session["verdicts"] if v["flow"].endswith(f"> {VIP}:80")]
+    assert len(dropped) == 1 and dropped[0]["outcome"] == "timeout", session["verdicts"]
+    path = dropped[0]["path"]
+    assert path.startswith("SYN left host client -> DNAT 198.18.1.10:80 -> 198.18.2.7:8080 on host lb -> "), (
+        path
     )
-    assert f'dropped on host server by "{RULE}"' in text
+    assert f'dropped on host server by "{RULE}"' in path
+    assert dropped[0]["text"].endswith(f'it began at hop 3 on host server: SYN dropped by "{RULE}"')
     assert [hop["host"] for hop in dropped[0]["hops"]][:3] == ["client", "lb", "server"]
     # The merged timeline names the flow as the client sees it on every host: the lb's conntrack entry and the
     # client's connection events are one flow, in corrected-time order.
@@ -181,15 +183,17 @@ def test_a_reply_that_bypasses_the_dnat_is_named(fleet: tuple[FleetLab, Controll
     finally:
         listener.kill()
         listener.wait(10)
-    bypass = [v for v in session["verdicts"] if v["outcome"] == "nat-bypass"]
+    bypass = [v for v in session["verdicts"] if v["flow"].endswith(f"> {VIP}:81")]
     assert len(bypass) == 1, session["verdicts"]
     verdict = bypass[0]
-    assert verdict["flow"].endswith(f"> {VIP}:81")
+    assert verdict["outcome"] == "timeout"  # what the application saw: its connect() never completed
     events = [(hop["host"], hop["event"]) for hop in verdict["hops"]]
-    assert events[:4] == [("client", "sent"), ("lb", "nat"), ("client", "bypass"), ("client", "reset")], (
-        events
-    )
-    assert "the reply from 198.18.2.7:8081 came straight back to host client" in verdict["text"]
+    # The stray SYN-ACK, the reset and the drop it drew on the client are one hop, where it began; the
+    # server's drop of that reset follows it.
+    assert events == [("client", "sent"), ("lb", "nat"), ("client", "bypass"), ("server", "drop")], events
+    assert verdict["hops"][2].get("began") is True
+    assert "the reply SYN|ACK 198.18.2.7:8081 > 198.18.0.5:" in verdict["text"]
+    assert "came straight back to host client, bypassing the NAT on host lb" in verdict["path"]
 
 
 def test_the_cli_streams_the_merged_timeline_and_the_verdict(
@@ -219,7 +223,8 @@ def test_the_cli_streams_the_merged_timeline_and_the_verdict(
     drops = [line for line in lines if line["type"] == "drop" and line.get("netfilter")]
     assert drops and all(line["host"] == "server" and line["netfilter"]["rule"] == RULE for line in drops)
     verdicts = [line for line in lines if line["type"] == "verdict" and line["outcome"] == "dropped"]
-    assert any(f'dropped on host server by "{RULE}"' in v["text"] for v in verdicts)
+    assert any(f'dropped on host server by "{RULE}"' in v["path"] for v in verdicts)
+    assert lines[0]["type"] == "session" and isinstance(lines[0]["id"], str)  # the session id comes first
 
 
 # -- permissions and audit ---------------------------------------------------------------------------------
