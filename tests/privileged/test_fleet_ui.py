@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from playwright.sync_api import Browser, Page, expect
 
 from tests.controller_lab import ControllerProcess
-from tests.fleet_lab import VIP, FleetLab
+from tests.fleet_lab import STORY_VIP_PORT, VIP, FleetLab, invalid_ack, serve_story
 from tests.netlab import wait_for
 from tests.privileged.test_agent_capabilities import setpriv_prefix, unit_capabilities
 from tests.ui_browser import BrowserPage, browser, open_page, sign_in
@@ -109,6 +109,7 @@ def fleet_ui_stack() -> Iterator[UiStack]:
     shots.mkdir(parents=True, exist_ok=True)
     try:
         with FleetLab(hosts=HOSTS) as lab:
+            serve_story(lab)  # the seed-001 story's application and sidecar on the server
             client_netns = lab.hosts["client"].netns
             # A narrow role: only `drops`, only hosts client and lb, only the client's namespace.
             narrow = (
@@ -277,37 +278,51 @@ def expect_ended(page: Page, body: dict[str, Any]) -> None:
 
 
 def test_conn_on_three_hosts_shows_the_per_hop_verdict_across_the_dnat(stack: UiStack) -> None:
-    """The fleet's own verdict, merged by the controller from three hosts (client's connection, lb's
-    conntrack entry, server's drop), ranked first with its hops in path order."""
+    """The fleet's own verdicts, merged by the controller from three hosts: the seed-001 story (an ACK out of
+    window skips the server's REDIRECT and draws a RST from the application's LISTEN socket) ranked first,
+    its hops in the API's causal order, where it began marked, its fixes; the far firewall drop below."""
     opened = stack.page("alice")
     page = opened.page
+    seen: dict[str, Any] = {}
     for attempt in range(3):
         session = start_diagnosis(page, "conn", duration=6)
         wait_for(lambda: all_started(page), 90, "all hosts running")
+        seen.update(invalid_ack(stack.lab))
         stack.drive_traffic(1.0)
         wait_cards(page, dict.fromkeys(HOSTS, "ended"), 90)
         with stack.api("alice") as client:
             body = client.get(f"/api/v1/sessions/{session}").json()
-        if any(v["outcome"] == "dropped" for v in body["verdicts"]):
+        story = f"tcp {seen['client']} > {VIP}:{STORY_VIP_PORT}"
+        if any(v["flow"] == story for v in body["verdicts"]):
             break
         budget = [h for h, v in body["hosts"].items() if v["reason"].startswith("cpu_budget")]
-        assert budget and attempt < 2, f"the controller merged no dropped flow: {body}"
+        assert budget and attempt < 2, f"the controller merged no verdict for the story: {body}"
+    verdict = next(v for v in body["verdicts"] if v["flow"] == story)
+    assert verdict["outcome"] == "reset"
     first = page.locator(".verdicts > li").first
-    expect(first).to_have_attribute("data-outcome", "dropped")
-    expect(first.locator(".cause")).to_contain_text(
-        "SYN left host client -> DNAT 198.18.1.10:80 -> 198.18.2.7:8080 on host lb -> "
-        f'dropped on host server by "{RULE}"'
+    expect(first).to_have_attribute("data-outcome", "reset")
+    expect(first).to_have_attribute("data-flow", story)
+    # The first line, word for word as the API has it: what the application saw, where it began, the cause.
+    expect(first.locator(".cause")).to_have_text(verdict["text"])
+    # The same hops in the same order, the one where it began marked.
+    details = first.locator("ol.hops > li .detail")
+    expect(details).to_have_count(len(verdict["hops"]))
+    assert details.all_inner_texts() == [hop["detail"] for hop in verdict["hops"]]
+    began = first.locator("ol.hops > li.began .detail")
+    expect(began).to_have_text(verdict["hops"][verdict["began"]]["detail"])
+    expect(began).to_contain_text(
+        "skipped REDIRECT → :15006 on host server (conntrack INVALID: out of window)"
     )
-    # One line per hop, in path order, each naming its host.
-    hops = first.locator("ol.hops > li").all_inner_texts()
-    assert [next(h for h in HOSTS if f"host {h}" in text) for text in hops][:3] == list(HOSTS), hops
-    # The same verdict as the API's, word for word.
-    dropped = next(v for v in body["verdicts"] if v["outcome"] == "dropped")
-    expect(first.locator(".cause")).to_have_text(dropped["text"])
-    stack.shot(page, "session-per-hop-verdict")
+    expect(first.locator("pre")).to_have_count(len(verdict["fix"]))
+    expect(first.locator("pre").first).to_contain_text("nf_conntrack_tcp_be_liberal=1")
+    # The far firewall's drop is there too, with its own hops.
+    dropped = next(v for v in body["verdicts"] if v["flow"].endswith(f"> {VIP}:80"))
+    shown = page.locator(f'.verdicts > li[data-flow="{dropped["flow"]}"]')
+    expect(shown.locator(".cause")).to_have_text(dropped["text"])
+    expect(shown).to_contain_text(f'dropped on host server by "{RULE}"')
+    stack.shot(page, "session-per-hop-verdict", selector=".verdicts > li:first-child")
     page.get_by_label("Group by flow (one line per hop)").check()
-    flow = page.locator(".trow.group").filter(has_text=dropped["flow"])
-    expect(flow.first).to_be_visible()
+    expect(page.locator(".trow.group").first).to_be_visible()
     stack.shot(page, "timeline-grouped-conn", selector=".timeline")
     opened.assert_no_errors()
 

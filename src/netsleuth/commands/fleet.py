@@ -253,13 +253,14 @@ def _verdict_lines(verdict: dict[str, Any]) -> list[str]:
         if not isinstance(hop, dict):
             continue
         mark = "*" if hop.get("began") else "~" if hop.get("order") == "concurrent" else " "
-        when = str(hop.get("time") or "before the session")[11:26] or "before"
+        off = (verdict.get("clocks_ms") or {}).get(hop.get("host"))
+        when = str(hop.get("time"))[11:26] + (f" ±{off:g} ms" if off else "") if hop.get("time") else "before"
         unknown = (
             f"  (order against hop {number - 1} unknown: clocks ±{hop['uncertainty_ms']} ms)"
             if hop.get("order") == "concurrent"
             else ""
         )
-        lines.append(f"  {mark}{number:>2}. {when:<15}  {hop.get('detail')}{unknown}")
+        lines.append(f"  {mark}{number:>2}. {when:<26}  {hop.get('detail')}{unknown}")
     lines.extend(f"  fix: {fix}" for fix in verdict.get("fix") or [])
     return lines
 

@@ -6,7 +6,9 @@ import { badge, h } from "./dom.js";
 // One scale for both kinds. The merged per-hop verdict of a flow that lost traffic is what the fleet
 // exists for, so it leads; then each host's verdicts by severity; healthy flows last.
 const SEVERITY = { critical: 1, warning: 2, info: 4 };
-const OUTCOME = { dropped: 0, reset: 0, unanswered: 3, established: 5, seen: 5 };
+// A merged verdict's outcome is what the application saw (reset, refused, timeout) or, without its view, what
+// the hosts saw (dropped): all lost traffic.
+const OUTCOME = { dropped: 0, reset: 0, refused: 0, timeout: 0, failed: 1, unanswered: 3, open: 4, established: 5, closed: 5, seen: 5 };
 
 export function isHostVerdict(v) {
   return v && v.type === "verdict" && v.cause !== undefined && v.severity !== undefined;
@@ -67,9 +69,31 @@ export function verdictItem(v) {
     "li",
     { class: "verdict", dataset: { flow: v.flow || "", outcome: v.outcome || "" } },
     h("div", { class: "row" }, badge(v.outcome || "flow"), h("span", { class: "where mono" }, v.flow || "")),
+    // The first line: what the application saw, the hop where it began, the cause.
     h("p", { class: "cause" }, v.text || (v.hops || []).map(hopText).join(" → ")),
-    v.hops?.length ? h("ol", { class: "hops", "aria-label": "Hops" }, v.hops.map((hop) => h("li", {}, hopText(hop)))) : null,
+    v.hops?.length ? h("ol", { class: "hops", "aria-label": "Hops" }, v.hops.map((hop, i) => hopItem(hop, i, v.clocks_ms))) : null,
     missing,
     v.fix?.length ? h("div", {}, h("h3", {}, "Fix"), v.fix.map((line) => h("pre", {}, line))) : null,
+  );
+}
+
+// One hop as the controller told it: in causal order; where it began marked; its time on the controller's
+// clock with how far its host's clock may be off; a hop the clocks cannot order against the one before says
+// so instead of pretending an order.
+function hopItem(hop, index, clocks) {
+  if (typeof hop === "string") return h("li", {}, hop);
+  const off = clocks?.[hop.host];
+  const when = hop.time ? hop.time.slice(11, 26) + (off ? ` ±${off} ms` : "") : "before the session";
+  const order = hop.order === "concurrent"
+    ? h("span", { class: "order small" }, ` · order against hop ${index} unknown: clocks ±${hop.uncertainty_ms} ms`)
+    : null;
+  return h(
+    "li",
+    { class: hop.began ? "hop began" : "hop", dataset: { host: hop.host || "", event: hop.event || "", order: hop.order || "" } },
+    h("span", { class: "time small" }, when), " ",
+    h("span", { class: "detail" }, hopText(hop)),
+    hop.began ? h("strong", { class: "began-mark small" }, " ← it began here") : null,
+    order,
+    hop.evidence ? h("details", {}, h("summary", {}, "Evidence"), evidenceList(hop.evidence)) : null,
   );
 }
