@@ -310,3 +310,27 @@ def test_reused_ports_start_a_new_connection_and_report_the_old_one(tmp_path: Pa
         )
     reports = conns.flush()
     assert [report.outcome for report in reports] == ["closed", "closed"]
+
+
+def test_a_connects_duration_starts_at_its_syn_sent_not_at_the_event_that_gave_its_port(
+    tmp_path: Path,
+) -> None:
+    """connect()'s SYN_SENT has no local port and waits for the next event, which creates the connection:
+    an application that gave up 1.5 s after connect() was reported 0.5 s (from the retransmit)."""
+    clock = FakeClock()
+    conns = tracker(tmp_path, clock)
+    common = {"sk": 0xBB, "netns": A, "side": 1}
+    syn_sent = raw_event(
+        EventKind.STATE, UNBOUND, SERVER, state="SYN_SENT", old_state="CLOSE", time_ns=1_000_000_000, **common
+    )
+    retransmit = raw_event(
+        EventKind.RETRANS, CLIENT, SERVER, state="SYN_SENT", retrans_kind=RetransKind.SYN,
+        time_ns=2_000_000_000, **common,
+    )  # fmt: skip
+    closed = raw_event(
+        EventKind.STATE, CLIENT, SERVER, state="CLOSE", old_state="SYN_SENT", time_ns=2_500_000_000, **common
+    )
+    for event in (syn_sent, retransmit, closed):
+        conns.add_tcp(event)
+    [report] = conns.flush()
+    assert report.to_json(lambda inode: None)["duration_s"] == pytest.approx(1.5, abs=1e-3)
