@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -319,7 +320,7 @@ def test_a_connects_duration_starts_at_its_syn_sent_not_at_the_event_that_gave_i
     an application that gave up 1.5 s after connect() was reported 0.5 s (from the retransmit)."""
     clock = FakeClock()
     conns = tracker(tmp_path, clock)
-    common = {"sk": 0xBB, "netns": A, "side": 1}
+    common: dict[str, Any] = {"sk": 0xBB, "netns": A, "side": 1}
     syn_sent = raw_event(
         EventKind.STATE, UNBOUND, SERVER, state="SYN_SENT", old_state="CLOSE", time_ns=1_000_000_000, **common
     )

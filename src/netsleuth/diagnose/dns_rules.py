@@ -25,7 +25,7 @@ from typing import Any
 from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.diagnostics.dns_records import DnsAnswer, DnsDrop, DnsQueryFacts, DnsRecord, DnsTimeout
 from netsleuth.diagnostics.dns_summary import DnsSummaryRow
-from netsleuth.netns_command import in_netns
+from netsleuth.firewall.removal import removal_command
 
 __all__ = ["NXDOMAIN_STORM_MIN", "absorb_firewall_verdicts", "dns_verdicts"]
 
@@ -65,19 +65,11 @@ def _names(names: Iterable[str | None], limit: int = 5) -> list[str]:
 
 
 def _firewall_fix(drop: DnsDrop) -> list[str]:
-    netfilter = drop.netfilter or {}
-    netns = drop.netns_name
-    table, chain = netfilter.get("table"), netfilter.get("chain")
-    if netfilter.get("backend", "").startswith("iptables") and netfilter.get("rule_number") is not None:
-        tool = "ip6tables" if netfilter.get("family") == "ip6" else "iptables"
-        if netfilter.get("backend") == "iptables-legacy":
-            tool += "-legacy"
-        command = f"{tool} -t {table} -D {chain} {netfilter['rule_number']}"
-        return [in_netns(command, netns) + "   # if DNS answers should pass"]
-    if netfilter.get("handle") is not None:
-        command = f"nft delete rule {netfilter.get('family')} {table} {chain} handle {netfilter['handle']}"
-        return [in_netns(command, netns) + "   # if DNS answers should pass"]
-    return [f"allow udp/tcp port 53 through the {drop.hook or 'firewall'} hook (netns {netns or drop.netns})"]
+    removal = removal_command(drop.netfilter or {}, drop.netns_name)
+    if removal is not None:
+        return [removal + "   # if DNS answers should pass"]
+    where = drop.netns_name or drop.netns
+    return [f"allow udp/tcp port 53 through the {drop.hook or 'firewall'} hook (netns {where})"]
 
 
 # -- what dropped DNS packets, and which drops belong together ---------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.diagnostics.causes import cause as cause_entry
 from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord
+from netsleuth.firewall.removal import removal_command
 from netsleuth.netns_command import in_netns  # re-exported: tcp_rules and listeners import it from here
 from netsleuth.render.drops_text import endpoints
 
@@ -127,24 +128,9 @@ def _firewall(group: DropGroup, context: DropContext) -> Verdict:
             f"like {packet}"
         )
     fix: list[str] = []
-    if rule and netfilter.get("backend", "").startswith("iptables"):
-        tool = "ip6tables" if netfilter.get("family") == "ip6" else "iptables"
-        if netfilter.get("backend") == "iptables-legacy":
-            tool += "-legacy"
-        fix.append(
-            in_netns(
-                f"{tool} -t {table} -D {chain} {netfilter.get('rule_number')}", _fix_netns(group, context)
-            )
-            + "   # if this traffic should pass"
-        )
-    elif rule and netfilter.get("handle") is not None:
-        fix.append(
-            in_netns(
-                f"nft delete rule {netfilter.get('family')} {table} {chain} handle {netfilter['handle']}",
-                _fix_netns(group, context),
-            )
-            + "   # if this traffic should pass"
-        )
+    removal = removal_command(netfilter, _fix_netns(group, context)) if rule else None
+    if removal is not None:
+        fix.append(removal + "   # if this traffic should pass")
     fix.extend(cause_entry("firewall_drop").fixes)
     return Verdict(
         "firewall",

@@ -412,13 +412,16 @@ class ConntrackReader:
             entries.append(entry)
         return entries
 
-    def _each_namespace(self, flows: list[FlowTuple | None]) -> list[ConntrackEntry]:
-        found: list[ConntrackEntry] = []
+    def _readable(self) -> tuple[list[Namespace], list[tuple[int, str]]]:
+        """Every namespace to read, and (inode, label) of those with a socket (made now if need be)."""
         namespaces = self._namespaces()
         self._open(namespaces)
-        for inode, _, where in namespaces:
-            if inode not in self._sockets:
-                continue
+        return namespaces, [(inode, where) for inode, _, where in namespaces if inode in self._sockets]
+
+    def _each_namespace(self, flows: list[FlowTuple | None]) -> list[ConntrackEntry]:
+        found: list[ConntrackEntry] = []
+        namespaces, readable = self._readable()
+        for inode, where in readable:
             try:
                 for flow in flows:
                     found.extend(self._ask(inode, where, flow))
@@ -498,11 +501,7 @@ class ConntrackReader:
         readings."""
         counts: dict[str, int] = {}
         with self._lock:
-            namespaces = self._namespaces()
-            self._open(namespaces)
-            for inode, _, where in namespaces:
-                if inode not in self._sockets:
-                    continue
+            for inode, where in self._readable()[1]:
                 try:
                     counts[where] = self._invalid(self._sockets[inode])
                 except (OSError, TimeoutError) as error:
