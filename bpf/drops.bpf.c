@@ -41,6 +41,7 @@ enum skb_drop_reason___ns {
 	SKB_NOT_DROPPED_YET___ns,
 	SKB_CONSUMED___ns,
 	SKB_DROP_REASON_NETFILTER_DROP___ns,
+	SKB_DROP_REASON_QUEUE_PURGE___ns,
 };
 
 /* skb:kfree_skb's record (include/trace/events/skb.h): its fields came with the tracepoint's arguments. */
@@ -77,6 +78,7 @@ static __always_inline bool has_task_btf(void)
 }
 
 #include "kfree_skb.bpf.h"
+#include "own_sockets.bpf.h"
 
 NS_ABI_KEEP(drops_abi_types);
 
@@ -219,6 +221,14 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 			return 0;
 	}
 
+	/* netsleuth's own footprint is not the host's: the unread messages its own tools' netlink sockets held
+	 * when they closed (bpf/own_sockets.bpf.h). Asked of that one reason, only when userspace wants it. */
+	if (cfg.self_tgid && reason == KERNEL_REASON(SKB_DROP_REASON_QUEUE_PURGE) &&
+	    ns_own_socket(rx_sk ? rx_sk : NS_RD(direct, skb, sk))) {
+		ns_count_own();
+		return 0;
+	}
+
 	buf = bpf_map_lookup_elem(&scratch, &zero);
 	if (!buf)
 		return 0;
@@ -347,4 +357,6 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 /* One body, three entry points (bpf/kfree_skb.bpf.h), tried in this order: tp_btf through untrusted pointers
  * (the quickest to verify, 6.3+), tp_btf (5.5+), raw_tp for kernels that refuse tp_btf. */
 NS_KFREE_SKB_UNTRUSTED_ENTRY(drops_tp_btf, handle_drop)
+/* Loaded only when a run leaves netsleuth's own drops out (cfg.self_tgid): programs own_sent_<variant>. */
+NS_OWN_SOCKET_MARKERS(own_sent, cfg.self_tgid)
 NS_KFREE_SKB_PROGRAMS(drops_tp_btf_tr, drops_raw_tp, handle_drop)

@@ -48,6 +48,8 @@ struct drops_config {
 	__u8 filter_netns;	   /* keep only namespaces in `netns_filter` (instead of `netns`) */
 	char dev[16];
 	__u32 pid;		   /* --pid (tgid); 0 = any */
+	__u32 self_tgid;	   /* netsleuth's own process: its tools' purged netlink sockets are not counted
+				    * (bpf/own_sockets.bpf.h); 0 = count everything */
 	char comm[16];		   /* --comm; empty = any */
 	__u64 thread_size;	   /* THREAD_SIZE of this kernel, for ns_in_task */
 };

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from tests.netlab import Lab
+from tests.netlab import Host, Lab, wait_for
 from tests.privileged.conftest import Pair
 from tests.tracerun import diagnose_verdicts
+
+REPO = Path(__file__).resolve().parents[2]
 
 CONNECT = """
 import socket, sys
@@ -141,3 +147,77 @@ def test_bad_duration_is_a_usage_error() -> None:
         [sys.executable, "-m", "netsleuth", "diagnose", "--duration", "0"], capture_output=True, text=True
     )
     assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+RCU_BARRIER = Path("/sys/module/rcutree/parameters/do_rcu_barrier")
+
+
+def flush_rcu_callbacks() -> None:
+    """Run every pending RCU callback now (rcu_barrier): the netlink sockets the test's own `iptables` closed
+    are freed (and their unread replies purged) before diagnose watches, not up to 10 s later as lazy RCU
+    would. An action, not a setting: nothing to restore."""
+    assert RCU_BARRIER.exists(), "this kernel has no rcutree.do_rcu_barrier"
+    RCU_BARRIER.write_text("1\n")
+
+
+@contextlib.contextmanager
+def dns_behind_an_input_drop() -> Iterator[Host]:
+    """A client namespace whose resolver (timeout:1 attempts:2) asks a real DNS server next door, and an
+    INPUT rule that drops the answers. IPv4 only: no router solicitations or MLD reports in the window."""
+    lab = Lab()
+    try:
+        client, server = lab.host("c"), lab.host("s")
+        for host in (client, server):
+            host.run(
+                "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1", "net.ipv6.conf.all.disable_ipv6=1"
+            )
+        lab.link(client, server, ["198.18.0.1/24"], ["198.18.0.2/24"])
+        netns_etc = Path("/etc/netns") / client.name
+        with tempfile.TemporaryDirectory(prefix="netsleuth-dns-") as scratch:
+            ready, stats = Path(scratch) / "ready", Path(scratch) / "stats.json"
+            argv = ["--address", "198.18.0.2", "--ready-file", str(ready), "--stats-file", str(stats)]
+            dns_server = server.popen([sys.executable, "-m", "tests.dns_server", *argv], cwd=str(REPO))
+            netns_etc.mkdir(parents=True)
+            try:
+                (netns_etc / "resolv.conf").write_text(
+                    "nameserver 198.18.0.2\noptions timeout:1 attempts:2\n"
+                )
+                wait_for(ready.exists, 20, "the DNS server to listen")
+                client.run("getent", "ahostsv4", "found.ok.test")  # ARP resolved, the path works
+                client.run("iptables", "-A", "INPUT", "-p", "udp", "--sport", "53", "-j", "DROP")
+                flush_rcu_callbacks()
+                yield client
+            finally:
+                (netns_etc / "resolv.conf").unlink(missing_ok=True)
+                netns_etc.rmdir()
+                dns_server.kill()
+                dns_server.wait()
+    finally:
+        lab.close()
+
+
+def test_a_dns_firewall_fault_is_one_verdict_in_ten_runs() -> None:
+    """An INPUT rule drops a server's DNS answers; getent retries and times out. Ten diagnose runs in a row
+    each give exactly one verdict - the rule, with the DNS timeouts, the dropped retries and the firewall
+    drops as its evidence - not also a dns-drop, a firewall verdict, or a QUEUE_PURGE of the replies
+    netsleuth's own firewall reads (iptables-nft-save) left unread, in this run or the one before."""
+    runs = []
+    with dns_behind_an_input_drop() as client:
+        for run in range(10):
+
+            def lookup(name: str = f"lost{run}.ok.test") -> None:
+                client.run("getent", "ahostsv4", name, check=False)
+
+            runs.append(diagnose_verdicts("--netns", client.name, traffic=lookup, duration=5))
+    delete = f"ip netns exec {client.name} iptables -t filter -D INPUT 1   # if DNS answers should pass"
+    for verdicts in runs:
+        kinds = [(verdict["category"], verdict["cause"]) for verdict in verdicts]
+        assert [kind for kind, _ in kinds] == ["dns-timeout-firewall"], kinds
+        (verdict,) = verdicts
+        assert verdict["cause_code"] == "firewall_drop" and verdict["severity"] == "critical"
+        assert verdict["fix"][0] == delete
+        evidence = verdict["evidence"]
+        # getent asked twice (attempts:2) and both answers were dropped: one timeout, two drops, one rule.
+        assert evidence["timeouts"] == 1 and evidence["dns_drops"] == 2
+        assert evidence["firewall"]["drops"] == 2
+        assert evidence["firewall"]["netfilter"]["rule"] == "-A INPUT -p udp -m udp --sport 53 -j DROP"

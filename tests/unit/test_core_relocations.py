@@ -42,6 +42,14 @@ ALLOWED = {
     ("enumval_exists", "enum skb_drop_reason___ns::SKB_CONSUMED___ns"),
     ("enumval_value", "enum skb_drop_reason___ns::SKB_CONSUMED___ns"),
     ("field_exists", "struct trace_event_raw_kfree_skb___ns.rx_sk"),
+    # drops.bpf.c leaves netsleuth's own QUEUE_PURGE drops out (bpf/own_sockets.bpf.h): KERNEL_REASON asks
+    # whether the kernel has that reason, which 6.1 does not, and the comparison is then with ~0, never true.
+    ("enumval_exists", "enum skb_drop_reason___ns::SKB_DROP_REASON_QUEUE_PURGE___ns"),
+    ("enumval_value", "enum skb_drop_reason___ns::SKB_DROP_REASON_QUEUE_PURGE___ns"),
+}
+# Tracepoints of programs loaded only where the kernel has them (the loader asks its BTF first).
+OPTIONAL_TRACEPOINTS = {
+    "sock_send_length": "drops' own-socket marker, 6.3+ (DropsSession._can_mark_own)",
 }
 
 
@@ -95,7 +103,7 @@ def test_every_attached_tracepoint_exists_on_debian_6_1(name: str, arch: str) ->
         and not section.startswith("tracepoint/syscalls/")
     }
     assert tracepoints <= set(arity), f"record these tracepoints too: {tracepoints - set(arity)}"
-    assert all(arity[tracepoint] is not None for tracepoint in tracepoints)
+    assert all(arity[tracepoint] is not None for tracepoint in tracepoints - set(OPTIONAL_TRACEPOINTS))
 
 
 def test_the_check_catches_a_kernel_without_the_types(tmp_path: Path) -> None:

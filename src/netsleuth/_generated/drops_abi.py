@@ -65,6 +65,7 @@ class DropsConfigC(ctypes.Structure):
         ("filter_netns", ctypes.c_uint8),
         ("dev", ctypes.c_char * 16),
         ("pid", ctypes.c_uint32),
+        ("self_tgid", ctypes.c_uint32),
         ("comm", ctypes.c_char * 16),
         ("thread_size", ctypes.c_uint64),
     )
@@ -142,6 +143,8 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "events_perf": 0,
     "host_filter": 256,
     "netns_filter": 4096,
+    "own_drops": 1,
+    "own_sockets": 1024,
     "owner_inodes": 65536,
     "reason_filter": 1024,
     "sample_counter": 1,
@@ -154,6 +157,9 @@ PROGRAMS: dict[str, Program] = {
     "drops_raw_tp": Program("raw_tp/kfree_skb", "raw_tp", "kfree_skb"),
     "drops_tp_btf": Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb"),
     "drops_tp_btf_tr": Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb"),
+    "own_sent_raw_tp": Program("raw_tp/sock_send_length", "raw_tp", "sock_send_length"),
+    "own_sent_tp_btf": Program("tp_btf/sock_send_length", "tp_btf", "sock_send_length"),
+    "own_sent_tp_btf_tr": Program("tp_btf/sock_send_length", "tp_btf", "sock_send_length"),
 }
 
 # Names the Python code used before these types were shared between objects.

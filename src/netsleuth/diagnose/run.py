@@ -84,6 +84,7 @@ class DiagnoseSummary:
     interrupted: bool
     clock: KernelClock
     problems: tuple[str, ...] = ()
+    own_drops: int = 0  # left out of `drop_totals`: netsleuth's own footprint, not the host's
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +95,7 @@ class DiagnoseSummary:
             "watched": self.watched,
             "verdicts": len(self.verdicts),
             "drops": self.drop_totals.to_json(),
+            "own_drops": self.own_drops,
             "all_good": list(self.report.all_good),
             "problems": list(self.problems),
             "attach": self.attach,
@@ -110,7 +112,7 @@ class DiagnosisSession:
         self._context = context or KernelContext(firewall=True)
         self._own_context = context is None
         self._drops = DropsDiagnostic(
-            DropsConfig(packet_filter=config.packet_filter, summary_only=True), self._context
+            DropsConfig(packet_filter=config.packet_filter, summary_only=True, skip_own=True), self._context
         )
         self._tcp = TcpWatch(config.packet_filter, self._drops.reasons, self._context)
         self._dns = DnsWatch(config.packet_filter, self._context, config.duration)
@@ -163,6 +165,7 @@ class DiagnosisSession:
         seconds = time.monotonic() - self._started
         self._tcp.poll()
         totals = self._drops.totals()
+        own_drops = self._drops.raw.own_drops()
         route_verdicts = self._route.verdicts(seconds)
         groups = self._route.unexplained(self._drops.groups())  # NEIGH_* drops a next hop explains
         tcp_verdicts = self._tcp.verdicts(seconds)
@@ -200,6 +203,7 @@ class DiagnosisSession:
             interrupted,
             self._context.clock,
             problems,
+            own_drops,
         )
         return self._summary
 
@@ -220,7 +224,19 @@ class DiagnosisSession:
 
     def notes(self) -> list[str]:
         summary = self._summary
-        return [*(summary.problems if summary is not None else ()), *self._drops.notes()]
+        notes = [*(summary.problems if summary is not None else ()), *self._drops.notes()]
+        if summary is not None and summary.own_drops:
+            notes.append(
+                f"{summary.own_drops} QUEUE_PURGE drop(s) of netsleuth's own netlink sockets (the unread "
+                "replies its firewall reads left when they closed) are not counted as this host's"
+            )
+        if not self._drops.raw.own_marked:
+            notes.append(
+                "netsleuth's own netlink drops cannot be told apart on this kernel (that needs "
+                "sock:sock_send_length and typed tracepoints, Linux 6.3): QUEUE_PURGE verdicts may hold "
+                "some"
+            )
+        return notes
 
     def close(self) -> None:
         self._drops.close()

@@ -81,6 +81,9 @@ class DropsConfig:
     kernel_reasons: bool | None = None
     raw_tp_only: bool = False
     current_task_btf: bool | None = None
+    # Leave netsleuth's own footprint out (bpf/own_sockets.bpf.h): QUEUE_PURGE drops of the netlink sockets
+    # its own firewall reads left unread. Counted apart (`own_drops`), never as the host's. diagnose sets it.
+    skip_own: bool = False
 
     @property
     def run_options(self) -> RunOptions:
@@ -120,6 +123,9 @@ DropTotals = EventTotals
 # 6.3's bpf_rdonly_cast (bpf/kfree_skb.bpf.h); "_tp_btf_tr" is the same program for the kernels before.
 _VARIANTS = (Variant("_tp_btf", "tp_btf"), Variant("_tp_btf_tr", "tp_btf"), Variant("_raw_tp", "raw_tp"))
 PROGRAMS = tuple("drops" + variant.suffix for variant in _VARIANTS)
+# bpf/own_sockets.bpf.h: marks netsleuth's own netlink sockets, one build per variant like the drops program.
+_OWN_MARKER = "own_sent"
+_OWN_SOCKETS_CARRIED = 512  # of earlier runs' sockets, at most: half the map (bpf/own_sockets.bpf.h)
 # bpf/emit.bpf.h (NS_EMIT_PERF_FALLBACK): the perf event array and the switch that sends events there.
 _PERF_FALLBACK = PerfFallback("events_perf", "ns_use_perfbuf")
 
@@ -148,12 +154,13 @@ class DropsSession(ProgramBacked):
         self.buffer = "none"  # where events travel: "ring" or "perf" once started, "none" when only counting
         self._programs = ProgramSession(
             "drops",
-            ("drops",),
+            ("drops", _OWN_MARKER),
             variants=[variant for variant in _VARIANTS if "drops" + variant.suffix in programs],
             mirrors=(("drop_event", DropEvent), ("drop_group", DropGroupValue)),
         )
         self._owners = OwnerInodeSync(config.packet_filter)
         self._decoder: RecordDecoder | None = None
+        self.own_marked = False  # netsleuth's own netlink sockets are told apart in this run
 
     @property
     def reasons_inferred(self) -> bool:
@@ -178,7 +185,17 @@ class DropsSession(ProgramBacked):
         cfg.ignore_reason = int(self.config.kernel_reasons is False)
         cfg.ignore_task_btf = int(self.config.current_task_btf is False)
         cfg.thread_size = thread_size()
+        cfg.self_tgid = os.getpid() if self.own_marked else 0
         return cfg
+
+    def _can_mark_own(self) -> bool:
+        """The marker needs sock:sock_send_length (6.3) and the typed tracepoint (a raw one cannot ask for
+        a socket's cookie)."""
+        from netsleuth.bpf.btf import vmlinux_btf
+
+        if not self.config.skip_own or self.config.raw_tp_only:
+            return False
+        return vmlinux_btf().tracepoint_arity("sock_send_length") is not None
 
     def start(self) -> None:
         found = require_tracing(ring_buffer=False)
@@ -187,8 +204,9 @@ class DropsSession(ProgramBacked):
         # the ring buffer map, whose creation would fail there.
         perf = _PERF_FALLBACK if use_perf else None
         emit = not self.config.summary_only
+        self.own_marked = self._can_mark_own()
         self._programs.start(
-            ["drops"],
+            ["drops", _OWN_MARKER] if self.own_marked else ["drops"],
             ("cfg", self._kernel_config()),
             fill_maps=self._fill_filter_maps,
             ring="events" if emit else None,
@@ -208,7 +226,23 @@ class DropsSession(ProgramBacked):
             sizes["owner_inodes"] = 1
         if not (self.config.reasons or self.config.exclude_reasons):
             sizes["reason_filter"] = 1
+        if not self.own_marked:
+            sizes["own_sockets"] = 1
         return sizes
+
+    def close(self) -> None:
+        if self.own_marked and self._programs.started:
+            from netsleuth.diagnostics.own_sockets import remember_own_sockets
+
+            marked = self._programs.map("own_sockets").keys()
+            remember_own_sockets(int.from_bytes(key, "little") for key in marked)
+        super().close()
+
+    def own_drops(self) -> int:
+        """Drops left out as netsleuth's own (bpf/own_sockets.bpf.h), all CPUs."""
+        if not self._programs.started or not self.own_marked:
+            return 0
+        return sum(self._programs.counter_sums("own_drops", 1))
 
     @property
     def perf_lost(self) -> int | None:
@@ -223,6 +257,13 @@ class DropsSession(ProgramBacked):
             reason_map.update(value.to_bytes(4, "little"), b"\x01")
         fill_address_maps(bpf_object, self.config.packet_filter)
         self._owners.refresh(bpf_object, force=True)
+        if self.own_marked:
+            from netsleuth.diagnostics.own_sockets import recent_own_sockets
+
+            # Sockets earlier runs marked, whose purges (deferred by lazy RCU) may fall in this run.
+            own_sockets = bpf_object.map("own_sockets")
+            for cookie in sorted(recent_own_sockets())[-_OWN_SOCKETS_CARRIED:]:
+                own_sockets.update(cookie.to_bytes(8, "little"), b"\x01")
 
     # -- run -------------------------------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list[RawDrop]:

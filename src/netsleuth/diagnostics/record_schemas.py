@@ -358,6 +358,7 @@ class DiagnoseSummaryJson(TypedDict):
     watched: str
     verdicts: int
     drops: Totals
+    own_drops: int  # netsleuth's own footprint (its firewall reads' purged netlink messages), not in `drops`
     all_good: list[str]
     problems: list[str]
     attach: str

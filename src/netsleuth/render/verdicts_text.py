@@ -14,10 +14,13 @@ __all__ = ["print_verdicts"]
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 _EVIDENCE_SHOWN = (
     "drops",
+    "timeouts",
+    "dns_drops",
     "rate_per_s",
     "resets_sent",
     "example",
     "process",
+    "processes",
     "location",
     "stack_top",
     "subject",
@@ -32,6 +35,9 @@ def _evidence_line(verdict: Verdict) -> str:
             continue
         if key == "process":
             value = f"{value['comm']}[{value['pid']}]"
+        elif key == "processes":
+            shown = [f"{process['comm']}[{process['pid']}]" for process in value[:5]]
+            value = ", ".join(shown) + (f" and {len(value) - 5} more" if len(value) > 5 else "")
         elif key == "stack_top":
             value = " < ".join(value)
         parts.append(f"{key.replace('_', ' ')}: {value}")
