@@ -116,3 +116,26 @@ def test_the_helper_is_gone_after_close(host: Host) -> None:
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not os.path.exists(f"/proc/{pid}")
+
+
+def test_where_conntrack_keeps_its_own_timestamps_a_nat_is_timed_exactly(host: Host) -> None:
+    """With net.netfilter.nf_conntrack_timestamp=1 in the namespace (the operator's choice: netsleuth never
+    turns it on) the kernel's creation time of the entry is the NAT hop's time: inside the connect() call."""
+    from netsleuth.fleet.conntrack_records import ConntrackWatch
+    from netsleuth.fleet.merge import parse_time_ns
+
+    host.run("sysctl", "-qw", "net.netfilter.nf_conntrack_timestamp=1")  # per namespace: gone with it
+    watch = ConntrackWatch({"proto": "tcp", "dport": 7000}, [host.name])
+    try:
+        watch.start()
+        t0 = time.time_ns()
+        watch.mark()
+        made = json.loads(host.run("python3", "-c", _CONNECT).stdout)
+        records, notes = watch.finish(t0, time.time_ns())
+    finally:
+        watch.close()
+    [record] = [r for r in records if r["type"] == "conntrack" and r["orig"]["sport"] == made["port"]]
+    created = parse_time_ns(record["created"])
+    assert created is not None and made["before"] <= created <= made["after"], created - made["before"]
+    assert record["time"] == record["created"] and record["reply"]["sport"] == 7001
+    assert notes == []

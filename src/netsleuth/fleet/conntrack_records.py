@@ -6,8 +6,11 @@ namespace, or every one for a host-wide scope; kernel/conntrack_events.py), so a
 created and destroyed - inside the window is seen, with the moment its NAT was set up (the NEW event). At the
 end it ships one `conntrack` record per entry of the session's flows (nat_join.ConntrackEntry.to_record, the
 format the controller's merge reads) with:
-- `created`: when the NEW event arrived (the translation's time), or null for an entry older than the
-  session (in the table at the end, no NEW event in the window: a long-lived connection);
+- `created`: when the NEW event arrived (the translation's time; read by a helper process, so late by its
+  wake-up, ~0.3 ms idle, a few ms on a loaded host), or the kernel's own creation time where the operator
+  turned on net.netfilter.nf_conntrack_timestamp (exact: kept in the table and in DESTROY events); null for
+  an entry older than the session (in the table at the end, no NEW event in the window: a long-lived
+  connection);
 - `destroyed`: when the DESTROY event arrived, or null;
 - `states`: the TCP states the events showed, with their times (at most 16).
 `time` is `created` when known (the timeline places the hop there), else the end of the session.
@@ -147,7 +150,20 @@ def _older(entry: ConntrackEntry, label: str, end_ns: int) -> dict[str, Any]:
     return {**record, "created": None, "destroyed": None, "states": []}
 
 
-def _lives(events: list[ConntrackEvent], t0_ns: int, end_ns: int) -> dict[_Key, _Life]:
+def _created_in_window(record: dict[str, Any], stamped: int | None, t0_ns: int) -> dict[str, Any]:
+    """An entry the kernel says it created inside the window, though no NEW event was read for it (lost,
+    or cut): its kernel time."""
+    if stamped is None or stamped < t0_ns:
+        return record
+    return {**record, "time": _iso(stamped), "created": _iso(stamped)}
+
+
+def _lives(
+    events: list[ConntrackEvent], t0_ns: int, end_ns: int, stamped: Mapping[_Key, int]
+) -> dict[_Key, _Life]:
+    """What the window's events showed of each entry. `stamped`: when the kernel created entries, where it
+    keeps that (nf_conntrack_timestamp=1: in the table and in DESTROY events, not in NEW): exact, so it
+    replaces the NEW event's arrival."""
     lives: dict[_Key, _Life] = {}
     for event in events:
         if not t0_ns <= event.wall_ns <= end_ns:
@@ -160,9 +176,14 @@ def _lives(events: list[ConntrackEvent], t0_ns: int, end_ns: int) -> dict[_Key, 
             life.created_ns = event.wall_ns
         elif event.kind == "destroy":
             life.destroyed_ns = event.wall_ns
+        if event.created_ns is not None and life.created_ns is not None:
+            life.created_ns = event.created_ns
         state = entry.state
         if state and (not life.states or life.states[-1][1] != state) and len(life.states) < _MAX_STATES:
             life.states.append((event.wall_ns, state))
+    for key, life in lives.items():
+        if life.created_ns is not None and key in stamped:
+            life.created_ns = stamped[key]
     return lives
 
 
@@ -198,13 +219,15 @@ class ConntrackWatch:
     def finish(self, t0_ns: int, end_ns: int) -> tuple[list[dict[str, Any]], list[str]]:
         """(records, notes): the entries of the session's flows and each namespace's INVALID count over
         the window."""
-        lives = _lives(self._events.take(), t0_ns, end_ns)
         table = [entry for entry in self._reader.entries() if entry_matches(entry, self._config)]
+        lives = _lives(self._events.take(), t0_ns, end_ns, self._reader.created)
         records = [life.to_record(self._label(life.entry.where)) for life in lives.values()]
         records += [
-            _older(entry, self._label(entry.where), end_ns)
+            _created_in_window(
+                _older(entry, self._label(entry.where), end_ns), self._reader.created.get(key), t0_ns
+            )
             for entry in table
-            if (entry.where, entry.original, entry.reply) not in lives
+            if (key := (entry.where, entry.original, entry.reply)) not in lives
         ]
         notes: list[str] = []
         if len(records) > MAX_CONNTRACK_RECORDS:

@@ -43,6 +43,7 @@ __all__ = [
     "ConntrackReader",
     "ConntrackSource",
     "Namespace",
+    "created_ns",
     "entry_from_message",
     "list_namespaces",
     "messages",
@@ -70,6 +71,7 @@ _NLA_HEADER = struct.Struct("=HH")  # struct nlattr
 # include/uapi/linux/netfilter/nfnetlink_conntrack.h: enum ctattr_type, ctattr_tuple, ctattr_ip,
 # ctattr_l4proto, ctattr_protoinfo, ctattr_protoinfo_tcp.
 _CTA_TUPLE_ORIG, _CTA_TUPLE_REPLY, _CTA_STATUS, _CTA_PROTOINFO, _CTA_MARK = 1, 2, 3, 4, 8
+_CTA_TIMESTAMP, _CTA_TIMESTAMP_START = 20, 1  # enum ctattr_type, enum ctattr_tstamp
 _CTA_TUPLE_IP, _CTA_TUPLE_PROTO = 1, 2
 _CTA_IP_V4_SRC, _CTA_IP_V4_DST, _CTA_IP_V6_SRC, _CTA_IP_V6_DST = 1, 2, 3, 4
 _CTA_PROTO_NUM, _CTA_PROTO_SRC_PORT, _CTA_PROTO_DST_PORT, _CTA_PROTO_ICMP_ID = 1, 2, 3, 4
@@ -147,6 +149,21 @@ def _tuple(data: bytes, span: tuple[int, int] | None) -> tuple[FlowTuple, int] |
 
 def _be32(data: bytes, span: tuple[int, int] | None) -> int:
     return int(struct.unpack_from("!I", data, span[0])[0]) if span else 0
+
+
+def created_ns(data: bytes) -> int | None:
+    """When the kernel created the entry of a ctnetlink message (CTA_TIMESTAMP_START, wall clock in ns), or
+    None: the kernel stamps entries only where net.netfilter.nf_conntrack_timestamp is on (off by default;
+    netsleuth reads it, never turns it on)."""
+    if len(data) < _HEADER.size + 4:
+        return None
+    length = min(_HEADER.unpack_from(data, 0)[0], len(data))
+    stamp = _attrs(data, _HEADER.size + 4, length).get(_CTA_TIMESTAMP)
+    start = _attrs(data, *stamp).get(_CTA_TIMESTAMP_START) if stamp else None
+    if start is None or start[1] - start[0] < 8:
+        return None
+    value = int(struct.unpack_from("!Q", data, start[0])[0])
+    return value or None
 
 
 def entry_from_message(data: bytes, where: str) -> ConntrackEntry | None:
@@ -363,6 +380,9 @@ class ConntrackReader:
         self.problems: dict[int, str] = {}
         self.truncated = 0
         self.requests = 0
+        # When the kernel created each entry of the last dump, where it stamps them (nf_conntrack_timestamp=1):
+        # (where, original, reply) -> wall-clock ns.
+        self.created: dict[tuple[str, FlowTuple, FlowTuple], int] = {}
         self.destroyed_lost = 0
         if watch_destroyed:
             # Now, not at the first lookup: the entries worth remembering die while the connection fails.
@@ -410,6 +430,8 @@ class ConntrackReader:
                 self.truncated += 1
                 continue
             entries.append(entry)
+            if flow is None and (created := created_ns(message)) is not None:
+                self.created[(entry.where, entry.original, entry.reply)] = created
         return entries
 
     def _readable(self) -> tuple[list[Namespace], list[tuple[int, str]]]:
@@ -490,8 +512,9 @@ class ConntrackReader:
             return list(dict.fromkeys(live + self._destroyed_holding(wanted)))
 
     def entries(self) -> list[ConntrackEntry]:
-        """Every entry of every namespace (of `proto`, when set)."""
+        """Every entry of every namespace (of `proto`, when set); `created` holds their kernel times."""
         with self._lock:
+            self.created = {}
             return self._each_namespace([None])
 
     def invalid_counts(self) -> dict[str, int]:

@@ -14,6 +14,9 @@ agent's busy threads, and on a loaded 2-CPU host that put the stamp of a REDIREC
 packet; the helper's stamp waits for the scheduler only. It sends (stamp, datagram) frames on a pipe to a
 thread of ours, which parses them at leisure, and exits when the pipe's other end closes (the agent gone).
 
+Where the operator has turned on net.netfilter.nf_conntrack_timestamp, the kernel stamps each entry when it
+creates it (CTA_TIMESTAMP_START, wall clock): that exact time is taken instead (`created_ns`).
+
 What it can see: entries created while a listener exists. With nf_conntrack_events=2 (the default) the kernel
 gives an entry its event extension only if someone listens when it is created (nf_ct_ecache_ext_add), so
 subscribe before the traffic you want to time; entries older than the subscription send no UPDATE or
@@ -33,7 +36,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from netsleuth.diagnostics.nat_join import ConntrackEntry
-from netsleuth.kernel.conntrack import Namespace, entry_from_message, messages, netlink_sockets, subscribe
+from netsleuth.kernel.conntrack import (
+    Namespace,
+    created_ns,
+    entry_from_message,
+    messages,
+    netlink_sockets,
+    subscribe,
+)
 
 __all__ = ["ConntrackEvent", "ConntrackEvents", "EventKind", "event_kind"]
 
@@ -51,6 +61,8 @@ class ConntrackEvent:
     kind: EventKind
     entry: ConntrackEntry
     wall_ns: int  # when it was read off the socket: the event's own time plus the helper's wake-up
+    # When the kernel created the entry, if it stamps entries (nf_conntrack_timestamp=1): exact.
+    created_ns: int | None = None
 
 
 def event_kind(message: bytes) -> EventKind | None:
@@ -209,4 +221,4 @@ class ConntrackEvents:
                 if len(self._events) >= self._limit:
                     self.cut += 1
                 else:
-                    self._events.append(ConntrackEvent(kind, entry, stamp))
+                    self._events.append(ConntrackEvent(kind, entry, stamp, created_ns(message)))
