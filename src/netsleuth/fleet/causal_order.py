@@ -24,14 +24,27 @@ import heapq
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
-__all__ = ["Ordered", "Placed", "Relation", "causal_order"]
+__all__ = ["Ordered", "Placed", "Relation", "Timed", "causal_order"]
 
 Relation = Literal["first", "causal", "clock", "concurrent"]
 
 
-@dataclass(frozen=True)
+class Timed(Protocol):
+    """What ordering needs of a hop (flow_verdict.Hop has it): where, when, and whether the stamp is exact."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def time_ns(self) -> int | None: ...
+
+    @property
+    def exact(self) -> bool: ...
+
+
+@dataclass(slots=True)
 class Placed:
     """One thing to order: where and (corrected) when; time None = before the window (an entry older than
     the session)."""
@@ -41,18 +54,18 @@ class Placed:
     exact: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Ordered:
     index: int  # into the caller's list
     relation: Relation  # to the hop told before it
     uncertainty_ns: int = 0  # concurrent: how far apart the two could really be, in either direction
 
 
-def _time(item: Placed) -> int:
+def _time(item: Timed) -> int:
     return item.time_ns if item.time_ns is not None else -(1 << 62)
 
 
-def _host_edges(items: Sequence[Placed]) -> set[tuple[int, int]]:
+def _host_edges(items: Sequence[Timed]) -> set[tuple[int, int]]:
     """What each host's own clock says: an exact event before a later one; a late stamp before a later
     exact event (its real time is earlier still)."""
     edges: set[tuple[int, int]] = set()
@@ -70,25 +83,22 @@ def _host_edges(items: Sequence[Placed]) -> set[tuple[int, int]]:
     return edges
 
 
-def _reachable(count: int, edges: set[tuple[int, int]]) -> list[set[int]]:
-    after: list[set[int]] = [set() for _ in range(count)]
-    for a, b in edges:
-        after[a].add(b)
-    closure: list[set[int]] = []
-    for start in range(count):
-        seen: set[int] = set()
-        stack = list(after[start])
-        while stack:
-            node = stack.pop()
-            if node not in seen:
-                seen.add(node)
-                stack.extend(after[node])
-        closure.append(seen)
-    return closure
+def _reaches(successors: list[list[int]], start: int, goal: int) -> bool:
+    """Is there a path of happened-before edges from `start` to `goal`? (Asked for told neighbours only.)"""
+    seen = {start}
+    stack = list(successors[start])
+    while stack:
+        node = stack.pop()
+        if node == goal:
+            return True
+        if node not in seen:
+            seen.add(node)
+            stack.extend(successors[node])
+    return False
 
 
 def causal_order(
-    items: Sequence[Placed], edges: Iterable[tuple[int, int]], uncertainty_ns: Mapping[str, int]
+    items: Sequence[Timed], edges: Iterable[tuple[int, int]], uncertainty_ns: Mapping[str, int]
 ) -> list[Ordered]:
     """`edges`: (a, b) = item a happened before item b. `uncertainty_ns`: per host, how far its corrected
     clock may be from the controller's (half the round trip its offset was measured over)."""
@@ -117,11 +127,10 @@ def causal_order(
             waiting[successor] -= 1
             if waiting[successor] == 0 and not placed[successor]:
                 heapq.heappush(ready, (_time(items[successor]), successor))
-    closure = _reachable(count, graph)
     ordered = [Ordered(done[0], "first")] if done else []
     for previous, index in itertools.pairwise(done):
         first, second = items[previous], items[index]
-        if index in closure[previous]:
+        if _reaches(successors, previous, index):
             ordered.append(Ordered(index, "causal"))
             continue
         bound = uncertainty_ns.get(first.host, 0) + uncertainty_ns.get(second.host, 0)

@@ -9,13 +9,14 @@ clock uncertainty; nothing here reads a clock or a socket.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, NatHop, NatPath
 from netsleuth.firewall.removal import removal_command
-from netsleuth.fleet.causal_order import Placed, causal_order
+from netsleuth.fleet.causal_order import causal_order
 from netsleuth.netns_command import in_netns
 from netsleuth.packet import endpoint_text
 
@@ -49,14 +50,12 @@ _FAULTS = ("bypass", "drop", "reset")
 
 
 def iso_from_ns(ns: int) -> str:
-    import datetime
-
     seconds, rest = divmod(ns, 1_000_000_000)
     moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
     return (moment + datetime.timedelta(microseconds=rest // 1000)).isoformat(timespec="microseconds")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Observation:
     """One thing one host saw of one flow, on the controller's clock; `host` is the host that sent it."""
 
@@ -71,7 +70,7 @@ class Observation:
     # whatever the clocks say.
     of_reset: bool = False
     direction: str | None = None  # resets: "sent" | "received"
-    record: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    record: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ class AppView:
     duration_s: float | None
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class Hop:
     host: str
     event: str  # sent | nat | established | accepted | drop | reset | retransmit | bypass
@@ -139,7 +138,7 @@ def group_observations(
         hop, members = chosen[key]
         hop.count += 1
         members.append(observation)
-        if observation.kind == "drop" and not hop.fix:
+        if hop.count == 1 and observation.kind == "drop":  # the group's first: its rule is theirs
             hop.fix = _firewall_fix(observation)
         if hop.time_ns is None or observation.time_ns < hop.time_ns:
             hop.time_ns = observation.time_ns
@@ -521,8 +520,7 @@ def flow_verdict(
     missing: Sequence[tuple[str, Mapping[str, Any]]],
 ) -> dict[str, Any]:
     """The verdict of one flow from its hops (in any order): ordered, its outcome, where it began."""
-    items = [Placed(hop.host, hop.time_ns, hop.exact) for hop in hops]
-    order = causal_order(items, _edges(hops), uncertainty_ns)
+    order = causal_order(hops, _edges(hops), uncertainty_ns)
     told = [hops[entry.index] for entry in order]
     # The client's retransmits are evidence, not a hop of the path: kept only when nothing further along
     # the path explains the flow.
