@@ -142,7 +142,8 @@ bench: setup
 	$(BIN)/python bench/drops_storm.py
 
 # The fleet on one machine (tests/fleet_lab.py): nats-server, client/lb/server namespaces, one agent each, and
-# one synchronised session showing the far firewall drop and the DNAT-bypass reset.
+# one synchronised `conn` session over the seed-001 story (an INVALID ACK skips the server's sidecar REDIRECT
+# and draws a RST from the application's LISTEN socket), the merged verdict printed first.
 fleet-demo: setup
 	$(BIN)/python -m tests.fleet_lab --demo
 
