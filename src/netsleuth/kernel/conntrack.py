@@ -380,8 +380,8 @@ class ConntrackReader:
         self.problems: dict[int, str] = {}
         self.truncated = 0
         self.requests = 0
-        # When the kernel created each entry of the last dump, where it stamps them (nf_conntrack_timestamp=1):
-        # (where, original, reply) -> wall-clock ns.
+        # When the kernel created each entry of the last dump, where it stamps them
+        # (nf_conntrack_timestamp=1): (where, original, reply) -> wall-clock ns.
         self.created: dict[tuple[str, FlowTuple, FlowTuple], int] = {}
         self.destroyed_lost = 0
         if watch_destroyed:
