@@ -14,6 +14,8 @@ import pytest
 
 from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.firewall import FirewallMatcher, read_snapshot, run_in_netns
+from netsleuth.firewall.matcher import FirewallSnapshot
+from netsleuth.firewall.ruleset_version import RulesetVersion
 from netsleuth.packet import PacketTuple
 from tests.netlab import Host, Lab, lab, wait_for
 
@@ -305,3 +307,57 @@ def test_run_in_netns_sees_the_namespace(hosts: Hosts) -> None:
         run_in_netns(["netsleuth-no-such-tool"], hosts.b.netns_path)
     with pytest.raises(UsageError, match="does not exist"):
         run_in_netns(["true"], "/run/netns/netsleuth-no-such-namespace")
+
+
+def test_the_rules_version_changes_with_every_rule_and_not_with_counters(hosts: Hosts) -> None:
+    """netsleuth.firewall.ruleset_version in a real namespace: nf_tables's generation moves with every rule
+    nft or iptables-nft commits, never with the counters drops move; legacy tables have no version."""
+    b = hosts.b
+    version = RulesetVersion(b.netns_path)
+    try:
+        start = version()
+        assert start is not None
+        b.run("iptables-nft", "-A", "INPUT", "-p", "udp", "--dport", "9", "-j", "DROP")
+        after_iptables = version()
+        assert after_iptables is not None and after_iptables != start
+        for _ in range(20):  # drops move the rule's counter, not the rules
+            send_udp(hosts.a, "198.18.0.2", 9)
+        assert version() == after_iptables
+        b.run("nft", "add", "table", "inet", "extra")
+        assert version() not in (None, after_iptables)
+        b.run("iptables-legacy", "-A", "INPUT", "-p", "udp", "--dport", "10", "-j", "DROP")
+        assert version() is None  # legacy rules carry no version: the matcher reads them each time
+    finally:
+        version.close()
+
+
+def test_a_storm_one_rule_decides_runs_no_tool_until_a_rule_changes(hosts: Hosts) -> None:
+    """The matcher over the real tools: past max_age it asks the rules' version, not iptables-save, while
+    one rule certainly decides the drops; a new rule is read within max_age."""
+    b = hosts.b
+    b.run("iptables-nft", "-A", "INPUT", "-p", "udp", "--dport", "9", "-j", "DROP")
+    reads: list[str | None] = []
+    clock = [100.0]
+
+    def counted(path: str | None) -> FirewallSnapshot:
+        reads.append(path)
+        return read_snapshot(path, lambda: clock[0])
+
+    version = RulesetVersion(b.netns_path)
+    matcher = FirewallMatcher(b.netns_path, reader=counted, clock=lambda: clock[0], version=version)
+    try:
+        packet = udp_packet("198.18.0.1", "198.18.0.2", 9)
+        first = matcher.explain(packet, "input", "veth0", None)
+        assert first is not None and first.confidence == "matched"
+        for _ in range(6):
+            send_udp(hosts.a, "198.18.0.2", 9)
+            clock[0] += 1.0
+            assert matcher.explain(packet, "input", "veth0", None) == first
+        assert len(reads) == 2  # the start and the first reading
+        b.run("iptables-nft", "-I", "INPUT", "-p", "udp", "--dport", "9", "-j", "REJECT")
+        clock[0] += 1.0
+        changed = matcher.explain(packet, "input", "veth0", None)
+        assert len(reads) == 3 and changed is not None and changed.rule != first.rule
+    finally:
+        matcher.close()
+        version.close()

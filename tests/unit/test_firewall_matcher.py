@@ -339,6 +339,65 @@ def test_reads_are_cached_and_refreshed() -> None:
     assert reader.reads == 4
 
 
+class Version:
+    """The rules' version as the matcher asks it (netsleuth.firewall.ruleset_version), set by the test."""
+
+    def __init__(self) -> None:
+        self.token: tuple[int, ...] | None = (1,)
+        self.asked = 0
+
+    def __call__(self) -> tuple[int, ...] | None:
+        self.asked += 1
+        return self.token
+
+
+def test_a_reading_stands_while_the_rules_version_holds_and_no_answer_needed_counters() -> None:
+    clock = Clock()
+    reader, version = Reader(clock, ("before", "after")), Version()
+    matcher = FirewallMatcher(
+        None, reader=reader, chain_listing=stateless_listing, clock=clock, version=version
+    )
+    definite = udp("198.18.0.9", "198.18.0.1", 9)  # one rule certainly drops it
+    first = matcher.explain(definite, "input", "veth0", None)
+    assert reader.reads == 2  # the start, then the reading the drops are decided on
+    for _ in range(10):  # a storm of the same drop, five seconds long
+        clock.now += 0.5
+        assert matcher.explain(definite, "input", "veth0", None) == first
+    assert reader.reads == 2 and version.asked >= 5  # asked the version, never ran the tools again
+    version.token = (2,)  # a rule changed
+    clock.now += 0.6
+    matcher.explain(definite, "input", "veth0", None)
+    assert reader.reads == 3
+
+
+def test_an_answer_that_weighed_counters_is_read_again_whatever_the_version() -> None:
+    clock = Clock()
+    reader, version = Reader(clock, ("before", "after")), Version()
+    matcher = FirewallMatcher(
+        None, reader=reader, chain_listing=stateless_listing, clock=clock, version=version
+    )
+    undecidable = udp("198.18.0.1", "198.18.0.50", 5000)  # the owner match: only counters tell
+    matcher.explain(undecidable, "output", None, "ext0")
+    reads = reader.reads
+    clock.now += 0.6
+    matcher.explain(undecidable, "output", None, "ext0")
+    assert reader.reads == reads + 1  # counters move with every drop: a fresh reading
+
+
+def test_without_a_version_every_reading_ages_out() -> None:
+    clock = Clock()
+    reader, version = Reader(clock, ("before", "after")), Version()
+    version.token = None  # e.g. legacy tables, whose rules have no version
+    matcher = FirewallMatcher(
+        None, reader=reader, chain_listing=stateless_listing, clock=clock, version=version
+    )
+    definite = udp("198.18.0.9", "198.18.0.1", 9)
+    matcher.explain(definite, "input", "veth0", None)
+    clock.now += 0.6
+    matcher.explain(definite, "input", "veth0", None)
+    assert reader.reads == 3
+
+
 def test_iptables_nft_tables_are_not_reported_twice() -> None:
     nft = parse_nft_json(read("mixed.after.nft.json"))
     snapshot = FirewallSnapshot.build(iptables_rulesets("after"), nft, 0.0)

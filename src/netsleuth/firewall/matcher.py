@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -458,6 +458,16 @@ def _counters(snapshot: FirewallSnapshot) -> tuple[dict[tuple[object, ...], int]
     return counters, sources
 
 
+def _ruleset_version(netns_path: str | None) -> Callable[[], Hashable | None] | None:
+    """The namespace's RulesetVersion, or None when it cannot be watched (then every reading is fresh)."""
+    from netsleuth.firewall.ruleset_version import RulesetVersion
+
+    try:
+        return RulesetVersion(netns_path)
+    except (NetsleuthError, OSError):
+        return None
+
+
 def _source_of(candidate: _Candidate) -> tuple[object, ...]:
     if candidate.backend == _BACKEND_NFTABLES:
         return ("nft",)
@@ -470,10 +480,13 @@ class FirewallMatcher:
 
     Rules are re-read at most every `max_age` seconds (a burst of drops shares one reading), and once more,
     at most every `min_refresh` seconds, when a drop cannot be pinned down by its matches alone and the
-    reading may predate it. `reader` and `chain_listing` exist for tests (recorded fixtures instead of the
-    real tools). The constructor raises EnvironmentProblem when no firewall tool can be read and
-    UsageError for a namespace that does not exist; `explain` never raises: when a later reading fails
-    it answers from the last good one and notes why in `problems`.
+    reading may predate it. A reading stands past those ages while the rules' version (`version`: by
+    default netsleuth.firewall.ruleset_version for the real tools, none for a test's `reader`) says no rule
+    changed and no answer on it looked at counters: a storm of drops one rule decides runs no tool.
+    `reader` and `chain_listing` exist for tests (recorded fixtures instead of the real tools). The
+    constructor raises EnvironmentProblem when no firewall tool can be read and UsageError for a namespace
+    that does not exist; `explain` never raises: when a later reading fails it answers from the last good
+    one and notes why in `problems`.
     """
 
     def __init__(
@@ -485,6 +498,7 @@ class FirewallMatcher:
         clock: Callable[[], float] = time.monotonic,
         max_age: float = 0.5,
         min_refresh: float = 0.1,
+        version: Callable[[], Hashable | None] | None = None,
     ) -> None:
         self.netns_path = netns_path
         self._read = reader or (lambda path: read_snapshot(path, clock))
@@ -493,6 +507,9 @@ class FirewallMatcher:
         self._max_age = max_age
         self._min_refresh = min_refresh
         self._lock = threading.Lock()
+        self._version, self._closes_version = version, False
+        if version is None and reader is None:
+            self._version, self._closes_version = _ruleset_version(netns_path), True
         self._start = self._read(netns_path)
         self._baseline, self._baseline_sources = _counters(self._start)
         self._snapshot: FirewallSnapshot | None = None  # the start snapshot predates every drop: not reused
@@ -505,6 +522,9 @@ class FirewallMatcher:
         # answer is the same as deciding again.
         self._decided: dict[PacketAtHook, FirewallVerdict | None] = {}
         self._decided_on: FirewallSnapshot | None = None
+        self._checked_at = 0.0  # when the current reading was last known to hold every rule
+        self._read_version: Hashable | None = None  # the rules' version just before that reading
+        self._counters_asked = False  # an answer on the current reading depended on counters
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -551,17 +571,40 @@ class FirewallMatcher:
         return verdict
 
     def _current(self, max_age: float) -> FirewallSnapshot:
-        if self._snapshot is None or self._clock() - self._snapshot.taken_at > max_age:
-            try:
-                self._snapshot = self._read(self.netns_path)
-            except NetsleuthError as error:
-                # The namespace went away or a tool broke mid-trace: answer from the last reading, noted,
-                # and wait out max_age before trying again.
-                last = self._snapshot or self._start
-                problems = (*last.problems, str(error))
-                self._snapshot = dataclasses.replace(last, taken_at=self._clock(), problems=problems)
-            self._listings.clear()
+        now = self._clock()
+        if self._snapshot is not None and now - self._checked_at <= max_age:
+            return self._snapshot
+        version = self._version() if self._version is not None else None
+        if (
+            self._snapshot is not None
+            and version is not None
+            and version == self._read_version
+            and not self._counters_asked
+        ):
+            # No rule changed since this reading and none of its answers looked at counters (the only thing
+            # that moved since): a new reading would answer the same.
+            self._checked_at = now
+            return self._snapshot
+        try:
+            self._snapshot = self._read(self.netns_path)
+            self._read_version = version
+        except NetsleuthError as error:
+            # The namespace went away or a tool broke mid-trace: answer from the last reading, noted,
+            # and wait out max_age before trying again.
+            last = self._snapshot or self._start
+            problems = (*last.problems, str(error))
+            self._snapshot = dataclasses.replace(last, taken_at=self._clock(), problems=problems)
+            self._read_version = None
+        self._checked_at = self._snapshot.taken_at
+        self._counters_asked = False
+        self._listings.clear()
         return self._snapshot
+
+    def close(self) -> None:
+        """Release the version watch (a netlink socket and two fds in the namespace)."""
+        close = getattr(self._version, "close", None)
+        if self._closes_version and close is not None:
+            close()
 
     def _grew(self, candidate: _Candidate) -> bool | None:
         """Whether the candidate's counter grew since the start; None when it has none, when the start
@@ -576,6 +619,10 @@ class FirewallMatcher:
         walk.hook(_iptables_bases(snapshot, seen) + _nft_bases(snapshot, seen))
         if not walk.found:
             return None
+        # One rule that certainly drops the packet is the answer whatever the counters say; any other answer
+        # weighs counters, so the next reading must be a fresh one.
+        if len(walk.found) > 1 or walk.found[0].truth is not True:
+            self._counters_asked = True
         grew = {id(found): self._grew(found.candidate) for found in walk.found}
         # The walk stops at the first certain drop, so at most the last candidate is certain.
         certain = [found for found in walk.found if found.truth is True]

@@ -30,6 +30,7 @@ from netsleuth.errors import EnvironmentProblem, UsageError
 __all__ = [
     "CommandFailed",
     "call_in_netns",
+    "files_in_netns",
     "netns_file",
     "read_file_in_netns",
     "run_in_netns",
@@ -272,3 +273,59 @@ def sockets_in_netns(
         parent_end.close()
         os.waitpid(pid, 0)
     return result
+
+
+def files_in_netns(netns_path: str, paths: Sequence[str]) -> list[int | None]:
+    """Read-only fds of per-namespace files (/proc/self/net/...) opened inside the namespace at `netns_path`,
+    one forked child for all (fds handed back over SCM_RIGHTS, as `sockets_in_netns`); None for a file that
+    does not exist there. A /proc/net file keeps the namespace it was opened in: reading the fd again later,
+    from this process, shows that namespace's current contents (os.pread at offset 0). EnvironmentProblem
+    when the namespace cannot be entered."""
+    setns = _libc().setns  # looked up before the fork: the child makes only system calls
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:  # child: never return into the caller's stack
+        parent_end.close()
+        try:
+            code, opened = 0, []
+            try:
+                fd = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    if setns(fd, _CLONE_NEWNET) != 0:
+                        code = ctypes.get_errno()
+                finally:
+                    os.close(fd)
+                for path in paths if not code else ():
+                    try:
+                        opened.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+                    except FileNotFoundError:
+                        opened.append(-1)
+            except OSError as error:
+                code = error.errno or 1
+            present = [fd for fd in opened if fd >= 0]
+            header = struct.pack(
+                f"=i{len(paths)}b", code, *(fd >= 0 for fd in opened), *([0] * (len(paths) - len(opened)))
+            )
+            socket.send_fds(child_end, [header], present)
+        finally:
+            os._exit(0)
+    child_end.close()
+    try:
+        size = 4 + len(paths)
+        data, fds, _, _ = socket.recv_fds(parent_end, size, len(paths))
+    finally:
+        parent_end.close()
+        os.waitpid(pid, 0)
+    if len(data) < size:
+        for fd in fds:
+            os.close(fd)
+        raise EnvironmentProblem(
+            f"the helper process in network namespace {netns_path} died without an answer"
+        )
+    code, *found = struct.unpack(f"=i{len(paths)}b", data)
+    if code:
+        for fd in fds:
+            os.close(fd)
+        raise EnvironmentProblem(f"cannot enter network namespace {netns_path}: {os.strerror(code)}")
+    received = iter(fds)
+    return [next(received) if present else None for present in found]
