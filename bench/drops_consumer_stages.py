@@ -98,8 +98,7 @@ def offline(events: int, batch_size: int) -> None:
         stages = [
             ("plain path: decode + enrich + to_json + encode, each", plain),
             ("batch: group by kind, enrich one of each", lambda: [batcher.batch(b) for b in batches]),
-            ("batch lines: time text + join + encode", lambda: [b.json_blob() for b in grouped]),
-            ("  of which the time texts", lambda: [b._time_texts() for b in grouped]),
+            ("batch lines: time text + one %-format", lambda: [b.json_blob() for b in grouped]),
             ("write the lines to a file", write),
         ]
         line = len(blobs[0]) / len(grouped[0])

@@ -21,7 +21,7 @@ from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.maps import BpfMap
 from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.perfbuf import PerfBuffer, retire_ring_buffer_map
-from netsleuth.bpf.ringbuf import RingBuffer
+from netsleuth.bpf.ringbuf import RecordBlob, RingBuffer, joined_records
 
 __all__ = ["TP_BTF_THEN_RAW_TP", "PerfFallback", "ProgramBacked", "ProgramSession", "Variant"]
 
@@ -72,6 +72,7 @@ class ProgramSession:
         self.variants = tuple(variants)
         self._mirrors = tuple(mirrors)
         self._object: BpfObject | None = None
+        self._maps: dict[str, BpfMap] = {}
         self._ring: RingBuffer | PerfBuffer | None = None
         self.attach_kind = ""
         self.attached: tuple[str, ...] = ()
@@ -144,7 +145,11 @@ class ProgramSession:
         return self._object
 
     def map(self, name: str) -> BpfMap:
-        return self.bpf_object.map(name)
+        """The map `name` (looked up once: reading counters often must not cost a lookup each time)."""
+        found = self._maps.get(name)
+        if found is None:
+            found = self._maps[name] = self.bpf_object.map(name)
+        return found
 
     # -- run -------------------------------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list[bytes]:
@@ -157,6 +162,15 @@ class ProgramSession:
     def drain(self) -> list[bytes]:
         return self._ring.drain() if self._ring is not None else []
 
+    def poll_blob(self, timeout_ms: int) -> RecordBlob:
+        """`poll`'s records as one blob and where each is in it (netsleuth.bpf.ringbuf.RecordBlob)."""
+        if isinstance(self._ring, RingBuffer):
+            return self._ring.poll_blob(timeout_ms)
+        return joined_records(self.poll(timeout_ms))
+
+    def drain_blob(self) -> RecordBlob:
+        return joined_records(self.drain())
+
     @property
     def perf_lost(self) -> int | None:
         """Records the kernel reported lost to a perf buffer (PERF_RECORD_LOST); None with a ring buffer. The
@@ -167,7 +181,7 @@ class ProgramSession:
         """Sums over CPUs of `count` u64 slots of a per-CPU array, from index `first` on: the exact totals."""
         if self._object is None:
             return [0] * count
-        counters = self._object.map(map_name)
+        counters = self.map(map_name)
         sums = []
         for index in range(first, first + count):
             per_cpu = counters.lookup_per_cpu(index.to_bytes(4, "little"))
@@ -178,7 +192,7 @@ class ProgramSession:
         """Every (key, value) of a hash map: the in-kernel groups."""
         if self._object is None:
             return iter(())
-        return self._object.map(map_name).items()
+        return self.map(map_name).items()
 
     def program_fds(self) -> dict[str, int]:
         if self._object is None:
@@ -201,6 +215,7 @@ class ProgramSession:
         if self._object is not None:
             self._object.close()
             self._object = None
+        self._maps.clear()
 
     def __enter__(self) -> ProgramSession:
         return self

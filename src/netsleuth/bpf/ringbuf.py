@@ -33,7 +33,7 @@ import select
 from netsleuth.bpf import _libbpf
 from netsleuth.bpf.errors import BpfError, last_errno_error
 
-__all__ = ["RingBuffer"]
+__all__ = ["RecordBlob", "RingBuffer", "joined_records"]
 
 _BATCH = 4096  # records per poll on the callback path
 _MAX_BYTES = 1 << 20  # per poll on the mapped path (~6k drops): the loop keeps its clock (progress, Ctrl-C)
@@ -78,10 +78,15 @@ class _MappedRing:
 
     def _take(self, limit: int) -> list[bytes]:
         """The committed records from consumer_pos on (at most about `limit` bytes), consumed."""
+        blob, bounds = self._take_blob(limit)
+        return [blob[first:last] for first, last in bounds]
+
+    def _take_blob(self, limit: int) -> RecordBlob:
+        """`_take`'s records as one copy of the ring and where each record is in it."""
         start = self._consumer_pos[0]
         end = self._producer_pos[0]
         if start >= end:
-            return []
+            return _EMPTY
         words = self._words  # the data as u32s: headers are 8-byte aligned
         base = start & self._mask
         # Offsets from `base`; never past base + one ring's size: the second mapping keeps records contiguous.
@@ -98,23 +103,27 @@ class _MappedRing:
                 append((offset + _HEADER, offset + _HEADER + length))
             offset += (length + _HEADER + 7) & ~7
         if offset == 0:
-            return []
-        # One copy of every committed record, then slices of it; only then is the space given back.
+            return _EMPTY
+        # One copy of every committed record; only then is the space given back.
         blob = self._data[base : base + offset].tobytes()
         self._consumer_pos[0] = start + offset
-        return [blob[first:last] for first, last in bounds]
+        return blob, bounds
 
     def poll(self, timeout_ms: int) -> list[bytes]:
+        blob, bounds = self.poll_blob(timeout_ms)
+        return [blob[first:last] for first, last in bounds]
+
+    def poll_blob(self, timeout_ms: int) -> RecordBlob:
         if self._closed:
-            return []
-        records = self._take(_MAX_BYTES)
-        if records:
-            return records
+            return _EMPTY
+        taken = self._take_blob(_MAX_BYTES)
+        if taken[1]:
+            return taken
         try:
             self._epoll.poll(timeout_ms / 1000 if timeout_ms >= 0 else -1)
         except InterruptedError:  # a signal (e.g. Ctrl-C): the caller's loop decides
-            return []
-        return self._take(_MAX_BYTES)
+            return _EMPTY
+        return self._take_blob(_MAX_BYTES)
 
     def drain(self) -> list[bytes]:
         records: list[bytes] = []
@@ -124,6 +133,9 @@ class _MappedRing:
                 break
             records.extend(batch)
         return records
+
+    def drain_blob(self) -> RecordBlob:
+        return joined_records(self.drain())
 
     def close(self) -> None:
         if self._closed:
@@ -193,6 +205,20 @@ class _CallbackRing:
 
 _TSO = os.uname().machine == "x86_64"  # not the platform module: it is imported on the way to attaching
 
+# Records as one bytes object and where each one is in it: (blob, [(first, last), ...]).
+RecordBlob = tuple[bytes, list[tuple[int, int]]]
+_EMPTY: RecordBlob = (b"", [])
+
+
+def joined_records(records: list[bytes]) -> RecordBlob:
+    """Separate records as a RecordBlob."""
+    bounds: list[tuple[int, int]] = []
+    end = 0
+    for record in records:
+        bounds.append((end, end + len(record)))
+        end += len(record)
+    return b"".join(records), bounds
+
 
 class RingBuffer:
     """A BPF ring buffer map's records, in batches: the mapped reader on x86-64, libbpf's callback elsewhere
@@ -212,9 +238,19 @@ class RingBuffer:
         """Wait up to timeout_ms for records; returns those that arrived (possibly none)."""
         return self._ring.poll(timeout_ms)
 
+    def poll_blob(self, timeout_ms: int) -> RecordBlob:
+        """`poll`'s records without cutting them apart: the mapped reader's one copy of the ring, and where
+        each record is in it (a consumer that compares records in place saves a copy of each)."""
+        if isinstance(self._ring, _MappedRing):
+            return self._ring.poll_blob(timeout_ms)
+        return joined_records(self._ring.poll(timeout_ms))
+
     def drain(self) -> list[bytes]:
         """Everything still queued, without waiting (used at exit so nothing produced is left unread)."""
         return self._ring.drain()
+
+    def drain_blob(self) -> RecordBlob:
+        return joined_records(self._ring.drain())
 
     def close(self) -> None:
         self._ring.close()

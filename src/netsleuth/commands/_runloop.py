@@ -193,8 +193,9 @@ def run_session(
 
         def step(timeout_ms: int) -> None:
             emit(session.poll(timeout_ms))
-            totals = session.totals()
-            progress.update(totals.matched, totals.emitted, totals.sampled, totals.lost)
+            if progress.enabled:  # the kernel's counters are read for a terminal's progress line only
+                totals = session.totals()
+                progress.update(totals.matched, totals.emitted, totals.sampled, totals.lost)
 
         run_until_stopped(step, options.duration, signals)
         emit(session.drain())

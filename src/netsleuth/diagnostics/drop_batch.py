@@ -15,7 +15,6 @@ text: each drop's line is prefix + its time + suffix, the same bytes `encode_lin
 from __future__ import annotations
 
 import datetime
-import math
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, overload
@@ -34,15 +33,16 @@ _TIME_SIZE = 8
 
 
 class _Kind:
-    """One group of a batch: its enriched first drop and its JSON line cut around the time text (`head` up
-    to the opening quote, `tail` from the time zone on); filled in once the batch's kinds are enriched."""
+    """One group of a batch: its enriched first drop and its JSON line (UTF-8) cut around the time text
+    (`head` up to the opening quote, `tail` from the time zone on); filled in once the batch's kinds are
+    enriched."""
 
     __slots__ = ("head", "record", "tail")
 
     def __init__(self) -> None:
         self.record: DropRecord | None = None
-        self.head: str | None = None  # None: the line could not be cut (never seen; encoded whole then)
-        self.tail = ""
+        self.head: bytes | None = None  # None: the line could not be cut (never seen; encoded whole then)
+        self.tail = b""
 
 
 class DropBatch(Sequence["DropRecord"]):
@@ -77,6 +77,35 @@ class DropBatch(Sequence["DropRecord"]):
     def __iter__(self) -> Iterator[DropRecord]:
         return (self._record(i) for i in range(len(self._times)))
 
+    def select(self, keep: Callable[[DropRecord, int], bool], since_wall_ns: int | None = None) -> DropBatch:
+        """The drops from `since_wall_ns` on (wall clock; all when None) whose kind `keep(its first record,
+        how many of its drops are left)` accepts: a scope decided once per kind (fleet sessions), its lines
+        still one encoding per kind. A drop's wall time is its time text's (to the microsecond), as a reader
+        of its line takes it."""
+        members, times, offset = self._members, self._times, self._offset
+        if since_wall_ns is not None and times and min(times) + offset < since_wall_ns:
+            chosen = [
+                (kind, time_ns)
+                for kind, time_ns in zip(members, times, strict=True)
+                if _text_wall_ns(time_ns, offset) >= since_wall_ns
+            ]
+            members, times = [kind for kind, _ in chosen], [time_ns for _, time_ns in chosen]
+        counts: dict[int, int] = {}
+        for kind in members:
+            counts[id(kind)] = counts.get(id(kind), 0) + 1
+        kept = [
+            kind
+            for kind in self._kinds
+            if id(kind) in counts and kind.record is not None and keep(kind.record, counts[id(kind)])
+        ]
+        if len(kept) < len(counts):
+            ids = {id(kind) for kind in kept}
+            chosen = [
+                (kind, time_ns) for kind, time_ns in zip(members, times, strict=True) if id(kind) in ids
+            ]
+            members, times = [kind for kind, _ in chosen], [time_ns for _, time_ns in chosen]
+        return DropBatch(kept, members, times, self._offset)
+
     def _record(self, index: int) -> DropRecord:
         from netsleuth.diagnostics.drops_enrich import DropRecord
 
@@ -89,59 +118,60 @@ class DropBatch(Sequence["DropRecord"]):
             values["netfilter"] = dict(values["netfilter"])
         return frozen_record(DropRecord, values)
 
-    def _time_texts(self) -> list[str]:
-        """Each drop's time text up to its microseconds (`_ISO` of its time without the time zone)."""
-        texts: list[str] = []
-        append = texts.append
-        offset = self._offset
-        heads = _SECOND_HEADS
-        for time_ns in self._times:
-            # IsoTimes' arithmetic, inline (a call per drop was most of the line's cost).
+    def _line_values(self) -> list[object] | None:
+        """Per drop, what `_LINE` takes: its kind's head, its second's head, its microseconds and its kind's
+        tail. The microseconds are IsoTimes' (the float seconds' fraction rounded half to even, carried into
+        the next second), with `seconds - int(seconds)` for math.modf's fraction: the same, exactly, for any
+        time after 1970. None when a kind has no cut line or a time is before 1971 (the plain path then)."""
+        times, offset = self._times, self._offset
+        if any(kind.head is None for kind in self._kinds) or (times and min(times) + offset < _ONE_SECOND):
+            return None
+        values: list[object] = []
+        extend = values.extend
+        heads = _SECOND_BYTES
+        for kind, time_ns in zip(self._members, times, strict=True):
             seconds = (time_ns + offset) / 1e9
-            fraction, whole = _modf(seconds)
-            if fraction < 0:  # before 1970: never a kernel timestamp
-                append(_ISO(seconds)[: -len(_ZONE)])
-                continue
-            micros = round(fraction * 1e6)
-            second = int(whole)
+            second = int(seconds)
+            micros = round((seconds - second) * 1e6)
             if micros >= 1_000_000:
                 micros -= 1_000_000
                 second += 1
-            head = heads.get(second)
-            if head is None:
-                head = _second_head(second)
-            append(f"{head}{micros:06d}")
-        return texts
+            extend((kind.head, heads.get(second) or _second_bytes(second), micros, kind.tail))
+        return values
 
     def json_lines(self) -> list[bytes]:
         """One newline-terminated JSON line per drop (as `encode_line(record.to_json())`)."""
-        from netsleuth.render.jsonl import encode_line
+        values = self._line_values()
+        if values is None:
+            from netsleuth.render.jsonl import encode_line
 
-        lines: list[bytes] = []
-        append = lines.append
-        for index, (kind, text) in enumerate(zip(self._members, self._time_texts(), strict=True)):
-            if kind.head is None:
-                append(encode_line(self._record(index).to_json()))
-            else:
-                append((kind.head + text + kind.tail).encode())
-        return lines
+            return [encode_line(self._record(index).to_json()) for index in range(len(self))]
+        line = _LINE
+        return [line % tuple(values[at : at + 4]) for at in range(0, len(values), 4)]
 
     def json_blob(self) -> bytes:
-        """Every line of `json_lines`, joined: what a file or pipe gets."""
-        if any(kind.head is None for kind in self._kinds):
+        """Every line of `json_lines`, joined: what a file or pipe gets, made by one %-format of the whole
+        batch."""
+        values = self._line_values()
+        if values is None:
             return b"".join(self.json_lines())
-        parts: list[str] = []
-        extend = parts.extend
-        for kind, text in zip(self._members, self._time_texts(), strict=True):
-            extend((kind.head, text, kind.tail))  # type: ignore[arg-type]
-        return "".join(parts).encode()
+        return (_LINE * len(self._times)) % tuple(values)
 
 
 _ISO = IsoTimes()  # the same text as drops_enrich's iso time (tests/unit/test_drops_fast_path.py)
 _ZONE = "+00:00"
+_LINE = b"%s%s%06d%s"  # a drop's line: its kind's head, its second's head, its microseconds, its kind's tail
+_ONE_SECOND = 1_000_000_000
 _TIME_KEY = '"time":"'
-_modf = math.modf
 _SECOND_HEADS: dict[int, str] = {}  # second -> "YYYY-MM-DDTHH:MM:SS."
+_SECOND_BYTES: dict[int, bytes] = {}  # the same, UTF-8
+
+
+def _text_wall_ns(time_ns: int, offset: int) -> int:
+    """The wall time a drop's ISO text says, in ns (its microseconds as `_line_values` rounds them)."""
+    seconds = (time_ns + offset) / 1e9
+    second = int(seconds)
+    return (second * 1_000_000 + round((seconds - second) * 1e6)) * 1000
 
 
 def _second_head(second: int) -> str:
@@ -152,16 +182,23 @@ def _second_head(second: int) -> str:
     return head
 
 
+def _second_bytes(second: int) -> bytes:
+    if len(_SECOND_BYTES) >= 4096:
+        _SECOND_BYTES.clear()
+    head = _SECOND_BYTES[second] = (_SECOND_HEADS.get(second) or _second_head(second)).encode()
+    return head
+
+
 def _cut(kind: _Kind, line: bytes, time_text: str) -> None:
     """Fill in the kind's head and tail: the line's text before its time value and from the value's time
     zone on. `time` is the record's third key, after `type` and `v`, so its first `"time":"<text>"` is
     the one."""
-    text = line.decode()
-    at = text.find(f'{_TIME_KEY}{time_text}"')
+    time_bytes = time_text.encode()
+    at = line.find(b'"time":"' + time_bytes + b'"')
     if at < 0 or not time_text.endswith(_ZONE):
         return
     start = at + len(_TIME_KEY)
-    kind.head, kind.tail = text[:start], text[start + len(time_text) - len(_ZONE) :]
+    kind.head, kind.tail = line[:start], line[start + len(time_bytes) - len(_ZONE) :]
 
 
 class DropBatcher:
@@ -177,7 +214,17 @@ class DropBatcher:
         self._enrich = enrich
         self._wall_offset_ns = wall_offset_ns
 
-    def batch(self, records: list[bytes]) -> DropBatch:
+    def batch(self, records: Sequence[bytes]) -> DropBatch:
+        """The batch of these records (as `batch_blob` of them joined)."""
+        from netsleuth.bpf.ringbuf import joined_records
+
+        return self.batch_blob(*joined_records(list(records)))
+
+    def batch_blob(self, blob: bytes, bounds: Sequence[tuple[int, int]]) -> DropBatch:
+        """The batch of the records `blob[first:last]` for each (first, last) of `bounds` (as the ring
+        buffer hands them over: one copy of every record, netsleuth.bpf.ringbuf). A storm sends one kind
+        after another of the same: a record whose bytes after its time are the last one's is told by one
+        comparison in place, and only the others are cut out and looked up."""
         from netsleuth.render.jsonl import encode_line
 
         index: dict[bytes, _Kind] = {}
@@ -185,22 +232,28 @@ class DropBatcher:
         kinds: list[_Kind] = []
         members: list[_Kind] = []
         times: list[int] = []
-        add_member, add_time, time_of = members.append, times.append, _TIME
-        for record in records:
-            key = record[_TIME_SIZE:]
-            kind = index.get(key)
-            if kind is None:
-                kind = index[key] = _Kind()
-                kinds.append(kind)
-                firsts.append(record)
+        add_member, add_time, time_of, same = members.append, times.append, _TIME, blob.startswith
+        kind = _Kind()
+        key, size = b"", -1  # the last record's bytes after its time, and its size
+        for first, last in bounds:
+            add_time(time_of(blob, first)[0])
+            if last - first == size and same(key, first + _TIME_SIZE):
+                add_member(kind)
+                continue
+            key, size = blob[first + _TIME_SIZE : last], last - first
+            found = index.get(key)
+            if found is None:
+                found = index[key] = _Kind()
+                kinds.append(found)
+                firsts.append(blob[first:last])
+            kind = found
             add_member(kind)
-            add_time(time_of(record)[0])
         # Read before enriching, as enrich_many reads it: every drop's time, its group's first included, is
         # then computed with the same offset.
         offset = self._wall_offset_ns()
         # One decode and one enrich_many for the kinds: the enricher's per-batch memos see them together.
         enriched = self._enrich(self._decode(firsts)) if firsts else []
-        for kind, first in zip(kinds, enriched, strict=True):
-            kind.record = first
-            _cut(kind, encode_line(first.to_json()), _ISO(first.time))
+        for each, record in zip(kinds, enriched, strict=True):
+            each.record = record
+            _cut(each, encode_line(record.to_json()), _ISO(record.time))
         return DropBatch(kinds, members, times, offset)

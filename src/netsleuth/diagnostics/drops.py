@@ -37,6 +37,7 @@ from netsleuth.kernel.kconfig import thread_size
 
 # What a run needs once attached (decoding, names) loads then: see netsleuth.diagnostics.drops_decode.
 if TYPE_CHECKING:
+    from netsleuth.bpf.ringbuf import RecordBlob
     from netsleuth.diagnostics.drop_batch import DropBatch, DropBatcher
     from netsleuth.diagnostics.drops_decode import RawDrop, RawDropGroup, RecordDecoder
     from netsleuth.diagnostics.drops_enrich import DropEnricher, DropGroup
@@ -282,6 +283,12 @@ class DropsSession(ProgramBacked):
         """Every record queued now, without waiting; the programs keep running."""
         return self._programs.drain()
 
+    def poll_blob(self, timeout_ms: int) -> RecordBlob:
+        """`poll_records`' records in one blob (DropBatcher compares them in place)."""
+        if self._programs.started:
+            self._owners.refresh(self._programs.bpf_object)
+        return self._programs.poll_blob(timeout_ms)
+
     def last_records(self) -> list[bytes]:
         """The last read of a run: the programs are detached first, so every event the counters say was
         emitted is in what is read here and a run's summary adds up to what it printed (drops that kept
@@ -500,7 +507,8 @@ class DropsDiagnostic:
             self._enricher.prepare(self.config.packet_filter.netns)
         return self._enricher
 
-    def _batch(self, records: list[bytes]) -> DropBatch:
+    @property
+    def _batcher_of_run(self) -> DropBatcher:
         if self._batcher is None:
             from netsleuth.diagnostics.drop_batch import DropBatcher
 
@@ -508,16 +516,16 @@ class DropsDiagnostic:
             self._batcher = DropBatcher(
                 self._raw.decode, enricher.enrich_many, lambda: enricher.context.wall_offset_ns
             )
-        return self._batcher.batch(records)
+        return self._batcher
 
     def poll(self, timeout_ms: int) -> DropBatch:
         """The drops that arrived, enriched once per kind (netsleuth.diagnostics.drop_batch)."""
-        return self._batch(self._raw.poll_records(timeout_ms))
+        return self._batcher_of_run.batch_blob(*self._raw.poll_blob(timeout_ms))
 
     def drain(self) -> DropBatch:
         """The run's last drops: every caller drains once, at its end (the CLI, agent and fleet sessions,
         conn, diagnose), so the programs stop first and the totals read after it are final."""
-        return self._batch(self._raw.last_records())
+        return self._batcher_of_run.batch(self._raw.last_records())
 
     def totals(self) -> DropTotals:
         return self._raw.totals()
