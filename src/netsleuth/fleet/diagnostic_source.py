@@ -12,18 +12,22 @@ scoped task; scope_filter.py is the last line behind that.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from netsleuth.agent.session_diagnostics import DiagnosticContext, open_session
+from netsleuth.diagnostics.drop_batch import DropBatch
 from netsleuth.diagnostics.filters import PacketFilter
-from netsleuth.diagnostics.model import DiagnosticSession
+from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 from netsleuth.diagnostics.totals import EventTotals
-from netsleuth.fleet.scope_filter import EnforcedScope
+from netsleuth.fleet.scope_filter import EnforcedScope, ScopeFilter
 from netsleuth.kernel.netns import resolve_netns_arg
 
 __all__ = [
+    "EncodedRecords",
     "FleetDiagnostic",
+    "Records",
     "catalogue",
     "for_the_fleet",
     "narrow_to_scope",
@@ -38,9 +42,9 @@ class FleetDiagnostic(Protocol):
 
     def start(self) -> None: ...
 
-    def poll(self, timeout_ms: int) -> list[dict[str, Any]]: ...
+    def poll(self, timeout_ms: int) -> Records: ...
 
-    def drain(self) -> list[dict[str, Any]]: ...
+    def drain(self) -> Records: ...
 
     def summary(self, interrupted: bool) -> dict[str, Any]: ...
 
@@ -57,8 +61,43 @@ def catalogue() -> tuple[str, ...]:
     return diagnostic_names()
 
 
+class EncodedRecords:
+    """A poll's records encoded once per kind (netsleuth.diagnostics.drop_batch.DropBatch: a drop storm)
+    that stay so on their way out: the T0 window and the scope are decided per kind and the lines are the
+    batch's own, instead of a JSON object made and encoded per record. The window compares each drop's wall
+    time in nanoseconds (the ISO text rounds it to the microsecond)."""
+
+    def __init__(self, batch: DropBatch) -> None:
+        self._batch = batch
+
+    def __len__(self) -> int:
+        return len(self._batch)
+
+    def since(self, wall_ns: int) -> EncodedRecords:
+        return EncodedRecords(self._batch.select(lambda _record, _count: True, wall_ns))
+
+    def keep(self, scope: ScopeFilter) -> EncodedRecords:
+        """What may leave the host; the rest counted by `scope` as its `keep` counts records."""
+        return EncodedRecords(
+            self._batch.select(lambda record, count: scope.keep_alike(record.to_json(), count))
+        )
+
+    def lines(self) -> list[bytes]:
+        return self._batch.json_lines()
+
+
+Records = list[dict[str, Any]] | EncodedRecords
+
+
+def _as_records(records: Sequence[Record]) -> Records:
+    if isinstance(records, DropBatch):
+        return EncodedRecords(records)
+    return [dict(record.to_json()) for record in records]
+
+
 class _JsonRecords:
-    """A registry session whose records come out as their JSON objects."""
+    """A registry session whose records come out as their JSON objects (or, for a drop batch, as its lines:
+    EncodedRecords)."""
 
     def __init__(self, session: DiagnosticSession) -> None:
         self._session = session
@@ -70,11 +109,11 @@ class _JsonRecords:
     def start(self) -> None:
         self._session.start()
 
-    def poll(self, timeout_ms: int) -> list[dict[str, Any]]:
-        return [dict(record.to_json()) for record in self._session.poll(timeout_ms)]
+    def poll(self, timeout_ms: int) -> Records:
+        return _as_records(self._session.poll(timeout_ms))
 
-    def drain(self) -> list[dict[str, Any]]:
-        return [dict(record.to_json()) for record in self._session.drain()]
+    def drain(self) -> Records:
+        return _as_records(self._session.drain())
 
     def summary(self, interrupted: bool) -> dict[str, Any]:
         return dict(self._session.summary(interrupted).to_json())

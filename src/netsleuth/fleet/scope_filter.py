@@ -207,6 +207,18 @@ class ScopeFilter:
             self.withheld_entries += entries
         return kept
 
+    def keep_alike(self, record: dict[str, Any], count: int) -> bool:
+        """Whether `count` records alike `record` - the same but for their time, as a batch's drops of one
+        kind (netsleuth.diagnostics.drop_batch) - may leave the host; counted as `keep` would count them.
+        Only for records that are kept or withheld whole (not summaries, conn reports or verdicts)."""
+        if record.get("type") in ("summary", "conn", "verdict"):
+            raise ValueError(f"a {record.get('type')} record is narrowed, not kept whole")
+        if self.scope.host_wide or self._inside(record):
+            return True
+        with self._lock:
+            self.withheld_records += count
+        return False
+
     def _narrow(self, record: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
         kind = record.get("type")
         if kind == "summary":

@@ -27,7 +27,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from netsleuth.agent.cpu_budget import CpuBudget
@@ -37,7 +37,7 @@ from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import NetsleuthError
 from netsleuth.fleet.admission import AcceptedTask
 from netsleuth.fleet.conntrack_records import CONNTRACK_DIAGNOSTICS, ConntrackWatch
-from netsleuth.fleet.diagnostic_source import FleetDiagnostic
+from netsleuth.fleet.diagnostic_source import EncodedRecords, FleetDiagnostic, Records
 from netsleuth.fleet.protocol import HostState, HostStatus, RecordBatch, records_subject, status_subject
 from netsleuth.fleet.scope_filter import ScopeFilter
 
@@ -199,14 +199,22 @@ class FleetSession:
         )
         self._publish(status_subject(self.id, self.host), status.encode())
 
-    def _send(self, records: list[dict[str, Any]]) -> tuple[str, str] | None:
+    def _send(self, records: Records) -> tuple[str, str] | None:
         """Publish within the caps, in bounded batches; returns why the session must end, if it must."""
         if self._scope is not None:
-            records = self._scope.keep(records)
+            records = (
+                records.keep(self._scope)
+                if isinstance(records, EncodedRecords)
+                else self._scope.keep(records)
+            )
         if not records:
             return None
         budgets = self.accepted.budgets
-        encoded = (json.dumps(record, separators=(",", ":")).encode() for record in records)
+        encoded: Iterable[bytes] = (
+            records.lines()  # a drop batch's own lines: one encoding per kind of drop
+            if isinstance(records, EncodedRecords)
+            else (json.dumps(record, separators=(",", ":")).encode() for record in records)
+        )
         lines, ended = take_within_caps(
             encoded, self.events, self.bytes, budgets.max_events, budgets.max_bytes
         )
@@ -299,7 +307,9 @@ class FleetSession:
         deadline_mono = self._t0_mono + int(self.accepted.deadline_s * 1e9)
         mono_to_wall = self._mono_to_wall()
 
-        def in_window(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        def in_window(records: Records) -> Records:
+            if isinstance(records, EncodedRecords):
+                return records.since(t0_ns)
             kept = []
             for record in records:
                 stamp = record_wall_ns(record, mono_to_wall)
