@@ -19,7 +19,7 @@ from typing import Any
 from tests.netlab import wait_for
 from tests.record_check import check_records
 
-__all__ = ["TraceRun", "bpftool_netsleuth_programs", "netsleuth_argv"]
+__all__ = ["TraceRun", "bpftool_netsleuth_programs", "netsleuth_argv", "programs_held_by"]
 
 
 def netsleuth_argv(*args: str) -> list[str]:
@@ -129,6 +129,21 @@ def bpftool_netsleuth_programs(prefix: str = "drops_") -> list[dict[str, Any]]:
         ["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True
     ).stdout
     return [prog for prog in json.loads(output or "[]") if str(prog.get("name", "")).startswith(prefix)]
+
+
+def programs_held_by(pid: int) -> set[int]:
+    """The ids of the BPF programs a process holds open (its fds' fdinfo say `prog_id`): its own, whatever
+    other tracers run on the machine at the same time."""
+    held = set()
+    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            text = info.read_text()
+        except OSError:
+            continue  # closed meanwhile
+        for line in text.splitlines():
+            if line.startswith("prog_id:"):
+                held.add(int(line.split()[1]))
+    return held
 
 
 def pid_alive(pid: int) -> bool:

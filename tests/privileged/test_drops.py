@@ -13,7 +13,7 @@ import pytest
 
 from tests.netlab import wait_for
 from tests.privileged.conftest import Pair
-from tests.tracerun import TraceRun, bpftool_netsleuth_programs, netsleuth_argv
+from tests.tracerun import TraceRun, bpftool_netsleuth_programs, netsleuth_argv, programs_held_by
 
 UDP_SEND = (
     "import socket,sys\n"
@@ -255,12 +255,11 @@ def test_storm_of_a_million_drops_has_exact_totals(pair: Pair, udpflood: str) ->
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
 def test_nothing_stays_attached_after_exit(pair: Pair, sig: int) -> None:
-    # Compared by program id, so other tracers running on the machine do not matter.
-    before = {prog["id"] for prog in bpftool_netsleuth_programs()}
+    # The programs the run holds (its fds), so other tracers running on the machine do not matter.
     with TraceRun("drops", "--netns", pair.a.name) as trace:
         trace.wait_ready()
-        ours = {prog["id"] for prog in bpftool_netsleuth_programs()} - before
-        assert len(ours) == 1
+        ours = programs_held_by(trace.process.pid)
+        assert len(ours) == 1 and ours <= {prog["id"] for prog in bpftool_netsleuth_programs()}
         trace.stop(sig)
         if sig == signal.SIGINT:
             assert trace.returncode == 0
