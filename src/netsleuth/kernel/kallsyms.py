@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import operator
 import re
 import threading
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ _UNBOUNDED_SPAN = 0x10000
 # Labels that end a text range rather than start a function (include/asm-generic/sections.h); the kernel's
 # own lookups stop there too (is_kernel_text / is_kernel_inittext bound by _stext.._etext, _sinittext..).
 _END_MARKERS = frozenset({b"_etext", b"_einittext"})
+_FIRST = operator.itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,10 @@ class Kallsyms:
         self.path = path
         self._lock = threading.Lock()
         self._loaded = False
-        self._addresses: list[int] = []
+        # The addresses as the file writes them (fixed-width hex: their order as text is their order as
+        # numbers), so loading converts none of the ~120k; `_key` turns an address into that text.
+        self._addresses: list[bytes] = []
+        self._width = 16
         self._names: list[bytes] = []
         self._modules: list[bytes | None] = []
         self._by_name: dict[str, list[int]] | None = None
@@ -90,19 +95,30 @@ class Kallsyms:
             raise EnvironmentProblem(
                 f"{self.path} lists no kernel text symbols; is the kernel built without CONFIG_KALLSYMS?"
             )
-        entries = [(int(address, 16), name, module or None) for address, name, module in matches]
         # With kptr_restrict (or without CAP_SYSLOG) the kernel prints every address as zero
         # (Documentation/admin-guide/sysctl/kernel.rst, kptr_restrict).
-        if not any(address for address, _, _ in entries):
+        if not any(address.strip(b"0") for address, _, _ in matches):
             raise EnvironmentProblem(
                 f"{self.path} shows every kernel address as 0: run netsleuth as root, or set "
                 "`sysctl kernel.kptr_restrict=0`, so drop locations can be named"
             )
-        # Python's sort is stable: aliases (same address) keep file order, so the first alias wins below.
-        entries.sort(key=lambda entry: entry[0])
-        self._addresses = [address for address, _, _ in entries]
-        self._names = [name for _, name, _ in entries]
-        self._modules = [module for _, _, module in entries]
+        # kernel/kallsyms.c prints every address zero-padded to the pointer's width (%px): as text they sort
+        # as the numbers do. Python's sort is stable: aliases (same address) keep file order, so the first
+        # alias wins below.
+        width = max(len(address) for address, _, _ in matches)
+        texts = b"".join(address for address, _, _ in matches)
+        if len(texts) != width * len(matches) or texts != texts.lower():  # never from the kernel itself
+            matches = [
+                (address.lower().rjust(width, b"0"), name, module) for address, name, module in matches
+            ]
+        matches.sort(key=_FIRST)
+        self._width = width
+        self._addresses = [address for address, _, _ in matches]
+        self._names = [name for _, name, _ in matches]
+        self._modules = [module or None for _, _, module in matches]
+
+    def _key(self, address: int) -> bytes:
+        return b"%0*x" % (self._width, address)
 
     def __len__(self) -> int:
         self._ensure_loaded()
@@ -112,20 +128,23 @@ class Kallsyms:
         """The symbol containing `address`, or None when it is below every symbol or past the last one."""
         self._ensure_loaded()
         addresses = self._addresses
-        index = bisect.bisect_right(addresses, address) - 1
+        if address < 0 or address >= 1 << (4 * self._width):
+            return None
+        index = bisect.bisect_right(addresses, self._key(address)) - 1
         if index < 0:
             return None
-        start = addresses[index]
+        start_text = addresses[index]
         # Among aliases at one address the kernel reports the first (kernel/kallsyms.c get_symbol_pos).
-        index = bisect.bisect_left(addresses, start, 0, index + 1)
+        index = bisect.bisect_left(addresses, start_text, 0, index + 1)
         name = self._names[index]
         if name in _END_MARKERS:
             return None
         module = self._modules[index]
-        following = bisect.bisect_right(addresses, start)
+        start = int(start_text, 16)
+        following = bisect.bisect_right(addresses, start_text)
         size: int | None = None
         if following < len(addresses) and self._modules[following] == module:
-            size = addresses[following] - start
+            size = int(addresses[following], 16) - start
         offset = address - start
         if offset >= (size if size is not None else _UNBOUNDED_SPAN):
             return None
@@ -159,11 +178,12 @@ class Kallsyms:
         for index in self._name_index().get(name, []):
             if self._modules[index] != wanted:
                 continue
-            symbol = self.resolve(self._addresses[index])
+            address = int(self._addresses[index], 16)
+            symbol = self.resolve(address)
             if symbol is not None:
                 # resolve() names the first alias; keep the name asked for.
                 found.append(
-                    KernelSymbol(name, self._addresses[index], 0, symbol.size, symbol.module)
+                    KernelSymbol(name, address, 0, symbol.size, symbol.module)
                     if symbol.name != name
                     else symbol
                 )
@@ -179,7 +199,7 @@ class Kallsyms:
         if not indexes:
             return None
         core = [index for index in indexes if self._modules[index] is None]
-        return self._addresses[(core or indexes)[0]]
+        return int(self._addresses[(core or indexes)[0]], 16)
 
 
 @functools.cache
