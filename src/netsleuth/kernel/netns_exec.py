@@ -219,6 +219,15 @@ def call_in_netns(netns: str | None, function: Callable[[], T]) -> T:
     return result
 
 
+def _child_enter(setns: Any, path: str) -> int:
+    """In a forked child: enter the network namespace at `path`; 0, or setns's errno (OSError from open)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return 0 if setns(fd, _CLONE_NEWNET) == 0 else ctypes.get_errno()
+    finally:
+        os.close(fd)
+
+
 def sockets_in_netns(
     paths: Sequence[str], family: int, kind: int, proto: int, per_netns: int = 1
 ) -> dict[str, list[socket.socket] | OSError]:
@@ -236,14 +245,8 @@ def sockets_in_netns(
         try:
             for path in paths:
                 made: list[socket.socket] = []
-                code = 0
                 try:
-                    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                    try:
-                        if setns(fd, _CLONE_NEWNET) != 0:
-                            code = ctypes.get_errno()
-                    finally:
-                        os.close(fd)
+                    code = _child_enter(setns, path)
                     if not code:
                         made = [
                             socket.socket(family, kind | socket.SOCK_CLOEXEC, proto) for _ in range(per_netns)
@@ -289,12 +292,7 @@ def files_in_netns(netns_path: str, paths: Sequence[str]) -> list[int | None]:
         try:
             code, opened = 0, []
             try:
-                fd = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    if setns(fd, _CLONE_NEWNET) != 0:
-                        code = ctypes.get_errno()
-                finally:
-                    os.close(fd)
+                code = _child_enter(setns, netns_path)
                 for path in paths if not code else ():
                     try:
                         opened.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
