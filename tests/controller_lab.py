@@ -53,10 +53,15 @@ max_hosts = 1000
 
 class ControllerProcess:
     def __init__(
-        self, lab: FleetLab, extra_config: str = "", extra_users: dict[str, list[str]] | None = None
+        self,
+        lab: FleetLab,
+        extra_config: str = "",
+        extra_users: dict[str, list[str]] | None = None,
+        records_max_bytes: int = 64 << 20,
     ) -> None:
         """`extra_users`: more users, name -> roles (defined in `extra_config` as [roles.NAME] tables or
-        among ROLES); each gets a token in `tokens` like the built-in three."""
+        among ROLES); each gets a token in `tokens` like the built-in three. `records_max_bytes`: what
+        NETSLEUTH_RECORDS reserves in the lab's store (the lab's stores are small)."""
         self.lab = lab
         self.workdir = lab.workdir / "controller"
         self.workdir.mkdir(exist_ok=True)
@@ -66,6 +71,7 @@ class ControllerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_config = extra_config
+        self.records_max_bytes = records_max_bytes
         self.process: subprocess.Popen[bytes] | None = None
         self.config_path = self.workdir / "controller.toml"
         self.ready_path = self.workdir / "ready.json"
@@ -87,9 +93,11 @@ class ControllerProcess:
         )
         return (
             f'[http]\nlisten = "127.0.0.1:{self.port}"\n\n'
-            f'[nats]\nurl = "{self.lab.nats_url}"\n{login}\n'
+            f'[nats]\nurl = "{self.lab.nats_url_text}"\n{login}'
+            f"replicas = {self.lab.replicas}\n\n"
             f'[signing]\nkey_file = "{key_file}"\nkey_id = "{self.lab.key_id}"\n\n'
-            "[sessions]\nprepare_timeout = 60\nstart_margin = 0.5\nhost_silence = 5\nend_grace = 60\n\n"
+            "[sessions]\nprepare_timeout = 60\nstart_margin = 0.5\nhost_silence = 5\nend_grace = 60\n"
+            f"records_max_bytes = {self.records_max_bytes}\n\n"
             f"{users}{ROLES}\n{self.extra_config}"
         )
 

@@ -19,6 +19,10 @@
         lab.agent("lb").metrics()         # its /metrics text (netsleuth_fleet_* series)
         lab.stop_nats(); lab.start_nats(); lab.restart_nats()   # same port, same JetStream store
         lab.nats_pid                      # nats-server's pid (None while stopped)
+    FleetLab(nats_servers=3): a three-server cluster (routes on loopback, JetStream replicated): the agents
+    and ControllerProcess get every URL (lab.nats_url_text); lab.nats_urls, lab.nats_pids;
+        lab.stop_nats(index=1, kill=True); lab.start_nats(index=1)   # one server (same port, same store)
+        lab.nats_server_of("netsleuth-controller")   # the index of the server a named client is on
         lab.registry()                    # {host: HostEntry} from the KV bucket
         lab.wait_registered(["lb"], since_ns=t)  # until each host wrote an entry after t
         lab.task("lb", session="s1", diagnostic="drops", config={...}, deadline_s=3)  -> Task
@@ -61,6 +65,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -83,7 +88,13 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from netsleuth.fleet.nats_config import NatsUser, agent_user, controller_permissions, render_server_config
+from netsleuth.fleet.nats_config import (
+    NatsUser,
+    agent_user,
+    cluster_routes,
+    controller_permissions,
+    render_server_config,
+)
 from netsleuth.fleet.protocol import (
     HOSTS_BUCKET,
     Budgets,
@@ -255,23 +266,27 @@ class FleetLab:
         workdir: Path | None = None,
         auth: Literal["password", "nkey"] = "password",
         max_file_store: str = "1G",
+        nats_servers: int = 1,
     ) -> None:
         """`auth="nkey"`: the controller and the agents log in with nkey seeds (files in the workdir), the
         server lists them by public key; the lab's own admin user keeps its password. `max_file_store`:
-        nats-server's JetStream disk limit (a test that fills the store keeps it small)."""
+        nats-server's JetStream disk limit (a test that fills the store keeps it small). `nats_servers=3`:
+        a cluster of three nats-servers joined by routes (JetStream R3 is the controller's to ask for)."""
         self.host_names = tuple(hosts)
         self.auth = auth
         self.start_agents = agents
         self.heartbeat_seconds = heartbeat_seconds
         self.agent_settings = agent_settings  # extra TOML appended to each agent's config (e.g. [sessions])
         self.max_file_store = max_file_store
+        self.nats_servers = nats_servers
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="netsleuth-fleet-lab-"))
         # The pid and a per-process count: two labs at once never share a name, and a lab whose process
         # was killed is recognised (and removed) by the next one (`reap_leftovers`).
         self.prefix = f"nsf{os.getpid()}-{next(_LAB_COUNT)}-"
-        self.port = 0
-        self.monitor_port = 0
+        self.ports: list[int] = []  # client port of each server
+        self.monitor_ports: list[int] = []
+        self.cluster_ports: list[int] = []
         self.key_id = "lab-controller"
         self.controller_key = generate_private_key()
         self.controller_key_text = private_key_to_text(self.controller_key)
@@ -282,15 +297,38 @@ class FleetLab:
         self.admin_user = NatsUser("admin", f"a-{os.urandom(12).hex()}", None)
         self.hosts: dict[str, LabHost] = {}
         self._agents: dict[str, AgentProcess] = {}
-        self._nats: subprocess.Popen[bytes] | None = None
+        self._nats: list[subprocess.Popen[bytes] | None] = []
         self._namespaces: list[str] = []
         self._io: _LoopThread | None = None
         self._admin: Client | None = None
 
     # -- addresses and credentials ---------------------------------------------------------------------
     @property
+    def port(self) -> int:
+        return self.ports[0]
+
+    @property
+    def monitor_port(self) -> int:
+        return self.monitor_ports[0]
+
+    @property
+    def replicas(self) -> int:
+        """What the lab's JetStream assets get (and a controller's [nats] replicas): 3 on a cluster."""
+        return 3 if self.nats_servers >= 3 else 1
+
+    @property
     def nats_url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        """The first server's URL (what `nats.connect` takes; a client learns the others from it)."""
+        return self.nats_urls[0]
+
+    @property
+    def nats_urls(self) -> list[str]:
+        return [f"nats://127.0.0.1:{port}" for port in self.ports]
+
+    @property
+    def nats_url_text(self) -> str:
+        """Every server, comma-separated: an agent's [fleet] url and the controller's [nats] url."""
+        return ",".join(self.nats_urls)
 
     def _lab_user(self, user: NatsUser) -> NatsUser:
         return NkeyUser.like(user) if self.auth == "nkey" else user
@@ -321,7 +359,13 @@ class FleetLab:
 
     @property
     def nats_config_path(self) -> Path:
-        return self.workdir / "nats.conf"
+        return self.nats_config_paths[0]
+
+    @property
+    def nats_config_paths(self) -> list[Path]:
+        if self.nats_servers == 1:
+            return [self.workdir / "nats.conf"]
+        return [self.workdir / f"nats-{index}.conf" for index in range(self.nats_servers)]
 
     # -- context manager -------------------------------------------------------------------------------
     def __enter__(self) -> FleetLab:
@@ -341,18 +385,31 @@ class FleetLab:
         reap_leftovers()
         self._io = _LoopThread()
         self._build_hosts()
-        self.port, self.monitor_port = free_port(), free_port()
+        count = self.nats_servers
+        self.ports = [free_port() for _ in range(count)]
+        self.monitor_ports = [free_port() for _ in range(count)]
+        self.cluster_ports = [free_port() for _ in range(count)] if count > 1 else []
+        self._nats = [None] * count
         users = [self.admin_user, self.controller_user, *(host.user for host in self.hosts.values())]
-        self.nats_config_path.write_text(
-            render_server_config(
-                users,
-                self.workdir / "jetstream",
-                port=self.port,
-                monitor_port=self.monitor_port,
-                max_file_store=self.max_file_store,
+        members = [("127.0.0.1", port) for port in self.cluster_ports]
+        route_password = os.urandom(12).hex()
+        for index, path in enumerate(self.nats_config_paths):
+            path.write_text(
+                render_server_config(
+                    users,
+                    self.workdir / ("jetstream" if count == 1 else f"jetstream-{index}"),
+                    port=self.ports[index],
+                    monitor_port=self.monitor_ports[index],
+                    max_file_store=self.max_file_store,
+                    server_name=f"lab-{index}" if count > 1 else None,
+                    cluster=cluster_routes(
+                        "lab", members, ("127.0.0.1", self.cluster_ports[index]), password=route_password
+                    )
+                    if count > 1
+                    else None,
+                )
             )
-        )
-        self.nats_config_path.chmod(0o600)
+            path.chmod(0o600)
         self.start_nats()
         self._run(self._create_bucket())
         if self.start_agents:
@@ -459,40 +516,74 @@ class FleetLab:
                 server_ns.run("ip", "rule", "add", "ipproto", "tcp", "sport", str(port), "table", "90")
 
     # -- nats-server -----------------------------------------------------------------------------------
-    def start_nats(self, timeout: float = 15) -> None:
-        if self._nats is not None and self._nats.poll() is None:
-            return
+    def _indices(self, index: int | None) -> list[int]:
+        return list(range(self.nats_servers)) if index is None else [index]
+
+    def start_nats(self, timeout: float = 30, index: int | None = None) -> None:
+        """Start every server (or one: `index`), then wait until JetStream answers on each started one
+        (in a cluster: until the servers have elected a JetStream meta leader)."""
         if shutil.which("nats-server") is None:
             raise RuntimeError("nats-server is not installed: apt-get install nats-server (make deps does)")
-        log = (self.workdir / "nats.log").open("ab")
-        self._nats = subprocess.Popen(
-            ["nats-server", "-c", str(self.nats_config_path)], stdout=log, stderr=subprocess.STDOUT
-        )
-        log.close()
-        wait_for(self._nats_healthy, timeout, "nats-server with JetStream to be ready")
+        for which in self._indices(index):
+            process = self._nats[which]
+            if process is not None and process.poll() is None:
+                continue
+            log = (self.workdir / self._nats_log_name(which)).open("ab")
+            argv = ["nats-server", "-c", str(self.nats_config_paths[which])]
+            self._nats[which] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            log.close()
+        for which in self._indices(index):
+            what = f"nats-server {which} with JetStream to be ready"
+            wait_for(functools.partial(self._nats_healthy, which), timeout, what)
 
-    def _nats_healthy(self) -> bool:
-        if self._nats is None or self._nats.poll() is not None:
-            log = (self.workdir / "nats.log").read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"nats-server exited: {log}")
+    def _nats_log_name(self, index: int) -> str:
+        return "nats.log" if self.nats_servers == 1 else f"nats-{index}.log"
+
+    def _monitor(self, index: int, path: str) -> tuple[int, bytes]:
+        with socket.create_connection(("127.0.0.1", self.monitor_ports[index]), timeout=2) as conn:
+            conn.sendall(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        return int(head.split(b" ", 2)[1]), body
+
+    def monitor_json(self, index: int, path: str) -> dict[str, Any]:
+        """A server's monitoring endpoint (/varz, /connz, /jsz ...) as JSON."""
+        status, body = self._monitor(index, path)
+        if status != 200:
+            raise RuntimeError(f"nats-server {index} {path}: HTTP {status}")
+        found: dict[str, Any] = json.loads(body)
+        return found
+
+    def _nats_healthy(self, index: int) -> bool:
+        process = self._nats[index]
+        if process is None or process.poll() is not None:
+            log = (self.workdir / self._nats_log_name(index)).read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"nats-server {index} exited: {log}")
         try:
-            with socket.create_connection(("127.0.0.1", self.monitor_port), timeout=0.5) as conn:
-                conn.sendall(b"GET /healthz?js-enabled-only=true HTTP/1.0\r\n\r\n")
-                return b" 200 " in conn.recv(4096).split(b"\r\n", 1)[0] + b" "
-        except OSError:
+            if self._monitor(index, "/healthz?js-enabled-only=true")[0] != 200:
+                return False
+            if self.nats_servers == 1:
+                return True
+            meta = self.monitor_json(index, "/jsz").get("meta_cluster") or {}
+            return bool(meta.get("leader"))
+        except (OSError, ValueError, IndexError):
             return False
 
-    def stop_nats(self, kill: bool = False) -> None:
-        if self._nats is None:
-            return
-        if self._nats.poll() is None:
-            self._nats.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self._nats.wait(10)
-            except subprocess.TimeoutExpired:
-                self._nats.kill()
-                self._nats.wait(5)
-        self._nats = None
+    def stop_nats(self, kill: bool = False, index: int | None = None) -> None:
+        for which in self._indices(index):
+            process = self._nats[which] if which < len(self._nats) else None
+            if process is None:
+                continue
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
+            self._nats[which] = None
 
     def restart_nats(self) -> None:
         self.stop_nats()
@@ -500,10 +591,26 @@ class FleetLab:
 
     @property
     def nats_pid(self) -> int | None:
-        return self._nats.pid if self._nats is not None and self._nats.poll() is None else None
+        return self.nats_pids[0] if self.nats_pids else None
 
-    def nats_running(self) -> bool:
-        return self._nats is not None and self._nats.poll() is None
+    @property
+    def nats_pids(self) -> list[int | None]:
+        return [p.pid if p is not None and p.poll() is None else None for p in self._nats]
+
+    def nats_running(self, index: int = 0) -> bool:
+        process = self._nats[index] if index < len(self._nats) else None
+        return process is not None and process.poll() is None
+
+    def nats_server_of(self, client_name: str) -> int:
+        """The index of the server a client (by its connection name) is connected to now."""
+        for index in range(self.nats_servers):
+            if not self.nats_running(index):
+                continue
+            with contextlib.suppress(OSError, RuntimeError, ValueError):
+                connections = self.monitor_json(index, "/connz?limit=10000").get("connections") or []
+                if any(connection.get("name") == client_name for connection in connections):
+                    return index
+        raise LookupError(f"no running nats-server has a client named {client_name!r}")
 
     # -- agents ----------------------------------------------------------------------------------------
     def _agent_login(self, host: LabHost, nkey_seed: bytes | None) -> str:
@@ -524,7 +631,7 @@ class FleetLab:
             "[exporter.drops]\n"
             "enabled = false\n"
             "[fleet]\n"
-            f'url = "{self.nats_url}"\n'
+            f'url = "{self.nats_url_text}"\n'
             f'host_id = "{host.name}"\n'
             f"{self._agent_login(host, nkey_seed)}"
             f'controller_key = "{self.controller_public_key_text}"\n'
@@ -616,7 +723,7 @@ class FleetLab:
     async def _admin_client(self) -> Client:
         if self._admin is None or self._admin.is_closed:
             self._admin = await nats.connect(
-                self.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2, **self.admin_credentials
+                self.nats_urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2, **self.admin_credentials
             )
         return self._admin
 
@@ -624,7 +731,7 @@ class FleetLab:
         from netsleuth.fleet.host_registry import ensure_hosts_bucket
 
         client = await self._admin_client()
-        await ensure_hosts_bucket(client.jetstream())
+        await ensure_hosts_bucket(client.jetstream(), self.replicas)
 
     async def _registry(self) -> dict[str, HostEntry]:
         client = await self._admin_client()
@@ -709,7 +816,7 @@ class FleetLab:
 
         async def request() -> bytes:
             creds = self.admin_credentials if admin else self.controller_credentials
-            client = await nats.connect(self.nats_url, **creds)
+            client = await nats.connect(self.nats_urls, **creds)
             try:
                 reply = await client.request(subject, data, timeout=timeout)
                 return bytes(reply.data)
@@ -777,7 +884,7 @@ class DirectController:
     def __enter__(self) -> DirectController:
         async def connect() -> Client:
             return await nats.connect(
-                self.lab.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2, **self._credentials
+                self.lab.nats_urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2, **self._credentials
             )
 
         self._client = self.lab._run(connect())

@@ -54,6 +54,9 @@ def _config(tmp_path: Path, extra: dict[str, Any] | None = None) -> ControllerCo
         ({"roles": {"r": {"hosts": ["label:tier"]}}, "users": []}, "label:KEY=VALUE"),
         ({"http": {"listen": "nowhere"}}, "http.listen must be HOST:PORT"),
         ({"nats": {"url": "http://x"}}, "nats.url"),
+        ({"nats": {"url": "nats://a:4222,http://b"}}, "nats.url must be one or more nats://"),
+        ({"nats": {"replicas": 0}}, "nats.replicas must be a whole number from 1 to 5"),
+        ({"nats": {"replicas": "3"}}, "nats.replicas"),
         ({"users": []}, "nobody could ever log in"),
     ],
 )
@@ -61,6 +64,15 @@ def test_config_mistakes_are_one_sentence(tmp_path: Path, change: dict[str, Any]
     with pytest.raises(UsageError) as raised:
         _config(tmp_path, change)
     assert words in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_nats_cluster_urls_and_replicas(tmp_path: Path) -> None:
+    """A cluster's URLs, comma-separated or as a list, and the copies of every stream the controller makes."""
+    urls = ["nats://n1:4222", "nats://n2:4222", "nats://n3:4222"]
+    for written in (",".join(urls), urls, " , ".join(urls)):
+        config = _config(tmp_path, {"nats": {"url": written, "replicas": 3}})
+        assert config.nats.urls == tuple(urls) and config.nats.replicas == 3
+    assert _config(tmp_path).nats.replicas == 1
 
 
 _CREDS = """-----BEGIN NATS USER JWT-----

@@ -24,7 +24,7 @@ from netsleuth.errors import UsageError
 from netsleuth.fleet.admission import HOST_NETNS, AcceptedTask, ReplayGuard, TaskAdmission, TaskRefused
 from netsleuth.fleet.clock import OffsetEstimator, parse_nats_time
 from netsleuth.fleet.conntrack_records import entry_matches
-from netsleuth.fleet.nats_config import example_server_config
+from netsleuth.fleet.nats_config import example_cluster_configs, example_server_config
 from netsleuth.fleet.protocol import (
     Budgets,
     HostStatus,
@@ -295,7 +295,7 @@ def _run_session(
         accepted,
         "node-a",
         lambda: diagnostic,
-        lambda subject, data: published.append((subject, data)),
+        lambda subject, data, *_: published.append((subject, data)),
         ledger or _idle_ledger(),
         lambda: 1234,
         lambda _: ended.set(),
@@ -530,6 +530,22 @@ def test_packaged_nats_config_is_the_generated_one_and_valid() -> None:
     assert check.returncode == 0, check.stderr
 
 
+def test_packaged_nats_cluster_configs_are_the_generated_ones_and_valid() -> None:
+    """packaging/nats-cluster/: three servers, each with its name and routes to all three, sharing users."""
+    folder = REPO / "packaging" / "nats-cluster"
+    generated = example_cluster_configs()
+    assert sorted(path.name for path in folder.iterdir()) == sorted(generated)
+    for name, text in generated.items():
+        assert (folder / name).read_text() == text, name
+    if shutil.which("nats-server") is None:
+        pytest.skip("nats-server is not installed (make deps installs it)")
+    for index in (1, 2, 3):
+        config = folder / f"nats-{index}.conf"
+        assert f'server_name: "nats-{index}"' in config.read_text()
+        check = subprocess.run(["nats-server", "-c", str(config), "-t"], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
+
+
 def test_systemd_accepts_the_fleet_drop_in_and_it_adds_no_capability(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
@@ -558,6 +574,7 @@ def test_fleet_metrics() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from netsleuth.fleet.metrics import FleetCollector
+    from netsleuth.fleet.outbox import OutboxCounts
     from netsleuth.fleet.refusal_audit import RefusalAudit
 
     class Link:
@@ -569,6 +586,7 @@ def test_fleet_metrics() -> None:
         clock_offset_ns: int | None = -20_661
         withheld = 4
         audit = RefusalAudit("node-a")
+        outbox = OutboxCounts(stored=40, resent=3, dropped=1)
 
     Link.audit.written, Link.audit.left_out = 5, 2
     registry = CollectorRegistry()
@@ -581,6 +599,7 @@ def test_fleet_metrics() -> None:
     assert "netsleuth_fleet_clock_offset_seconds -2.0661e-05" in text
     assert "netsleuth_fleet_records_withheld_total 4.0" in text
     assert 'netsleuth_fleet_audit_records_total{outcome="left_out"} 2.0' in text
+    assert 'netsleuth_fleet_session_messages_total{outcome="resent"} 3.0' in text
 
 
 def test_credentials_generator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

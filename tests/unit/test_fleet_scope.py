@@ -291,7 +291,7 @@ def test_the_ended_status_reports_what_was_withheld(monkeypatch: pytest.MonkeyPa
         accepted,
         "node-a",
         _MixedDiagnostic,
-        lambda subject, data: published.append((subject, data)),
+        lambda subject, data, *_: published.append((subject, data)),
         ProgramLedger(stats_of=lambda fd: ProgramStats(run_count=0, run_time_ns=0)),
         lambda: 0,
         lambda _: ended.set(),

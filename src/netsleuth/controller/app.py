@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from nats.errors import Error as NatsError
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -95,7 +96,17 @@ def create_app(config: ControllerConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         key = private_key_from_text(config.signing_key_file.read_text())
         registry: HostRegistry | None = None
-        nc = await connect_nats(config, on_reconnect=lambda: registry.renew() if registry else None)
+        manager: SessionManager | None = None
+
+        def reconnected() -> None:
+            # Back on NATS (maybe on another server of the cluster): watch the registry again, and read back
+            # what the running sessions' hosts said meanwhile.
+            if registry is not None:
+                registry.renew()
+            if manager is not None:
+                manager.resync()
+
+        nc = await connect_nats(config, on_reconnect=reconnected)
         js = nc.jetstream()
         await ensure_streams(js, config)
         audit = AuditLog(js)
@@ -161,6 +172,12 @@ def create_app(config: ControllerConfig) -> FastAPI:
     @app.exception_handler(AuditUnavailable)
     async def audit_down(request: Request, error: AuditUnavailable) -> JSONResponse:
         return _error(503, f"nothing was done: {error}.")
+
+    @app.exception_handler(NatsError)
+    async def nats_down(request: Request, error: NatsError) -> JSONResponse:
+        # NATS (or its JetStream: a cluster without a quorum, a stream electing its leader) did not answer.
+        _log.warning("%s %s: NATS: %s", request.method, request.url.path, error or type(error).__name__)
+        return _error(503, f"NATS did not answer ({error or type(error).__name__}); try again shortly.")
 
     # -- authentication ---------------------------------------------------------------------------------
     async def principal(request: Request, allow_query_token: bool = False) -> Principal:

@@ -15,8 +15,11 @@ server's (when the stream stored it), its own clock's under `agent_time`.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
+import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +27,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from netsleuth.controller.streams import read_stream
+from netsleuth.controller.streams import patiently, read_stream
 from netsleuth.fleet.protocol import AGENT_AUDIT_STREAM, AUDIT_STREAM
 
 __all__ = ["AuditLog", "AuditQuery", "AuditUnavailable", "audit_record"]
@@ -69,8 +72,11 @@ class AuditLog:
         outcome: str | None = None,
         remote: str | None = None,
         extra: dict[str, Any] | None = None,
+        patience: float = 0.0,
     ) -> int:
-        """Writes one record and returns its stream sequence; raises AuditUnavailable when not stored."""
+        """Writes one record and returns its stream sequence; raises AuditUnavailable when not stored.
+        `patience`: seconds to keep trying (a record of what already happened - a session's end - is worth
+        waiting for while a cluster elects the stream's leader or the controller reconnects)."""
         body: dict[str, Any] = {
             "time": now_iso(),
             "user": user,
@@ -86,15 +92,22 @@ class AuditLog:
             "remote": remote,
             **(extra or {}),
         }
-        try:
-            ack = await self._js.publish(
-                f"{_CONTROLLER_SUBJECT}.{decision}", json.dumps(body).encode(), timeout=self._timeout
-            )
-        except Exception as error:  # any failure means "not stored", which is what matters
-            raise AuditUnavailable(
-                f"the audit stream did not store the record ({error or type(error).__name__})"
-            ) from error
-        return int(ack.seq)
+        data = json.dumps(body).encode()
+        # One message id for every try: a record whose acknowledgement was lost is stored once.
+        headers = {"Nats-Msg-Id": f"audit-{secrets.token_hex(12)}"}
+        give_up = time.monotonic() + patience
+        while True:
+            try:
+                ack = await self._js.publish(
+                    f"{_CONTROLLER_SUBJECT}.{decision}", data, timeout=self._timeout, headers=headers
+                )
+                return int(ack.seq)
+            except Exception as error:  # any failure means "not stored", which is what matters
+                if time.monotonic() >= give_up:
+                    raise AuditUnavailable(
+                        f"the audit stream did not store the record ({error or type(error).__name__})"
+                    ) from error
+            await asyncio.sleep(0.5)
 
     async def query(self, query: AuditQuery) -> list[dict[str, Any]]:
         """The controller's and the agents' records, in the order the server stored them, newest last."""
@@ -117,7 +130,8 @@ class AuditLog:
             if query.since is None and query.user is None and query.decision is None:
                 # The newest `limit` records need only each stream's tail, however long the trail is. (A
                 # filtered query reads from `since`: pass one on a long trail.)
-                state = (await self._js.stream_info(stream)).state
+                info = await patiently(lambda: self._js.stream_info(stream), time.monotonic() + 5)
+                state = info.state
                 start_seq = max(state.first_seq, state.last_seq - query.limit + 1)
             return await read_stream(
                 self._js, stream, "netsleuth.audit.>", since=query.since, start_seq=start_seq

@@ -41,7 +41,11 @@ class HttpConfig:
 
 @dataclass(frozen=True)
 class NatsConfig:
-    url: str = "nats://127.0.0.1:4222"
+    url: str = "nats://127.0.0.1:4222"  # as written: one URL, or a cluster's, comma-separated
+    urls: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    # Copies of each stream and bucket the controller creates: 3 on a three-server cluster (a server and its
+    # disk can be lost), 1 on a single server.
+    replicas: int = 1
     user: str | None = None
     password: str | None = None
     creds_file: str | None = None
@@ -85,6 +89,9 @@ class SessionsConfig:
     end_grace: float = 15.0  # after the deadline, how long a live host may take to drain and report its end
     history_max_age: float = 7 * 86400.0
     max_timeline: int = 100_000  # merged records kept per session; more are counted, not kept
+    # Every session's record batches kept by the server (NETSLEUTH_RECORDS, the oldest go first): what a
+    # controller merges from when it missed some, or took the session over. Reserved in nats-server's store.
+    records_max_bytes: int = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -164,10 +171,20 @@ def _http(data: dict[str, Any]) -> HttpConfig:
 
 
 def _nats(data: dict[str, Any], base: Path) -> NatsConfig:
-    _check_keys(data, "nats", {"url", "user", "password", "password_file", "creds_file", "nkey_seed_file"})
-    url = _string(data, "url", "nats", "nats://127.0.0.1:4222")
-    if not url.startswith(("nats://", "tls://")):
-        raise UsageError(f"nats.url must start with nats:// or tls:// (got {url!r})")
+    allowed = {"url", "user", "password", "password_file", "creds_file", "nkey_seed_file", "replicas"}
+    _check_keys(data, "nats", allowed)
+    raw_url = data.get("url", "nats://127.0.0.1:4222")
+    if isinstance(raw_url, list) and all(isinstance(item, str) for item in raw_url):
+        raw_url = ",".join(raw_url)
+    url = _string({"url": raw_url}, "url", "nats")
+    urls = tuple(part.strip() for part in url.split(",") if part.strip())
+    if not urls or not all(part.startswith(("nats://", "tls://")) for part in urls):
+        raise UsageError(
+            f"nats.url must be one or more nats:// or tls:// URLs, comma-separated or a list (got {url!r})"
+        )
+    replicas = data.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 5:
+        raise UsageError(f"nats.replicas must be a whole number from 1 to 5 (got {replicas!r})")
     # One way to log in (or none, for a server without authorization): given two, which one counts would be
     # the server's choice; a user name beside a key file is a leftover that silently does nothing.
     logins = [key for key in ("password", "password_file", "creds_file", "nkey_seed_file") if key in data]
@@ -196,6 +213,8 @@ def _nats(data: dict[str, Any], base: Path) -> NatsConfig:
         nkey_public_key(seed_path, "nats.nkey_seed_file")  # missing, unreadable or not a seed: say so now
     return NatsConfig(
         url=url,
+        urls=urls,
+        replicas=replicas,
         user=_optional_string(data, "user", "nats"),
         password=password,
         creds_file=str(creds_path) if creds_path is not None else None,
@@ -212,6 +231,7 @@ def _sessions(data: dict[str, Any]) -> SessionsConfig:
         "end_grace",
         "history_max_age",
         "max_timeline",
+        "records_max_bytes",
     }
     _check_keys(data, "sessions", allowed)
     defaults = SessionsConfig()
@@ -223,6 +243,7 @@ def _sessions(data: dict[str, Any]) -> SessionsConfig:
         end_grace=_number(data, "end_grace", "sessions", defaults.end_grace),
         history_max_age=_number(data, "history_max_age", "sessions", defaults.history_max_age),
         max_timeline=_count(data, "max_timeline", "sessions", defaults.max_timeline),
+        records_max_bytes=_count(data, "records_max_bytes", "sessions", defaults.records_max_bytes),
     )
 
 

@@ -41,9 +41,10 @@ from nats.js import JetStreamContext
 from netsleuth.controller.audit import AuditLog, AuditUnavailable
 from netsleuth.controller.config import SessionsConfig
 from netsleuth.controller.metrics import ControllerMetrics
-from netsleuth.controller.streams import read_stream
+from netsleuth.controller.streams import read_stream, stream_batches
 from netsleuth.fleet.merge import MergedTimeline
 from netsleuth.fleet.protocol import (
+    RECORDS_STREAM,
     SESSIONS_STREAM,
     STATUS_STREAM,
     Budgets,
@@ -70,12 +71,19 @@ __all__ = ["FleetSession", "HostView", "SessionManager", "SessionSpec", "session
 _log = logging.getLogger("netsleuth.controller")
 _FINAL = frozenset({"ended", "failed", "rejected"})
 _ACTIVE = frozenset({"preparing", "running"})
+# A host's states in the order they happen: a status read back from the stream after a newer one came live
+# (a resync) must not take the host back.
+_RANK = {"preparing": 0, "ready": 1, "running": 2, "ended": 3, "failed": 3, "rejected": 3}
+_RECONCILE_S = 3.0  # at the end, how long to wait for record batches a host sent but we lack (outbox resends)
 _INTERRUPTED = "interrupted"  # the controller stopped before the session ended
 _PINGS = 3  # clock samples per host, the one with the shortest round trip wins ...
 _PINGS_LARGE = 1  # ... but one for large sessions: 3 x 1,000 round trips would delay T0 by a second
 _LARGE_SESSION = 50
 _LIVENESS_S = 1.0  # ping timeout
 _QUIET_S = 2.0  # a host silent this long is pinged (a dead one answers "no responders" at once)
+# ... but a live agent whose nats-server just died has no responder either until it reconnects to another
+# server of the cluster (well under a second): it is failed only when nobody answers for this long.
+_GONE_S = 3.0
 _HISTORY_BYTES = 900 << 10  # under max_payload (1 MiB): above it keep the verdicts, the timeline's start
 _KEPT_IN_MEMORY = 200  # ended sessions kept for fast reads; older ones are read from the history stream
 _SUBSCRIBER_QUEUE = 20_000
@@ -110,14 +118,22 @@ class HostView:
     lost: int = 0
     sampled: int = 0
     records: int = 0
-    batch_gaps: int = 0  # record batches that never arrived (seq gaps): their records are unknown
+    sent: int | None = None  # records the host says it sent (its last status): `records` should reach it
+    batches_sent: int = 0  # record batches the host says it sent (its last status)
     refused: int = 0  # messages on this host's subjects that were refused (a body naming another host, ...)
-    next_seq: int = 0
+    seqs: set[int] = field(default_factory=set, repr=False)  # the record batches received (each once)
     missed_pings: int = 0
+    unreachable_since: float | None = None  # monotonic: the first "no responders" of a run of them
     task_id: str = ""
     last_seen: float = 0.0  # monotonic: the last status, records or ping answer from this host
     # Set on each status of this host: its prepare waits on it (one waiter per host, not one per event).
     progressed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    @property
+    def batch_gaps(self) -> int:
+        """Record batches the host sent (or numbered past) that never arrived: their records are unknown."""
+        expected = max(self.batches_sent, max(self.seqs) + 1 if self.seqs else 0)
+        return expected - len(self.seqs)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -130,6 +146,7 @@ class HostView:
             "lost": self.lost,
             "sampled": self.sampled,
             "records": self.records,
+            "sent": self.sent,
             "batch_gaps": self.batch_gaps,
             "refused": self.refused,
         }
@@ -417,6 +434,56 @@ class SessionManager:
         )
         session.changed.set()
 
+    def resync(self) -> None:
+        """NATS is back (the controller's server died, or the connection dropped): what the hosts said
+        meanwhile was stored by the streams; every running session reads it back."""
+        for session in list(self._sessions.values()):
+            if session.active:
+                task = asyncio.create_task(self._resync(session), name=f"resync-{session.id}")
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _resync(self, session: FleetSession, patience: float = 15.0) -> None:
+        give_up = time.monotonic() + patience
+        while session.active:
+            try:
+                await self._replay(session, statuses=True, records=True)
+                _log.info("session %s: read back what came while NATS was away", session.id)
+                return
+            except Exception as error:  # JetStream not ready yet (a stream electing its leader)
+                if time.monotonic() > give_up:
+                    _log.warning("session %s: not read back after reconnecting: %s", session.id, error)
+                    return
+            await asyncio.sleep(0.5)
+
+    async def _replay(self, session: FleetSession, statuses: bool, records: bool) -> None:
+        """What the streams kept of this session, through the handler of live messages: the same checks of
+        subject against body, each record batch merged once, no host's state taken back."""
+        handle = self._on_message(session, replayed=True)
+        if statuses:
+            for message in await read_stream(
+                self._js, STATUS_STREAM, f"netsleuth.session.{session.id}.*.status", last_per_subject=True
+            ):
+                await handle(message)
+        if records:
+            async for messages in stream_batches(
+                self._js, RECORDS_STREAM, f"netsleuth.session.{session.id}.*.records"
+            ):
+                for message in messages:
+                    await handle(message)
+
+    async def _reconcile(self, session: FleetSession) -> None:
+        """Before the verdicts: record batches the hosts say they sent that did not come live (the
+        controller's server died, or a batch was resent after the host's end) are read from the stream,
+        waiting a little for resends still on their way; what stays missing is counted in batch_gaps."""
+        give_up = time.monotonic() + _RECONCILE_S
+        while any(view.batch_gaps for view in session.hosts.values()):
+            with contextlib.suppress(Exception):
+                await self._replay(session, statuses=False, records=True)
+            if not any(view.batch_gaps for view in session.hosts.values()) or time.monotonic() > give_up:
+                return
+            await asyncio.sleep(0.5)
+
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
@@ -425,37 +492,40 @@ class SessionManager:
                 await task
 
     # -- messages from agents -------------------------------------------------------------------------
-    def _on_message(self, session: FleetSession) -> Callable[[Msg], Any]:
+    def _on_message(self, session: FleetSession, replayed: bool = False) -> Callable[[Msg], Any]:
+        """The handler of a session's messages, live (its subscription) or `replayed` from the streams that
+        keep them (counted refusals are the live ones: a replay must not count a message twice)."""
+
         async def handle(message: Msg) -> None:
             parsed = parse_session_subject(message.subject)
             parts = message.subject.split(".")
             sender = parts[3] if len(parts) > 3 else "?"
             if parsed is None or parsed[2] not in ("status", "records"):
                 what = f"a message on {message.subject}, which is neither a status nor records"
-                await self._refuse(session, sender, "other", "unknown_kind", what)
+                await self._refuse(session, sender, "other", "unknown_kind", what, replayed)
                 return
             _session_id, sender, kind = parsed
             on = f"a {'status' if kind == 'status' else 'record batch'} on host {sender}'s subject"
             if sender not in session.hosts:
                 await self._refuse(
-                    session, sender, kind, "not_in_session", f"{on}, which is not in this session"
+                    session, sender, kind, "not_in_session", f"{on}, which is not in this session", replayed
                 )
                 return
             try:
                 body = decode(message.data, f"{kind} message")
                 received = HostStatus.from_json(body) if kind == "status" else RecordBatch.from_json(body)
             except ProtocolError as error:
-                await self._refuse(session, sender, kind, "malformed", f"a malformed message ({on}): {error}")
+                what = f"a malformed message ({on}): {error}"
+                await self._refuse(session, sender, kind, "malformed", what, replayed)
                 return
             # The subject says who sent it (only that host's agent may publish there); the body may not say
             # otherwise.
             if received.host != sender:
-                await self._refuse(
-                    session, sender, kind, "other_host", f"{on} that names host {received.host!r}"
-                )
+                what = f"{on} that names host {received.host!r}"
+                await self._refuse(session, sender, kind, "other_host", what, replayed)
             elif received.session != session.id:
                 what = f"{on} that names session {received.session!r}"
-                await self._refuse(session, sender, kind, "other_session", what)
+                await self._refuse(session, sender, kind, "other_session", what, replayed)
             elif isinstance(received, HostStatus):
                 self._on_status(session, sender, received)
             else:
@@ -463,8 +533,12 @@ class SessionManager:
 
         return handle
 
-    async def _refuse(self, session: FleetSession, sender: str, kind: str, reason: str, what: str) -> None:
+    async def _refuse(
+        self, session: FleetSession, sender: str, kind: str, reason: str, what: str, replayed: bool = False
+    ) -> None:
         """Count every refused message; log and audit the first of each (sender, kind, reason) per session."""
+        if replayed:
+            return
         self.metrics.refused(kind, reason)
         view = session.hosts.get(sender)
         if view is not None:
@@ -491,6 +565,9 @@ class SessionManager:
         view = session.hosts[sender]
         if view.state in _FINAL:
             return  # already decided (a late "ended" after we failed it changes nothing)
+        if _RANK.get(status.state, 0) < _RANK.get(view.state, 0):
+            return  # an older status, read back from the stream after a newer one came
+        view.sent, view.batches_sent = status.events, max(view.batches_sent, status.batches)
         view.state = status.state
         view.reason = status.reason
         view.totals = dict(status.totals)
@@ -498,16 +575,18 @@ class SessionManager:
         if status.start_skew_ns is not None:
             view.start_skew_ns = status.start_skew_ns
         view.missed_pings = 0
+        view.unreachable_since = None
         view.last_seen = time.monotonic()
         view.progressed.set()
         session.emit("status", {"host": sender, **view.to_json()})
 
     def _on_records(self, session: FleetSession, sender: str, batch: RecordBatch) -> None:
         view = session.hosts[sender]
-        if batch.seq > view.next_seq:
-            view.batch_gaps += batch.seq - view.next_seq
-        view.next_seq = max(view.next_seq, batch.seq + 1)
+        if batch.seq in view.seqs:
+            return  # already merged: sent again by the agent, or read back from the stream
+        view.seqs.add(batch.seq)
         view.missed_pings = 0
+        view.unreachable_since = None
         view.last_seen = time.monotonic()
         for record in batch.records:
             view.records += 1
@@ -546,11 +625,23 @@ class SessionManager:
                 await subscription.unsubscribe()
             await self._finish(session)
 
+    async def _request(self, subject: str, data: bytes, timeout: float) -> Msg:
+        """A request to an agent; "no responders" is believed only when it lasts _GONE_S (an agent whose
+        server of the cluster just died is back on another within a second)."""
+        give_up = time.monotonic() + _GONE_S
+        while True:
+            try:
+                return await self._nc.request(subject, data, timeout=timeout)
+            except NoRespondersError:
+                if time.monotonic() >= give_up:
+                    raise
+            await asyncio.sleep(0.25)
+
     async def _measure_offset(self, host: str, view: HostView, samples: int | None = None) -> None:
         best: tuple[int, int] | None = None  # (rtt, offset)
         for _ in range(_PINGS if samples is None else samples):
             sent = time.time_ns()
-            reply = await self._nc.request(ping_subject(host), b"{}", timeout=self._config.prepare_timeout)
+            reply = await self._request(ping_subject(host), b"{}", timeout=self._config.prepare_timeout)
             received = time.time_ns()
             wall = PingReply.from_json(decode(reply.data, "ping reply")).wall_ns
             rtt = received - sent
@@ -606,11 +697,12 @@ class SessionManager:
             budgets=Budgets(),
             user=spec.user,
             run_id=session.runs.get(host, ""),  # a replay to a later run of the agent is refused
+            stored=True,  # NETSLEUTH_STATUS and NETSLEUTH_RECORDS keep what it sends: wait for their acks
         )
         view.task_id = task.id
         signed = SignedTask.sign(task, self._key, self._key_id)
         try:
-            reply_message = await self._nc.request(
+            reply_message = await self._request(
                 task_subject(host), signed.encode(), timeout=self._config.prepare_timeout
             )
             reply = TaskReply.from_json(decode(reply_message.data, "task reply"))
@@ -688,11 +780,19 @@ class SessionManager:
         limit_ns = deadline_ns + grace_ns
         cancelled = False
         liveness = asyncio.create_task(self._watch_liveness(session))
+        next_replay_ns = deadline_ns + int(_QUIET_S * 1e9)
         try:
             while True:
                 pending = [host for host, view in session.hosts.items() if view.state not in _FINAL]
                 if not pending:
                     return
+                if time.time_ns() >= next_replay_ns:
+                    # Past the deadline and some host has not said it ended: its end may have been stored
+                    # while this controller's connection was away.
+                    next_replay_ns = time.time_ns() + int(_QUIET_S * 1e9)
+                    with contextlib.suppress(Exception):
+                        await self._replay(session, statuses=True, records=False)
+                    continue
                 if session.cancel_requested and not cancelled:
                     cancelled = True
                     limit_ns = min(limit_ns, time.time_ns() + grace_ns)
@@ -711,14 +811,19 @@ class SessionManager:
                 await liveness
 
     async def _watch_liveness(self, session: FleetSession) -> None:
+        last_round: dict[str, float] = {}
         while True:
-            await asyncio.sleep(_QUIET_S)
+            await asyncio.sleep(_QUIET_S / 2)
             now = time.monotonic()
             quiet = [
                 host
                 for host, view in session.hosts.items()
-                if view.state not in _FINAL and now - view.last_seen >= _QUIET_S
+                if view.state not in _FINAL
+                and now - view.last_seen >= _QUIET_S
+                and (view.unreachable_since is not None or now - last_round.get(host, 0.0) >= _QUIET_S)
             ]
+            for host in quiet:
+                last_round[host] = now
             # Concurrently, and without holding up the end of the session (_supervise does not await this).
             await asyncio.gather(*(self._liveness(session, host) for host in quiet))
 
@@ -727,10 +832,16 @@ class SessionManager:
         try:
             await self._nc.request(ping_subject(host), b"{}", timeout=_LIVENESS_S)
             view.missed_pings = 0
+            view.unreachable_since = None
             view.last_seen = time.monotonic()
         except NoRespondersError:
-            # Nobody is subscribed to the host's subjects any more: the agent process is gone.
-            self._fail(session, host, "agent stopped answering (disconnected from NATS)")
+            # Nobody is subscribed to the host's subjects: the agent process is gone - or its server died a
+            # moment ago and it is reconnecting to another one, which is why one answer is not enough.
+            now = time.monotonic()
+            if view.unreachable_since is None:
+                view.unreachable_since = now
+            elif now - view.unreachable_since >= _GONE_S:
+                self._fail(session, host, "agent stopped answering (disconnected from NATS)")
         except (NatsTimeoutError, TimeoutError):
             view.missed_pings += 1
             if view.missed_pings * _QUIET_S >= self._config.host_silence:
@@ -754,10 +865,13 @@ class SessionManager:
         else:
             state = "ended" if any(view.state == "ended" for view in session.hosts.values()) else "failed"
         partial = any(view.state != "ended" for view in session.hosts.values())
+        if not session.interrupted:
+            await self._reconcile(session)
         session.verdicts = session.merged.verdicts(session.host_states())
         outcome = ", ".join(f"{host}: {view.state}" for host, view in session.hosts.items())
         with contextlib.suppress(AuditUnavailable):
             await self._audit.record(
+                patience=0 if session.interrupted else 30,  # the end happened: worth a leader election
                 user=session.spec.user,
                 action="session.end",
                 decision="allow",

@@ -8,9 +8,11 @@ I/O; every session's BPF work (attach, poll, detach) runs on that session's own 
 (session_runner.py), so a slow attach never delays a heartbeat, and the sessions' deadlines do not depend on
 the loop, NATS or the controller being alive.
 
-NATS outages: nats-py reconnects by itself (forever, every second); on reconnect the entry is written again
-at once, so a restarted server (or one that lost its store) learns of the host within a second, not at the
-next heartbeat. While disconnected, publishes are dropped, not queued without bound.
+NATS outages: nats-py reconnects by itself (forever, every second, to any server of a cluster); on reconnect
+the entry is written again at once, so a restarted server (or one that lost its store) learns of the host
+within a second, not at the next heartbeat. A session's statuses and record batches wait for JetStream to
+store them and are sent again after an outage (outbox.py, bounded) when the task says the controller's
+streams store them; otherwise (an older controller) they are published and, while disconnected, dropped.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from netsleuth.fleet.clock import OffsetEstimator, parse_nats_time
 from netsleuth.fleet.diagnostic_source import catalogue, open_diagnostic, validate_config
 from netsleuth.fleet.host_registry import host_entry, probe_features
 from netsleuth.fleet.link_config import FleetConfig, login_identity, login_refused, lone_reset
+from netsleuth.fleet.outbox import Outbox, OutboxCounts
 from netsleuth.fleet.protocol import (
     HOSTS_BUCKET,
     Control,
@@ -98,6 +101,7 @@ class FleetLink:
         )
         self._features: dict[str, Any] = {}
         self._sessions: dict[str, FleetSession] = {}
+        self._outbox: Outbox | None = None  # made on the link's loop
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._nc: Client | None = None
@@ -161,6 +165,10 @@ class FleetLink:
             return len(self._sessions)
 
     @property
+    def outbox(self) -> OutboxCounts:
+        return self._outbox.counts if self._outbox is not None else OutboxCounts()
+
+    @property
     def clock_offset_ns(self) -> int | None:
         best = self._clock.best()
         return best.offset_ns if best is not None else None
@@ -221,6 +229,8 @@ class FleetLink:
         if nc is None:
             return
         self._nc = nc
+        self._outbox = Outbox(lambda: self._nc)
+        sending = asyncio.create_task(self._outbox.run(), name="fleet-outbox")
         self.connected.set()
         host = self.config.host_id
         await nc.subscribe(task_subject(host), cb=self._on_task)
@@ -232,6 +242,8 @@ class FleetLink:
         try:
             await self._heartbeats()
         finally:
+            await self._flush_outbox()
+            sending.cancel()
             with contextlib.suppress(Exception):
                 await self._register("stopping")
             with contextlib.suppress(Exception):
@@ -289,7 +301,10 @@ class FleetLink:
         except (TimeoutError, NatsError, ProtocolError) as error:
             text = str(error) or type(error).__name__
             if "no responders" in text.lower():
-                text = f"the KV bucket {HOSTS_BUCKET} does not exist: start the controller (it creates it)"
+                text = (
+                    f"nothing answered: the KV bucket {HOSTS_BUCKET} does not exist (start the controller: "
+                    "it creates it), or the servers keeping it are electing a leader"
+                )
             self._set_error(f"cannot register in {HOSTS_BUCKET}: {text}")
             return
         if self.last_error and self.last_error.startswith("cannot re"):
@@ -314,9 +329,19 @@ class FleetLink:
         self._set_error("disconnected from NATS; reconnecting")
 
     async def _on_reconnected(self) -> None:
-        _LOG.info("fleet: reconnected to NATS; registering again")
+        nc = self._nc
+        server = nc.connected_url.netloc if nc is not None and nc.connected_url else "NATS"
+        _LOG.info("fleet: reconnected to %s; registering again", server)
         if self._register_now is not None:
             self._register_now.set()
+        if self._outbox is not None:
+            self._outbox.poke()
+
+    async def _flush_outbox(self, timeout: float = 5.0) -> None:
+        """Stopping: the last statuses (`agent_stopping`) get a few seconds to be stored."""
+        deadline = time.monotonic() + timeout
+        while self._outbox is not None and self._outbox.waiting and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
 
     async def _on_error(self, error: Exception) -> None:
         previous, self._previous_error = self._previous_error, error
@@ -336,13 +361,22 @@ class FleetLink:
         self._set_error(f"NATS: {error or type(error).__name__}")
 
     # -- messages --------------------------------------------------------------------------------------
-    def publish_threadsafe(self, subject: str, data: bytes) -> None:
-        """From a session's thread: queue a publish on the loop, never wait for it."""
-        loop, nc = self._loop, self._nc
-        if loop is None or nc is None or loop.is_closed():
-            return
-        with contextlib.suppress(RuntimeError):  # the loop has just stopped
-            loop.call_soon_threadsafe(self._publish_now, subject, data)
+    def publisher(self, stored: bool) -> Callable[[str, bytes, str, bool], None]:
+        """What a session publishes with: through the outbox when the controller's streams store its
+        messages (the task says so), else a plain publish."""
+
+        def publish(subject: str, data: bytes, message_id: str, droppable: bool) -> None:
+            """From a session's thread: queue it on the loop, never wait for it."""
+            loop, nc = self._loop, self._nc
+            if loop is None or nc is None or loop.is_closed():
+                return
+            with contextlib.suppress(RuntimeError):  # the loop has just stopped
+                if stored and self._outbox is not None:
+                    loop.call_soon_threadsafe(self._outbox.put, subject, data, message_id, droppable)
+                else:
+                    loop.call_soon_threadsafe(self._publish_now, subject, data)
+
+        return publish
 
     def _publish_now(self, subject: str, data: bytes) -> None:
         nc = self._nc
@@ -378,7 +412,7 @@ class FleetLink:
                     lambda: open_diagnostic(
                         accepted.task.diagnostic, accepted.config, self._context, accepted.scope
                     ),
-                    self.publish_threadsafe,
+                    self.publisher(accepted.task.stored),
                     self._ledger,
                     lambda: self._clock.offset_ns,
                     self._session_ended,

@@ -27,11 +27,14 @@ _MAX_CONTAINERS = 256
 _MAX_PODS = 256
 
 
-async def ensure_hosts_bucket(js: JetStreamContext) -> None:
+async def ensure_hosts_bucket(js: JetStreamContext, replicas: int = 1) -> None:
     """Create the bucket if missing (the controller and the lab do; agents are not allowed to).
-    history=1: only the latest entry matters; direct gets on, for the agents' clock measurement."""
+    history=1: only the latest entry matters; direct gets on, for the agents' clock measurement (served by
+    any replica of a replicated bucket)."""
     await js.create_key_value(
-        KeyValueConfig(bucket=HOSTS_BUCKET, history=1, storage=StorageType.FILE, direct=True)
+        KeyValueConfig(
+            bucket=HOSTS_BUCKET, history=1, storage=StorageType.FILE, direct=True, replicas=replicas
+        )
     )
 
 

@@ -9,6 +9,7 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from netsleuth.fleet.outbox import OutboxCounts
 from netsleuth.fleet.refusal_audit import RefusalAudit
 
 __all__ = ["FleetCollector"]
@@ -39,6 +40,9 @@ class _LinkState(Protocol):
     @property
     def audit(self) -> RefusalAudit: ...
 
+    @property
+    def outbox(self) -> OutboxCounts: ...
+
 
 class FleetCollector:
     def __init__(self, link: _LinkState) -> None:
@@ -66,6 +70,17 @@ class FleetCollector:
         audit.add_metric(["left_out"], link.audit.left_out)
         audit.add_metric(["unstored"], link.audit.unstored)
         yield audit
+        outbox = link.outbox
+        messages = CounterMetricFamily(
+            "netsleuth_fleet_session_messages",
+            "Session statuses and record batches sent for JetStream to store: stored (acknowledged), resent "
+            "(no acknowledgement: sent again), dropped (no room, or not stored within a minute), refused by "
+            "the stream",
+            labels=["outcome"],
+        )
+        for outcome in ("stored", "resent", "dropped", "refused"):
+            messages.add_metric([outcome], getattr(outbox, outcome))
+        yield messages
         active = "Fleet sessions preparing or running"
         yield GaugeMetricFamily("netsleuth_fleet_sessions_active", active, value=link.active_sessions)
         offset = link.clock_offset_ns

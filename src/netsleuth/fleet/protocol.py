@@ -48,6 +48,8 @@ __all__ = [
     "HOST_ID_PATTERN",
     "HOST_STATES",
     "PROTOCOL_VERSION",
+    "RECORDS_STREAM",
+    "RECORDS_SUBJECTS",
     "SESSIONS_STREAM",
     "SESSIONS_SUBJECTS",
     "STATUS_STREAM",
@@ -101,6 +103,10 @@ SESSIONS_SUBJECTS: Final = "netsleuth.history.>"
 # back the end each agent reported while it was down.
 STATUS_STREAM: Final = "NETSLEUTH_STATUS"
 STATUS_SUBJECTS: Final = "netsleuth.session.*.*.status"
+# Every record batch of every session, kept by the server: what a controller that missed some (its server
+# died, it took the session over from another controller) merges from.
+RECORDS_STREAM: Final = "NETSLEUTH_RECORDS"
+RECORDS_SUBJECTS: Final = "netsleuth.session.*.*.records"
 # One NATS subject token that is also a KV key and a DNS-label-like name: no dots, wildcards or spaces.
 HOST_ID_PATTERN: Final = r"[a-z0-9][a-z0-9-]{0,62}"
 _HOST_ID = re.compile(HOST_ID_PATTERN)
@@ -231,7 +237,9 @@ class _Fields:
             raise self._bad(key, f"a number of at least {minimum:g}")
         return float(value)
 
-    def boolean(self, key: str) -> bool:
+    def boolean(self, key: str, default: bool | None = None) -> bool:
+        if key not in self.raw and default is not None:
+            return default
         value = self.raw.get(key)
         if not isinstance(value, bool):
             raise self._bad(key, "true or false")
@@ -385,6 +393,9 @@ class Task:
     # The run of the agent this task is for (its registry entry's run_id): a task captured before the agent
     # restarted names a run that no longer exists, and is refused as a replay (admission.py).
     run_id: str = ""
+    # The controller's streams store this session's statuses and records: send each as a JetStream publish and
+    # keep it until it is acknowledged (fleet/outbox.py). False (a controller without those streams): publish.
+    stored: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -401,6 +412,7 @@ class Task:
             "deadline_s": self.deadline_s,
             "budgets": self.budgets.to_json(),
             "user": self.user,
+            "stored": self.stored,
         }
 
     @classmethod
@@ -426,6 +438,7 @@ class Task:
             user=fields.string("user", max_len=256),
             v=version,
             run_id=fields.string("run_id", "", max_len=64),
+            stored=fields.boolean("stored", False),
         )
         if task.expires_at < task.issued_at:
             raise ProtocolError("task.expires_at is before task.issued_at")
@@ -574,6 +587,9 @@ class HostStatus:
     # Records and entries of records the agent held back as outside the task's scope (fleet/scope_filter.py);
     # also in `totals` as "withheld", which consumers copy whole.
     withheld: int = 0
+    # Record batches sent so far (seq 0 .. batches - 1): with the `ended` status, the controller knows which
+    # it still lacks, even a last one no later batch showed missing.
+    batches: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -591,6 +607,7 @@ class HostStatus:
             "time": self.time,
             "notes": list(self.notes),
             "withheld": self.withheld,
+            "batches": self.batches,
         }
 
     def encode(self) -> bytes:
@@ -621,6 +638,7 @@ class HostStatus:
             time=fields.string("time", _now_iso(), max_len=64),
             notes=fields.strings("notes"),
             withheld=fields.integer("withheld", 0),
+            batches=fields.integer("batches", 0),
         )
 
 

@@ -48,7 +48,10 @@ _POLL_MS = 50
 _BATCH_RECORDS = 256  # records per message: bounded, so one message stays well under NATS's 1 MB max_payload
 _BATCH_BYTES = 256 << 10
 
-Publish = Callable[[str, bytes], None]
+# (subject, data, message id, droppable): the id names the message for JetStream's duplicate detection
+# (`<session>.<host>.status.<n>`, `.records.<seq>`), so a message sent again after a lost acknowledgement is
+# stored once; a status is never dropped for want of room (fleet/outbox.py), a record batch may be.
+Publish = Callable[[str, bytes, str, bool], None]
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -114,6 +117,7 @@ class FleetSession:
         self.events = 0
         self.bytes = 0
         self._batches = 0
+        self._statuses = 0
         self._skew_ns: int | None = None
         self._window = EventTotals()
         self._diagnostic: FleetDiagnostic | None = None  # set once attached, for the T0 marker
@@ -196,8 +200,16 @@ class FleetSession:
             sent_bytes=self.bytes,
             notes=tuple(notes or ()),
             withheld=withheld,
+            batches=self._batches,
         )
-        self._publish(status_subject(self.id, self.host), status.encode())
+        self._statuses += 1
+        message_id = f"{self.id}.{self.host}.status.{self._statuses}"
+        self._publish(status_subject(self.id, self.host), status.encode(), message_id, False)
+
+    def _publish_batch(self, data: bytes) -> None:
+        message_id = f"{self.id}.{self.host}.records.{self._batches}"
+        self._publish(records_subject(self.id, self.host), data, message_id, True)
+        self._batches += 1
 
     def _send(self, records: Records) -> tuple[str, str] | None:
         """Publish within the caps, in bounded batches; returns why the session must end, if it must."""
@@ -219,9 +231,7 @@ class FleetSession:
             encoded, self.events, self.bytes, budgets.max_events, budgets.max_bytes
         )
         for chunk in _chunks(lines):
-            batch = RecordBatch.encode_lines(self.host, self.id, self._batches, chunk)
-            self._publish(records_subject(self.id, self.host), batch)
-            self._batches += 1
+            self._publish_batch(RecordBatch.encode_lines(self.host, self.id, self._batches, chunk))
         self.events += len(lines)
         self.bytes += sum(len(line) for line in lines)
         return ended
@@ -376,8 +386,7 @@ class FleetSession:
             records = self._scope.keep(records)
         for start in range(0, len(records), _BATCH_RECORDS):
             batch = RecordBatch(self.host, self.id, self._batches, records[start : start + _BATCH_RECORDS])
-            self._publish(records_subject(self.id, self.host), batch.encode())
-            self._batches += 1
+            self._publish_batch(batch.encode())
         return notes
 
     def _send_summary(self, summary: dict[str, Any]) -> None:
@@ -389,9 +398,7 @@ class FleetSession:
         if isinstance(groups, list) and len(body) > _BATCH_BYTES:
             kept = groups[: max(1, len(groups) * _BATCH_BYTES // len(body) // 2)]
             summary = {**summary, "groups": kept, "groups_omitted": len(groups) - len(kept)}
-        batch = RecordBatch(self.host, self.id, self._batches, [summary])
-        self._publish(records_subject(self.id, self.host), batch.encode())
-        self._batches += 1
+        self._publish_batch(RecordBatch(self.host, self.id, self._batches, [summary]).encode())
 
 
 def _chunks(lines: list[bytes]) -> Iterator[list[bytes]]:
