@@ -15,7 +15,13 @@ import json
 import sys
 from pathlib import Path
 
-from netsleuth.fleet.nats_config import NatsUser, agent_user, controller_permissions
+from netsleuth.fleet.nats_config import (
+    NatsUser,
+    agent_user,
+    authorization,
+    cluster_routes,
+    controller_permissions,
+)
 
 HERE = Path(__file__).resolve().parent
 SECRET = HERE / "overlays" / "fleet" / "nats-secret.yaml"
@@ -44,19 +50,15 @@ def server_config(hosts: list[str]) -> str:
         NatsUser("controller", "CHANGE-ME", controller_permissions()),
         *(agent_user(host, "CHANGE-ME") for host in hosts),
     ]
-    routes = [f"nats://route:CHANGE-ME@{SERVICE}-{index}.{SERVICE}-cluster:6222" for index in range(REPLICAS)]
+    members = [(f"{SERVICE}-{index}.{SERVICE}-cluster", 6222) for index in range(REPLICAS)]
     settings = {
         "listen": "0.0.0.0:4222",
         "http": "0.0.0.0:8222",  # /healthz for the probes
         "max_payload": 1 << 20,  # record batches are cut to 256 KiB; a status is a few hundred bytes
         "jetstream": {"store_dir": "/data/jetstream", "max_memory_store": 64 << 20, "max_file_store": "10G"},
-        "cluster": {
-            "name": "netsleuth",
-            "listen": "0.0.0.0:6222",
-            "authorization": {"user": "route", "password": "CHANGE-ME"},
-            "routes": routes,
-        },
-        "authorization": {"users": [user.to_config() for user in users]},
+        # The same cluster block as packaging/nats-cluster/ (netsleuth.fleet.nats_config).
+        "cluster": cluster_routes("netsleuth", members, ("0.0.0.0", 6222), password="CHANGE-ME").to_config(),
+        "authorization": authorization(users),
     }
     # $POD_NAME unquoted: nats-server substitutes environment variables only in bare values.
     lines = ["server_name: $POD_NAME"]

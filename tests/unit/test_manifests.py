@@ -210,7 +210,7 @@ def test_nats_is_three_servers_routed_to_each_other(rendered: dict[str, list[Obj
     headless = find(objects, "Service", statefulset["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None"
     config = find(objects, "Secret", "netsleuth-nats")["stringData"]["nats.conf"]
-    routes = [line for line in config.splitlines() if "nats://route:" in line]
+    routes = [line for line in config.splitlines() if "nats-route://route:" in line]
     expected = [f"netsleuth-nats-{index}.{headless['metadata']['name']}:6222" for index in range(3)]
     assert [route.split("@")[1].rstrip('",') for route in routes] == expected
 
