@@ -37,7 +37,6 @@ _COMMAND_MODULES = {
     "dns": "netsleuth.commands.dns",
     "controller": "netsleuth.commands.controller",
     "fleet": "netsleuth.commands.fleet",
-    "route": "netsleuth.commands.route",
     "softirq": "netsleuth.commands.softirq",
     "profile": "netsleuth.commands.profile",
 }
@@ -45,9 +44,7 @@ _COMMAND_MODULES = {
 # The commands whose run is one `run_session` (commands/_runloop.py), which resumes garbage collection once
 # the probes are attached: for them collection is held off from here to there (netsleuth.startup_gc). Every
 # other command runs with it on. tests/unit/test_cli_startup.py checks this list against the modules.
-_ATTACHING_COMMANDS = frozenset(
-    {"diagnose", "drops", "resets", "tcp", "conn", "dns", "route", "softirq", "profile"}
-)
+_ATTACHING_COMMANDS = frozenset({"diagnose", "drops", "resets", "tcp", "conn", "dns", "softirq", "profile"})
 
 
 def _diagnostic_words(with_plugins: bool) -> list[str]:

@@ -141,20 +141,31 @@ def test_top_level_help_still_describes_every_command(argv: list[str]) -> None:
     assert described == {*cli._COMMAND_MODULES, *cli._diagnostic_words(with_plugins=True)}
 
 
-def test_a_known_command_loads_and_builds_only_itself() -> None:
+@pytest.mark.parametrize(
+    ("command", "modules"),
+    [
+        ("doctor", "['netsleuth.commands.doctor']"),
+        # A diagnostic's command is derived from its spec: no command module, and no other diagnostic loaded.
+        ("snoop", "[]"),
+    ],
+)
+def test_a_known_command_loads_and_builds_only_itself(command: str, modules: str) -> None:
     code = (
         "import sys\n"
         "from netsleuth import cli\n"
-        "parser = cli.build_parser(['tcp', '--summary'])\n"
+        f"parser = cli.build_parser(['{command}', '--summary'])\n"
         "subparsers = parser._subparsers._group_actions[0]\n"
         "print(sorted(subparsers.choices))\n"
         "loaded = [m for m in sys.modules if m.startswith('netsleuth.commands.')]\n"
         "print(sorted(m for m in loaded if m.rpartition('.')[2] in cli._COMMAND_MODULES))\n"
+        "names = [name for name in ('route', 'snoop', 'dns') if name != sys.argv[1]]\n"
+        "others = tuple(f'netsleuth.diagnostics.{name}' for name in names)\n"
+        "print(sorted(m for m in sys.modules if m.startswith(others)))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", code, command], capture_output=True, text=True, timeout=60, check=True
     )
-    assert result.stdout.splitlines() == ["['tcp']", "['netsleuth.commands.tcp']"]
+    assert result.stdout.splitlines() == [f"['{command}']", modules, "[]"]
 
 
 @pytest.mark.parametrize(("name", "collecting"), [("doctor", True), ("drops", False)])

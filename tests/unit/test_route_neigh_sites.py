@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netsleuth.diagnostics.route import neigh_free_sites
+from netsleuth.diagnostics.route.session import neigh_free_sites
 from netsleuth.kernel.kallsyms import Kallsyms
 
 

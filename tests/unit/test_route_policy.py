@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from netsleuth.diagnostics.route import lookup_result
-from netsleuth.diagnostics.route_policy import LookupKey, PolicySnapshot, snapshot_from_fields
+from netsleuth.diagnostics.route.policy import LookupKey, PolicySnapshot, snapshot_from_fields
+from netsleuth.diagnostics.route.session import lookup_result
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "route" / "policy_nsrtrec.json"
 LO, VETH0 = 1, 3

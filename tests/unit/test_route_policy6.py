@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from netsleuth.diagnostics.route_policy import LookupKey, PolicySnapshot, snapshot_from_fields
+from netsleuth.diagnostics.route.policy import LookupKey, PolicySnapshot, snapshot_from_fields
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "route" / "policy6_nsrtrec.json"
 LO, VETH0 = 1, 4644

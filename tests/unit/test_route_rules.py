@@ -4,7 +4,9 @@ failed next hops with the packets dropped behind them (joined through the lookup
 from __future__ import annotations
 
 from netsleuth.diagnose.route_rules import route_verdicts
-from netsleuth.diagnostics.route import NeighRecord, RouteDropRecord, RouteGroup, RouteLookupRecord
+from netsleuth.diagnostics.route.policy import table_name
+from netsleuth.diagnostics.route.records import NeighRecord, RouteDropRecord, RouteGroup, RouteLookupRecord
+from netsleuth.spec.records import WallTime
 
 NETNS = 4026532999
 
@@ -12,16 +14,33 @@ NETNS = 4026532999
 def lookup(
     dst: str, result: str, err: int, route: str | None, rule: str | None, gateway: str | None = None
 ) -> RouteLookupRecord:
+    table = 100 if err else 254
     return RouteLookupRecord(
-        time=1.0, netns=NETNS, netns_name="client", table=100 if err else 254, result=result, err=err,
-        src="198.18.3.1", dst=dst, proto=17, sport=40000, dport=9999, iif="lo", oif=None, mark=0,
-        gateway=gateway, dev="veth0" if gateway else None, rule=rule, route=route, pid=42, comm="python3",
-        cpu=0,
+        time=WallTime(1.0), netns=NETNS, netns_name="client", table=table, table_name=table_name(table),
+        family=4, result=result, err=err, src="198.18.3.1", dst=dst, proto="udp", sport=40000, dport=9999,
+        iif="lo", oif=None, mark=0, gateway=gateway, dev="veth0" if gateway else None, rule=rule, route=route,
+        pid=42, comm="python3", cpu=0,
+    )  # fmt: skip
+
+
+def neigh(netns_name: str | None, address: str, family: int = 4) -> NeighRecord:
+    return NeighRecord(
+        time=WallTime(1.0), netns=NETNS, netns_name=netns_name, family=family, event="failed",
+        address=address, dev="veth0", state="FAILED",
+    )  # fmt: skip
+
+
+def route_drop(netns: int, netns_name: str, src: str, dst: str) -> RouteDropRecord:
+    return RouteDropRecord(
+        time=WallTime(1.0), netns=netns, netns_name=netns_name, reason="NEIGH_FAILED", src=src, dst=dst,
+        proto="udp", dev="veth0",
     )  # fmt: skip
 
 
 def group(kind: str, count: int, example: RouteLookupRecord | NeighRecord | RouteDropRecord) -> RouteGroup:
-    return RouteGroup(kind, count, 1.0, 2.0, example)
+    return RouteGroup(
+        kind=kind, count=count, first_time=WallTime(1.0), last_time=WallTime(2.0), example=example
+    )
 
 
 def test_blackhole_lookups_become_one_verdict_naming_rule_table_and_prefix() -> None:
@@ -44,7 +63,7 @@ def test_blackhole_lookups_become_one_verdict_naming_rule_table_and_prefix() -> 
 
 
 def test_failed_next_hop_gets_the_drops_of_destinations_routed_through_it() -> None:
-    hop = NeighRecord(1.0, NETNS, "client", "failed", "198.18.3.9", "veth0", "FAILED")
+    hop = neigh("client", "198.18.3.9")
     via_hop = lookup(
         "198.18.9.4",
         "route",
@@ -53,10 +72,8 @@ def test_failed_next_hop_gets_the_drops_of_destinations_routed_through_it() -> N
         "32766: from all lookup main",
         "198.18.3.9",
     )
-    drop = RouteDropRecord(1.0, NETNS, "client", "NEIGH_FAILED", "198.18.3.1", "198.18.9.4", 17, "veth0")
-    other_drop = RouteDropRecord(
-        1.0, NETNS + 1, "elsewhere", "NEIGH_FAILED", "198.18.4.1", "198.18.9.4", 17, "veth0"
-    )
+    drop = route_drop(NETNS, "client", "198.18.3.1", "198.18.9.4")
+    other_drop = route_drop(NETNS + 1, "elsewhere", "198.18.4.1", "198.18.9.4")
     groups = [
         group("neigh", 2, hop),
         group("lookup", 37, via_hop),
@@ -76,7 +93,7 @@ def test_failed_next_hop_gets_the_drops_of_destinations_routed_through_it() -> N
 
 
 def test_a_failed_hop_without_drops_is_a_warning() -> None:
-    hop = NeighRecord(1.0, NETNS, None, "failed", "2001:db8::9", "veth0", "FAILED")
+    hop = neigh(None, "2001:db8::9", family=6)
     (verdict,), _ = route_verdicts([group("neigh", 1, hop)], 5.0)
     assert verdict.severity.label == "warning"
     assert (
@@ -87,10 +104,11 @@ def test_a_failed_hop_without_drops_is_a_warning() -> None:
 
 def test_ipv6_blackhole_verdict_names_rule_table_prefix_and_fixes_with_ip_6() -> None:
     example = RouteLookupRecord(
-        time=1.0, netns=NETNS, netns_name="client", table=100, result="blackhole", err=-22,
-        src="2001:db8:3::1", dst="2001:db8:5::9", proto=17, sport=40000, dport=9999, iif="lo", oif=None,
-        mark=0, gateway=None, dev=None, rule="1000: from 2001:db8:3::/64 lookup 100",
-        route="blackhole 2001:db8:5::/64 dev lo metric 1024", pid=42, comm="python3", cpu=0, family=6,
+        time=WallTime(1.0), netns=NETNS, netns_name="client", table=100, table_name="100", family=6,
+        result="blackhole", err=-22, src="2001:db8:3::1", dst="2001:db8:5::9", proto="udp", sport=40000,
+        dport=9999, iif="lo", oif=None, mark=0, gateway=None, dev=None,
+        rule="1000: from 2001:db8:3::/64 lookup 100", route="blackhole 2001:db8:5::/64 dev lo metric 1024",
+        pid=42, comm="python3", cpu=0,
     )  # fmt: skip
     (verdict,), _ = route_verdicts([group("lookup", 12, example)], 3.0)
     assert verdict.cause == (
@@ -108,17 +126,15 @@ def test_ipv6_blackhole_verdict_names_rule_table_prefix_and_fixes_with_ip_6() ->
 
 
 def test_failed_ipv6_next_hop_gets_its_drops() -> None:
-    hop = NeighRecord(1.0, NETNS, "client", "failed", "2001:db8:3::9", "veth0", "FAILED", family=6)
+    hop = neigh("client", "2001:db8:3::9", family=6)
     via_hop = RouteLookupRecord(
-        time=1.0, netns=NETNS, netns_name="client", table=254, result="route", err=0, src="2001:db8:3::1",
-        dst="2001:db8:9::4", proto=17, sport=40000, dport=9999, iif="lo", oif=None, mark=0,
-        gateway="2001:db8:3::9", dev="veth0", rule="32766: from all lookup main",
-        route="2001:db8:9::/64 via 2001:db8:3::9 dev veth0 metric 1024", pid=42, comm="python3", cpu=0,
-        family=6,
+        time=WallTime(1.0), netns=NETNS, netns_name="client", table=254, table_name="main", family=6,
+        result="route", err=0, src="2001:db8:3::1", dst="2001:db8:9::4", proto="udp", sport=40000,
+        dport=9999, iif="lo", oif=None, mark=0, gateway="2001:db8:3::9", dev="veth0",
+        rule="32766: from all lookup main", route="2001:db8:9::/64 via 2001:db8:3::9 dev veth0 metric 1024",
+        pid=42, comm="python3", cpu=0,
     )  # fmt: skip
-    drop = RouteDropRecord(
-        1.0, NETNS, "client", "NEIGH_FAILED", "2001:db8:3::1", "2001:db8:9::4", 17, "veth0"
-    )
+    drop = route_drop(NETNS, "client", "2001:db8:3::1", "2001:db8:9::4")
     verdicts, explained = route_verdicts(
         [group("neigh", 1, hop), group("lookup", 4, via_hop), group("drop", 4, drop)], 3.0
     )

@@ -3,7 +3,7 @@ reject routes and next hops that never resolved.
 
 - "packets to 198.18.5.9 from netns X hit blackhole route 198.18.5.0/24 in table 100 (ip rule 1000: from
   198.18.3.0/24 lookup 100)": from the kernel's lookup groups whose result is a reject route, named by the
-  namespace's policy routing (netsleuth.diagnostics.route_policy).
+  namespace's policy routing (netsleuth.diagnostics.route.policy).
 - "next hop 198.18.3.9 never answered ARP: 37 packets dropped": from neighbour entries the kernel marked
   FAILED, and the NEIGH_* drops of packets whose route goes through that hop (or to it, on-link).
 
@@ -27,9 +27,9 @@ from netsleuth.diagnose.verdicts import Severity, Verdict
 if TYPE_CHECKING:
     from netsleuth.diagnostics.drops_enrich import DropGroup
     from netsleuth.diagnostics.filters import PacketFilter
-    from netsleuth.diagnostics.route import (  # noqa: F401 - RouteDiagnostic: the quoted base class's parameter
+    from netsleuth.diagnostics.route.records import RouteGroup
+    from netsleuth.diagnostics.route.session import (  # noqa: F401 - the quoted base class's parameter
         RouteDiagnostic,
-        RouteGroup,
     )
     from netsleuth.kernel.context import KernelContext
 
@@ -61,7 +61,7 @@ def _ip(address: str) -> str:
 
 
 def _reject_verdicts(groups: Sequence[RouteGroup], seconds: float) -> list[Verdict]:
-    from netsleuth.diagnostics.route import RouteLookupRecord
+    from netsleuth.diagnostics.route.records import RouteLookupRecord
 
     by_decision: dict[tuple[int, int, str, str | None, str | None], list[RouteGroup]] = defaultdict(list)
     for group in groups:
@@ -87,7 +87,7 @@ def _reject_verdicts(groups: Sequence[RouteGroup], seconds: float) -> list[Verdi
             "rate_per_s": round(count / seconds, 2) if seconds > 0 else None,
             "route": route,
             "rule": rule,
-            "example": f"{example.proto_text if example.proto else 'ip'} {example.src} > {example.dst}",
+            "example": f"{example.proto or 'ip'} {example.src} > {example.dst}",
         }
         if example.comm:
             evidence["process"] = {"comm": example.comm, "pid": example.pid}
@@ -116,7 +116,7 @@ def _neighbour_drop(group: DropGroup) -> bool:
     """A drop the next-hop verdicts account for: a NEIGH_* reason, or IPv6's reasonless free of a failed
     neighbour's queue (NOT_SPECIFIED at neigh_invalidate or ndisc_error_report, which route counts as
     NEIGH_FAILED)."""
-    from netsleuth.diagnostics.route import NEIGH_FREE_SITES
+    from netsleuth.diagnostics.route.session import NEIGH_FREE_SITES
 
     if group.reason in _NEIGH_REASONS:
         return True
@@ -125,7 +125,7 @@ def _neighbour_drop(group: DropGroup) -> bool:
 
 def _hop_verdicts(groups: Sequence[RouteGroup]) -> tuple[list[Verdict], int]:
     """Failed next hops with the packets lost behind them; also how many NEIGH drops they explain."""
-    from netsleuth.diagnostics.route import NeighRecord, RouteDropRecord, RouteLookupRecord
+    from netsleuth.diagnostics.route.records import NeighRecord, RouteDropRecord, RouteLookupRecord
 
     failures: dict[_Hop, int] = defaultdict(int)
     gateways: dict[tuple[int, str], set[str]] = defaultdict(set)  # (netns, destination) -> hops used
@@ -197,11 +197,11 @@ class RouteWatch(SessionWatch["RouteDiagnostic"]):
     watched = "routing"
 
     def __init__(self, packet_filter: PacketFilter, context: KernelContext) -> None:
-        from netsleuth.diagnostics.route import RouteConfig, RouteDiagnostic
+        from netsleuth.diagnostics.route.records import RouteConfig
+        from netsleuth.diagnostics.route.session import RouteDiagnostic
 
         # --pid/--comm select the process whose lookups matter; the route programs take the same filters.
-        config = RouteConfig(packet_filter=packet_filter, summary_only=True)
-        super().__init__(RouteDiagnostic(config, context))
+        super().__init__(RouteDiagnostic(RouteConfig(summary=True), context, packet_filter))
         self._explained = 0
 
     def verdicts(self, seconds: float) -> list[Verdict]:

@@ -48,6 +48,7 @@ __all__ = [
     "read_for_another_host",
     "read_packet_filter",
     "read_task_selection",
+    "resolve_namespaces",
 ]
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -236,9 +237,12 @@ def on_this_host(packet_filter: PacketFilter, names: NetnsNames | None = None) -
 
 
 def filter_notes(session: object) -> list[str]:
-    """The notes of the packet filter a session runs with (its `config.packet_filter`): what the CLI prints
-    as it starts and an agent session reports, for any diagnostic."""
-    packet_filter = getattr(getattr(session, "config", None), "packet_filter", None)
+    """The notes of the packet filter a session runs with: what the CLI prints as it starts and an agent
+    session reports, for any diagnostic. A session of a typed config (netsleuth.spec) holds the filter it
+    resolved on this host as `packet_filter`; an older one holds it in `config.packet_filter`."""
+    packet_filter = getattr(session, "packet_filter", None)
+    if not isinstance(packet_filter, PacketFilter):
+        packet_filter = getattr(getattr(session, "config", None), "packet_filter", None)
     return list(packet_filter.notes) if isinstance(packet_filter, PacketFilter) else []
 
 
@@ -354,13 +358,20 @@ def read_packet_filter(
 def _read_namespaces(
     values: ConfigInput, netns: str | None, resolve_netns: Callable[[str], int]
 ) -> tuple[int | None, frozenset[int]]:
-    """--netns, --pod or --k8s-namespace (one of them) as the kernel filters them: one namespace inode, or
-    the set of a Kubernetes namespace's pods' namespaces (one inode when it has one pod here)."""
     pod, k8s_namespace = values.text("pod"), values.text("k8s_namespace")
     choices = (("--netns", netns), ("--pod", pod), ("--k8s-namespace", k8s_namespace))
     given = [option for option, value in choices if value is not None]
     if len(given) > 1:
         raise UsageError(f"{' and '.join(given)} each choose the network namespace: give one of them")
+    return resolve_namespaces(netns, pod, k8s_namespace, resolve_netns)
+
+
+def resolve_namespaces(
+    netns: str | None, pod: str | None, k8s_namespace: str | None, resolve_netns: Callable[[str], int]
+) -> tuple[int | None, frozenset[int]]:
+    """--netns, --pod or --k8s-namespace (at most one of them is given) as the kernel filters them: one
+    namespace inode, or the set of a Kubernetes namespace's pods' namespaces (one inode when it has one pod
+    here)."""
     if netns is not None:
         return resolve_netns(netns), frozenset()
     if _ELSEWHERE.get():  # pods are the agent's to resolve, when the task reaches it

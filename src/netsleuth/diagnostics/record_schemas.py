@@ -22,7 +22,6 @@ import msgspec
 from netsleuth.diagnostics.dns_json import DNS_RECORD_TYPES
 from netsleuth.diagnostics.profile_json import PROFILE_RECORD_TYPES
 from netsleuth.diagnostics.record_parts import Clock, Owner, PodRef, Totals
-from netsleuth.diagnostics.route_json import ROUTE_RECORD_TYPES
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.softirq_json import SOFTIRQ_RECORD_TYPES
 
@@ -416,7 +415,6 @@ RECORD_TYPES: dict[str, type] = {
     "summary:conn": ConnSummaryJson,
     "summary:diagnose": DiagnoseSummaryJson,
     **DNS_RECORD_TYPES,
-    **ROUTE_RECORD_TYPES,
     **SOFTIRQ_RECORD_TYPES,
     **PROFILE_RECORD_TYPES,
 }

@@ -2,7 +2,9 @@
 process diagnostic watches (`TaskConfig`), which packets a packet diagnostic watches (`PacketConfig`).
 
 A diagnostic's config subclasses one of them (msgspec Structs take one base with fields), so `--dport`,
-`--netns` and `--sample` are the same field, with the same checks and sentences, everywhere.
+`--netns` and `--sample` are the same field, with the same checks and sentences, everywhere. A socket
+diagnostic (resets, tcp) takes `SocketConfig`: a packet's filters without the interface, which its events
+do not have (`--dev` is then no flag of it).
 """
 
 from __future__ import annotations
@@ -10,13 +12,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from netsleuth.spec.configs import Config, ConfigError
-from netsleuth.spec.options import FILTERS, Comm, IpNetwork, NetnsRef, Opt, Pid, Port, Proto, Sample, Seconds
+from netsleuth.spec.options import (
+    FILTERS,
+    Comm,
+    IpNetwork,
+    K8sNamespace,
+    NetnsRef,
+    Opt,
+    Pid,
+    PodName,
+    Port,
+    Proto,
+    Sample,
+    Seconds,
+)
 
 if TYPE_CHECKING:
     from netsleuth.diagnostics.filters import PacketFilter, TaskSelection
     from netsleuth.kernel.netns import NetnsNames
 
-__all__ = ["PacketConfig", "RunConfig", "TaskConfig"]
+__all__ = ["PacketConfig", "RunConfig", "SocketConfig", "TaskConfig"]
 
 _NETNS_HELP = "network namespace: inode, `ip netns` name, or /proc/PID/ns/net"
 
@@ -55,8 +70,9 @@ class TaskConfig(RunConfig, frozen=True, kw_only=True):
         )
 
 
-class PacketConfig(RunConfig, frozen=True, kw_only=True):
-    """Which packets a packet diagnostic watches; every filter is applied in the kernel."""
+class SocketConfig(RunConfig, frozen=True, kw_only=True):
+    """Which packets a socket diagnostic watches (resets, tcp): every filter of a packet but the interface,
+    which a socket's events do not have. Every filter is applied in the kernel."""
 
     proto: Annotated[
         Proto | None, Opt("L4 protocol: tcp, udp, icmp, icmpv6, sctp or a number", group=FILTERS)
@@ -78,7 +94,19 @@ class PacketConfig(RunConfig, frozen=True, kw_only=True):
     ] = None
     comm: Annotated[Comm | None, Opt("process name (as in /proc/PID/comm)", group=FILTERS)] = None
     netns: Annotated[NetnsRef | None, Opt(_NETNS_HELP, label="network namespace", group=FILTERS)] = None
-    dev: Annotated[Comm | None, Opt("interface name", label="interface", group=FILTERS)] = None
+    pod: Annotated[
+        PodName | None,
+        Opt("a Kubernetes pod on this host (its network namespace)", metavar="NAMESPACE/NAME", group=FILTERS),
+    ] = None
+    k8s_namespace: Annotated[
+        K8sNamespace | None,
+        Opt(
+            "the pods of a Kubernetes namespace on this host (their network namespaces)",
+            label="Kubernetes namespace",
+            metavar="NAMESPACE",
+            group=FILTERS,
+        ),
+    ] = None
     family: Annotated[
         Literal[4, 6] | None,
         Opt("IP version only", label="IP version", consts={"-4": 4, "-6": 6}, group=FILTERS),
@@ -94,15 +122,32 @@ class PacketConfig(RunConfig, frozen=True, kw_only=True):
                         f"contradicts the IPv{network.version} address {network}: drop one of them",
                         flag=f"-{self.family}",
                     )
+        # A pod and a Kubernetes namespace are network namespaces too: the kernel filters by one choice.
+        chosen = [name for name in ("netns", "pod", "k8s_namespace") if getattr(self, name) is not None]
+        if len(chosen) > 1:
+            first, second = (_flag(name) for name in chosen[:2])
+            raise ConfigError(
+                chosen[1],
+                f"and {first} each choose the network namespace: give one of them",
+                flag=second,
+            )
+
+    def device(self) -> str | None:
+        """The interface filter: none here (PacketConfig has one)."""
+        return None
 
     def packet_filter(self, names: NetnsNames | None = None) -> PacketFilter:
-        """The filter resolved on this host (the namespace as an inode, the protocol as a number): what each
-        program's loader writes into its kernel config."""
-        from netsleuth.diagnostics.filters import PacketFilter, on_this_host
+        """The filter resolved on this host (the namespace - given as one, a pod or a Kubernetes namespace
+        - as inodes, the protocol as a number): what each program's loader writes into its kernel config. A
+        name this host does not have is a UsageError."""
+        from netsleuth.diagnostics.filters import PacketFilter, on_this_host, resolve_namespaces
         from netsleuth.kernel.netns import resolve_netns_arg
         from netsleuth.packet import proto_number
 
         proto = self.proto if isinstance(self.proto, int) or self.proto is None else proto_number(self.proto)
+        netns, netns_set = resolve_namespaces(
+            self.netns, self.pod, self.k8s_namespace, lambda text: resolve_netns_arg(text, names)
+        )
         return on_this_host(
             PacketFilter(
                 proto=proto,
@@ -114,9 +159,23 @@ class PacketConfig(RunConfig, frozen=True, kw_only=True):
                 dport=self.dport,
                 pid=self.pid,
                 comm=self.comm,
-                netns=resolve_netns_arg(self.netns, names) if self.netns is not None else None,
-                dev=self.dev,
+                netns=netns,
+                dev=self.device(),
                 family=self.family,
+                netns_set=netns_set,
             ),
             names,
         )
+
+
+class PacketConfig(SocketConfig, frozen=True, kw_only=True):
+    """Which packets a packet diagnostic watches: a socket diagnostic's filters and the interface."""
+
+    dev: Annotated[Comm | None, Opt("interface name", label="interface", group=FILTERS)] = None
+
+    def device(self) -> str | None:
+        return self.dev
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")

@@ -22,7 +22,7 @@ import msgspec
 from msgspec import inspect as mi
 
 from netsleuth.errors import UsageError
-from netsleuth.spec.options import Opt
+from netsleuth.spec.options import NETWORK_TYPES, Opt
 
 __all__ = [
     "Config",
@@ -95,10 +95,10 @@ def _read_opts(config_type: type[Config]) -> dict[str, Opt]:
 
 
 def _dec_hook(kind: type, value: Any) -> Any:
-    if kind in (ipaddress.IPv4Network, ipaddress.IPv6Network):
+    if kind in NETWORK_TYPES:
         if not isinstance(value, str):
             raise TypeError("expected text")
-        return kind(value, strict=False)
+        return ipaddress.ip_network(value, strict=False)
     raise NotImplementedError
 
 
@@ -194,7 +194,7 @@ def _words(kind: mi.Type) -> str | None:
         return str(words) if words else _words(kind.type)
     if isinstance(kind, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
         return _words(kind.item_type)
-    if isinstance(kind, mi.CustomType) and kind.cls in (ipaddress.IPv4Network, ipaddress.IPv6Network):
+    if isinstance(kind, mi.CustomType) and kind.cls in NETWORK_TYPES:
         return "an IP address or CIDR (e.g. 198.18.0.1, 198.18.0.0/15, 2001:db8::/32)"
     return None
 
@@ -223,7 +223,7 @@ def describe(kind: mi.Type, *, item: bool = False) -> str:
         return "one of " + ", ".join(str(value) for value in kind.values)
     if isinstance(kind, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
         return describe(kind.item_type, item=True) + ("" if item else " (one or more)")
-    if isinstance(kind, mi.CustomType) and kind.cls in (ipaddress.IPv4Network, ipaddress.IPv6Network):
+    if isinstance(kind, mi.CustomType) and kind.cls in NETWORK_TYPES:
         return "an IP address or CIDR (e.g. 198.18.0.1, 198.18.0.0/15, 2001:db8::/32)"
     return "valid"
 

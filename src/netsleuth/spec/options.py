@@ -11,17 +11,20 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
 
 from msgspec import Meta
 
 __all__ = [
     "FILTERS",
+    "NETWORK_TYPES",
     "Comm",
     "IpNetwork",
+    "K8sNamespace",
     "NetnsRef",
     "Opt",
     "Pid",
+    "PodName",
     "Port",
     "Proto",
     "Sample",
@@ -58,7 +61,15 @@ class Opt:
         return self.label or name.replace("_", " ")
 
 
-IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+if TYPE_CHECKING:
+    IpNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
+else:
+    # msgspec takes at most one custom type in a union, so at run time a field of this type is the two
+    # classes' common base; the decoders (spec.configs, spec.records) build the IPv4Network or IPv6Network
+    # the text is.
+    IpNetwork = ipaddress._BaseNetwork
+# Every class a network field's type may be, as msgspec reports it (decoders and schemas test against these).
+NETWORK_TYPES: tuple[type, ...] = (ipaddress._BaseNetwork, ipaddress.IPv4Network, ipaddress.IPv6Network)
 
 # Reusable field types: the constraint is part of the type, so every diagnostic checks a port the same way;
 # `words` is how an error names what was expected ("--dport 70000 is not a port: ...").
@@ -77,3 +88,11 @@ Sample = Annotated[int, Meta(ge=1, extra={"words": "a sample rate: 1 (every even
 # resolved to an inode on the host that runs the diagnostic (netsleuth.spec.scope.Netns), never before.
 NetnsRef = Annotated[str, Meta(min_length=1, extra={"words": "a network namespace"})]
 Proto = Literal["tcp", "udp", "icmp", "icmpv6", "sctp"] | Annotated[int, Meta(ge=0, le=255)]
+# A Kubernetes pod or namespace on the host that runs the diagnostic (its pods' network namespaces), resolved
+# there through the container runtime (netsleuth.kernel.pods) like a NetnsRef; only the form is checked here.
+PodName = Annotated[
+    str, Meta(pattern=r"^[^/\s]+/[^/\s]+$", extra={"words": "a pod as NAMESPACE/NAME (e.g. team-a/web-1)"})
+]
+K8sNamespace = Annotated[
+    str, Meta(pattern=r"^[^/\s]+$", extra={"words": "a Kubernetes namespace name (e.g. team-a)"})
+]

@@ -5,6 +5,10 @@ Every record a diagnostic yields subclasses `Record` with `tag="<type>"`: its JS
 or goes away; adding a key does not change it, readers ignore keys they do not know). Consumers read the
 attributes; JSON is made at the edge (`encode`, `encode_lines`), read back at the edge (`decode`).
 
+A key that a record carries only sometimes (a firewall reset's `netfilter`) is a field typed
+`X | msgspec.UnsetType = msgspec.UNSET`: while unset it is left out of the JSON (and docs/records.md says
+"not always"); a key that is always there but may be empty is `X | None` instead.
+
 `WallTime` is seconds since the epoch (a float, so rules subtract and sort them) that reads as ISO 8601
 UTC text with microseconds in JSON, the form every netsleuth record has always had.
 """
@@ -17,6 +21,8 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import msgspec
+
+from netsleuth.spec.options import NETWORK_TYPES
 
 __all__ = [
     "Record",
@@ -71,15 +77,15 @@ def _enc_hook(value: Any) -> Any:
 def _dec_hook(kind: type, value: Any) -> Any:
     if kind is WallTime and isinstance(value, str):
         return WallTime(datetime.datetime.fromisoformat(value).timestamp())
-    if kind in (ipaddress.IPv4Network, ipaddress.IPv6Network) and isinstance(value, str):
-        return kind(value, strict=False)
+    if kind in NETWORK_TYPES and isinstance(value, str):
+        return ipaddress.ip_network(value, strict=False)
     raise NotImplementedError
 
 
 def schema_hook(kind: type) -> dict[str, Any]:
     if kind is WallTime:
         return {"type": "string", "format": "date-time"}
-    if kind in (ipaddress.IPv4Network, ipaddress.IPv6Network):
+    if kind in NETWORK_TYPES:
         return {"type": "string", "format": "ip-network"}
     raise NotImplementedError
 

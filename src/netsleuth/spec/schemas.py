@@ -88,7 +88,14 @@ def record_key_rows(record_type: type[Record]) -> list[tuple[str, str, bool]]:
     assert isinstance(info, mi.StructType)
     rows = [("type", f'"{record_type.record_type()}"', True)]
     for field in info.fields:
-        rows.append((field.encode_name, type_words(field.type), True))
+        # A field that defaults to msgspec.UNSET is left out of the JSON while unset: a key that is there
+        # only sometimes (`netfilter` of a firewall's reset).
+        always = (
+            field.required
+            or field.default is not msgspec.NODEFAULT
+            or field.default_factory is not (msgspec.NODEFAULT)
+        )
+        rows.append((field.encode_name, type_words(field.type), always))
     return rows
 
 

@@ -5,7 +5,8 @@ A `Netns` is an inode plus its name on this host, resolved once. A `Scope` is ei
 namespace (plus, optionally, address ranges). A diagnostic's `ScopeTraits` say how its config is narrowed to
 a scope (which field the kernel filters the namespace by, which the addresses by) and whether it can be
 narrowed at all; records say which of their fields name a namespace or an address by their types
-(`NetnsField`, `AddressField`), so the last-line filter reads typed fields, never guesses from key names.
+(`NetnsField`, `AddressField` / `AddressText`), so the last-line filter reads typed fields, never guesses
+from key names.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from netsleuth.spec.options import IpNetwork
 
 __all__ = [
     "AddressField",
+    "AddressText",
     "Netns",
     "NetnsField",
     "RecordScope",
@@ -40,6 +42,8 @@ class ScopeRole(NamedTuple):
 
 NetnsField = Annotated[int, ScopeRole("netns")]
 AddressField = Annotated[str | None, ScopeRole("address")]
+# The same where the record always has the address (a route lookup's destination): the schema says so.
+AddressText = Annotated[str, ScopeRole("address")]
 
 
 class Netns(NamedTuple):

@@ -7,7 +7,7 @@ import msgspec
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.spec.records import Record
 
-__all__ = ["ClockPart", "Summary"]
+__all__ = ["ClockPart", "Summary", "TotalsPart"]
 
 
 class ClockPart(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,3 +47,23 @@ class Summary(Record, frozen=True, tag="summary"):
             "lost": totals.lost,
             "ungrouped": totals.ungrouped,
         }
+
+
+class TotalsPart(msgspec.Struct, frozen=True, kw_only=True):
+    """Exact totals of one part of a run (one kind of event, one direction): the summary's own six keys,
+    nested (`by_kind`, resets' `sent`)."""
+
+    seen: int
+    total: int
+    emitted: int
+    sampled: int
+    lost: int
+    ungrouped: int
+
+    @classmethod
+    def of(cls, totals: EventTotals) -> TotalsPart:
+        return cls(**Summary.totals_fields(totals))
+
+    @property
+    def totals(self) -> EventTotals:
+        return EventTotals(self.seen, self.total, self.emitted, self.sampled, self.lost, self.ungrouped)

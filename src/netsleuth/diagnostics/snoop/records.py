@@ -7,12 +7,11 @@ from typing import Annotated
 
 import msgspec
 
-from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.spec.common import TaskConfig
 from netsleuth.spec.options import Opt
 from netsleuth.spec.records import Record, WallTime
 from netsleuth.spec.scope import NetnsField
-from netsleuth.spec.summary import Summary
+from netsleuth.spec.summary import Summary, TotalsPart
 
 __all__ = [
     "ExecRecord",
@@ -22,7 +21,6 @@ __all__ = [
     "SnoopGroup",
     "SnoopRecord",
     "SnoopSummary",
-    "SnoopTotals",
     "error_name",
     "open_flags_text",
 ]
@@ -111,19 +109,6 @@ class SnoopGroup(msgspec.Struct, frozen=True, kw_only=True):
     example: SnoopRecord
 
 
-class SnoopTotals(msgspec.Struct, frozen=True, kw_only=True):
-    seen: int
-    total: int
-    emitted: int
-    sampled: int
-    lost: int
-    ungrouped: int
-
-    @classmethod
-    def of(cls, totals: EventTotals) -> SnoopTotals:
-        return cls(**Summary.totals_fields(totals))
-
-
 class SnoopSummary(Summary, frozen=True, tag="summary"):
-    by_kind: dict[str, SnoopTotals]
+    by_kind: dict[str, TotalsPart]
     groups: tuple[SnoopGroup, ...]

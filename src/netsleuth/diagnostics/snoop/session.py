@@ -33,7 +33,6 @@ from netsleuth.diagnostics.snoop.records import (
     SnoopGroup,
     SnoopRecord,
     SnoopSummary,
-    SnoopTotals,
     error_name,
     open_flags_text,
 )
@@ -43,7 +42,7 @@ from netsleuth.kernel.cgroups import CgroupPaths
 from netsleuth.kernel.process import ContainerCache
 from netsleuth.kernel.tracefs import ensure_tracefs, trace_event_exists
 from netsleuth.spec.records import WallTime
-from netsleuth.spec.summary import ClockPart, Summary
+from netsleuth.spec.summary import ClockPart, Summary, TotalsPart
 
 if TYPE_CHECKING:
     from netsleuth.kernel.context import KernelContext
@@ -260,7 +259,7 @@ class SnoopDiagnostic:
         return SnoopSummary(
             diagnostic=f"snoop.{self.mode}",
             **Summary.totals_fields(total),
-            by_kind={kind: SnoopTotals.of(totals) for kind, totals in by_kind.items()},
+            by_kind={kind: TotalsPart.of(totals) for kind, totals in by_kind.items()},
             attach=self.attach_kind,
             interrupted=interrupted,
             clock=ClockPart(**self._context.clock.to_json()),

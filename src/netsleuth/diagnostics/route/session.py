@@ -1,11 +1,11 @@
-"""`route`: the kernel's IPv4 and IPv6 route lookups (fib:fib_table_lookup, fib6:fib6_table_lookup) and
-their next hops' neighbour resolution (neigh:*: ARP and neighbour discovery), with the `ip rule`, table and
-prefix that decided each one, and packets lost to a next hop that never answered (skb:kfree_skb with a
-NEIGH_* reason, or freed where a failed neighbour's queue is flushed).
+"""`route` attached: the kernel's IPv4 and IPv6 route lookups (fib:fib_table_lookup,
+fib6:fib6_table_lookup) and their next hops' neighbour resolution (neigh:*: ARP and neighbour discovery),
+with the `ip rule`, table and prefix that decided each one, and packets lost to a next hop that never
+answered (skb:kfree_skb with a NEIGH_* reason, or freed where a failed neighbour's queue is flushed).
 
 The kernel side (bpf/route.bpf.c) counts every lookup exactly by decision (netns, table, result, addresses,
 next hop) and offers events to the ring buffer; this module names them: the namespace, the interfaces and -
-read from that namespace's policy routing over rtnetlink (netsleuth.diagnostics.route_policy) - the rule
+read from that namespace's policy routing over rtnetlink (netsleuth.diagnostics.route.policy) - the rule
 and the route.
 """
 
@@ -16,7 +16,6 @@ import errno
 import ipaddress
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from netsleuth._generated.route_abi import (
@@ -32,9 +31,7 @@ from netsleuth._generated.route_abi import (
 from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.program_session import ProgramSession
 from netsleuth.diagnostics.filter_maps import fill_address_maps, fill_filter_config
-from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
-from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
-from netsleuth.diagnostics.route_policy import (
+from netsleuth.diagnostics.route.policy import (
     ROUTE_TYPES,
     LookupKey,
     PolicyRule,
@@ -43,29 +40,33 @@ from netsleuth.diagnostics.route_policy import (
     read_policy,
     table_name,
 )
-from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
-from netsleuth.diagnostics.tcp_context import iso_time
+from netsleuth.diagnostics.route.records import (
+    NeighRecord,
+    RouteConfig,
+    RouteDropRecord,
+    RouteGroup,
+    RouteLookupRecord,
+    RouteRecord,
+    RouteSummary,
+)
 from netsleuth.diagnostics.totals import EventTotals
-from netsleuth.errors import EnvironmentProblem, NetsleuthError, UsageError
+from netsleuth.errors import EnvironmentProblem, NetsleuthError
 from netsleuth.kernel.kconfig import thread_size
 from netsleuth.packet import proto_name
+from netsleuth.spec.records import WallTime
+from netsleuth.spec.summary import ClockPart, Summary, TotalsPart
 
 if TYPE_CHECKING:
-    from netsleuth.kernel.context import KernelClock, KernelContext
+    from netsleuth.diagnostics.filters import PacketFilter
+    from netsleuth.kernel.context import KernelContext
     from netsleuth.kernel.kallsyms import Kallsyms
 
 __all__ = [
-    "DIAGNOSTIC",
     "NEIGH_FREE_SITES",
-    "NeighRecord",
-    "RouteConfig",
     "RouteDiagnostic",
-    "RouteDropRecord",
-    "RouteGroup",
-    "RouteLookupRecord",
-    "RouteSummary",
+    "RouteNamer",
     "lookup_result",
-    "read_route_config",
+    "neigh_free_sites",
 ]
 
 _EVENT_SIZE = ctypes.sizeof(RouteEventC)
@@ -140,227 +141,6 @@ def neigh_free_sites(kallsyms: Kallsyms | None = None) -> list[tuple[int, int]]:
 
 def nud_text(state: int) -> str:
     return "|".join(name for bit, name in _NUD_NAMES if state & bit) or "NONE"
-
-
-# -- config --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RouteConfig:
-    packet_filter: PacketFilter = field(default_factory=PacketFilter)
-    failed: bool = False  # only reject routes, failed/dead neighbours and their drops
-    misses: bool = False  # also the tables the rules tried without a match
-    summary_only: bool = False
-    sample_every: int = 1
-    duration: float | None = None
-
-    @property
-    def run_options(self) -> RunOptions:
-        return RunOptions(summary=self.summary_only, sample=self.sample_every, duration=self.duration)
-
-
-ROUTE_KEYS = (*FILTER_KEYS, *RunOptions.KEYS, "failed", "misses")
-
-
-def read_route_config(values: ConfigInput) -> RouteConfig:
-    options = RunOptions.read(values)
-    packet_filter = read_packet_filter(values)
-    if values.flag("failed") and values.flag("misses"):
-        raise UsageError("--misses shows lookups that found nothing to decide; it cannot go with --failed")
-    return RouteConfig(
-        packet_filter=packet_filter,
-        failed=values.flag("failed"),
-        misses=values.flag("misses"),
-        summary_only=options.summary,
-        sample_every=options.sample,
-        duration=options.duration,
-    )
-
-
-# -- records -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RouteLookupRecord:
-    """One route lookup, named: which rule sent it to which table, which prefix matched, with what result."""
-
-    time: float
-    netns: int
-    netns_name: str | None
-    table: int
-    result: str
-    err: int
-    src: str
-    dst: str
-    proto: int
-    sport: int
-    dport: int
-    iif: str | None
-    oif: str | None
-    mark: int
-    gateway: str | None
-    dev: str | None
-    rule: str | None
-    route: str | None
-    pid: int | None
-    comm: str | None
-    cpu: int
-    family: int = 4
-
-    @property
-    def proto_text(self) -> str:
-        return proto_name(self.proto)
-
-    @property
-    def table_name(self) -> str:
-        return table_name(self.table)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "route",
-            "v": SCHEMA_VERSIONS["route"],
-            "time": iso_time(self.time),
-            "netns": self.netns,
-            "netns_name": self.netns_name,
-            "table": self.table,
-            "table_name": table_name(self.table),
-            "family": self.family,
-            "result": self.result,
-            "err": self.err,
-            "src": self.src,
-            "dst": self.dst,
-            "proto": proto_name(self.proto) if self.proto else None,
-            "sport": self.sport or None,
-            "dport": self.dport or None,
-            "iif": self.iif,
-            "oif": self.oif,
-            "mark": self.mark,
-            "gateway": self.gateway,
-            "dev": self.dev,
-            "rule": self.rule,
-            "route": self.route,
-            "pid": self.pid,
-            "comm": self.comm,
-            "cpu": self.cpu,
-        }
-
-
-@dataclass(frozen=True)
-class NeighRecord:
-    """A next hop's neighbour entry: created (resolution starts), resolved, failed (nobody answered), dead."""
-
-    time: float
-    netns: int
-    netns_name: str | None
-    event: str
-    address: str
-    dev: str
-    state: str
-    family: int = 4  # 4: ARP, 6: neighbour discovery
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "neigh",
-            "v": SCHEMA_VERSIONS["neigh"],
-            "time": iso_time(self.time),
-            "netns": self.netns,
-            "netns_name": self.netns_name,
-            "family": self.family,
-            "event": self.event,
-            "address": self.address,
-            "dev": self.dev,
-            "state": self.state,
-        }
-
-
-@dataclass(frozen=True)
-class RouteDropRecord:
-    """A packet the kernel dropped because its next hop did not resolve (NEIGH_FAILED, NEIGH_QUEUEFULL...)."""
-
-    time: float
-    netns: int
-    netns_name: str | None
-    reason: str
-    src: str | None
-    dst: str | None
-    proto: int
-    dev: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "route_drop",
-            "v": SCHEMA_VERSIONS["route_drop"],
-            "time": iso_time(self.time),
-            "netns": self.netns,
-            "netns_name": self.netns_name,
-            "reason": self.reason,
-            "src": self.src,
-            "dst": self.dst,
-            "proto": proto_name(self.proto) if self.proto else None,
-            "dev": self.dev,
-        }
-
-
-RouteRecord = RouteLookupRecord | NeighRecord | RouteDropRecord
-
-
-@dataclass(frozen=True)
-class RouteGroup:
-    """Exact count of one decision (kernel groups): `kind` is "lookup", "miss", "neigh" or "drop"; `example`
-    is the first event of the group, named."""
-
-    kind: str
-    count: int
-    first_time: float
-    last_time: float
-    example: RouteRecord
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "count": self.count,
-            "first_time": iso_time(self.first_time),
-            "last_time": iso_time(self.last_time),
-            "example": self.example.to_json(),
-        }
-
-
-@dataclass(frozen=True)
-class RouteTotals:
-    """Exact kernel counts per kind (lookups that decided, table misses, neighbour events, drops)."""
-
-    by_kind: dict[str, EventTotals]
-
-    @property
-    def all(self) -> EventTotals:
-        total = EventTotals()
-        for totals in self.by_kind.values():
-            total = total + totals
-        return total
-
-
-@dataclass(frozen=True)
-class RouteSummary:
-    totals: RouteTotals
-    attach: str
-    interrupted: bool
-    groups: tuple[RouteGroup, ...]
-    clock: KernelClock
-    problems: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "summary",
-            "v": SCHEMA_VERSIONS["summary"],
-            "diagnostic": "route",
-            **self.totals.all.to_json(),
-            "by_kind": {kind: totals.to_json() for kind, totals in self.totals.by_kind.items()},
-            "attach": self.attach,
-            "interrupted": self.interrupted,
-            "clock": self.clock.to_json(),
-            "problems": list(self.problems),
-            "groups": [group.to_json() for group in self.groups],
-        }
 
 
 _KIND_NAMES = {
@@ -452,31 +232,31 @@ class RouteNamer:
 
     def record(self, event: RouteEventC) -> RouteRecord:
         context = self.context
-        when = context.wall_time(event.time_ns)
+        when = WallTime(context.wall_time(event.time_ns))
         netns_name = context.netns_name(event.netns)
         if event.kind == RouteEventKind.NEIGH:
             return NeighRecord(
-                when,
-                event.netns,
-                netns_name,
-                _NEIGH_NAMES.get(NeighKind(event.neigh_kind), str(event.neigh_kind))
+                time=when,
+                netns=event.netns,
+                netns_name=netns_name,
+                family=event.family,
+                event=_NEIGH_NAMES.get(NeighKind(event.neigh_kind), str(event.neigh_kind))
                 if event.neigh_kind in NeighKind._value2member_map_
                 else str(event.neigh_kind),
-                _address(event.family, event.daddr),
-                event.ifname.decode(errors="replace"),
-                nud_text(event.nud_state),
-                event.family,
+                address=_address(event.family, event.daddr),
+                dev=event.ifname.decode(errors="replace"),
+                state=nud_text(event.nud_state),
             )
         if event.kind == RouteEventKind.DROP:
             return RouteDropRecord(
-                when,
-                event.netns,
-                netns_name,
-                self._reasons.get(event.reason, str(event.reason)),
-                _address(event.family, event.saddr) if event.family else None,
-                _address(event.family, event.daddr) if event.family else None,
-                event.l4proto,
-                event.ifname.decode(errors="replace"),
+                time=when,
+                netns=event.netns,
+                netns_name=netns_name,
+                reason=self._reasons.get(event.reason, str(event.reason)),
+                src=_address(event.family, event.saddr) if event.family else None,
+                dst=_address(event.family, event.daddr) if event.family else None,
+                proto=proto_name(event.l4proto) if event.l4proto else None,
+                dev=event.ifname.decode(errors="replace"),
             )
         family = 6 if event.family == 6 else 4
         src = _address(family, event.saddr)
@@ -489,13 +269,15 @@ class RouteNamer:
             netns=event.netns,
             netns_name=netns_name,
             table=event.table,
+            table_name=table_name(event.table),
+            family=family,
             result=lookup_result(event.err),
             err=event.err,
             src=src,
             dst=dst,
-            proto=event.l4proto,
-            sport=event.sport,
-            dport=event.dport,
+            proto=proto_name(event.l4proto) if event.l4proto else None,
+            sport=event.sport or None,
+            dport=event.dport or None,
             iif=self.policy.ifname(event.netns, event.iif),
             oif=self.policy.ifname(event.netns, event.oif),
             mark=event.mark,
@@ -506,7 +288,6 @@ class RouteNamer:
             pid=event.pid if in_task else None,
             comm=event.comm.decode(errors="replace") if in_task else None,
             cpu=event.cpu,
-            family=family,
         )
 
 
@@ -514,9 +295,16 @@ class RouteNamer:
 
 
 class RouteDiagnostic:
-    """`route` as a session of the diagnostic model."""
+    """`route` as a session of the diagnostic model. `packet_filter` is the config's filter already resolved
+    on this host (diagnose's, shared by its watches); by default the config's own is resolved now, so a
+    namespace or pod this host does not have is an error before anything loads."""
 
-    def __init__(self, config: RouteConfig, context: KernelContext | None = None) -> None:
+    def __init__(
+        self,
+        config: RouteConfig,
+        context: KernelContext | None = None,
+        packet_filter: PacketFilter | None = None,
+    ) -> None:
         from netsleuth.kernel.context import KernelContext
 
         self.config = config
@@ -527,6 +315,11 @@ class RouteDiagnostic:
             _PROGRAMS,
             mirrors=(("route_event", RouteEventC), ("route_group", RouteGroupC)),
         )
+        try:
+            self.packet_filter = packet_filter or config.packet_filter(self._context.netns_names)
+        except BaseException:
+            self.close()
+            raise
         self._reasons: dict[int, str] = {}
         self._namer: RouteNamer | None = None
         self._start_notes: list[str] = []
@@ -536,11 +329,10 @@ class RouteDiagnostic:
         return self._programs.attach_kind
 
     def _kernel_config(self) -> RouteConfigC:
-        packet_filter = self.config.packet_filter
         cfg = RouteConfigC()
         cfg.thread_size = thread_size()
-        fill_filter_config(cfg, packet_filter)
-        cfg.sample_every = self.config.sample_every
+        fill_filter_config(cfg, self.packet_filter)
+        cfg.sample_every = self.config.sample
         cfg.errors_only = int(self.config.failed)
         failed_reason = next((value for value, name in self._reasons.items() if name == "NEIGH_FAILED"), 0)
         if failed_reason:
@@ -548,7 +340,7 @@ class RouteDiagnostic:
             for site, (start, end) in enumerate(neigh_free_sites()[: len(cfg.neigh_free_start)]):
                 cfg.neigh_free_start[site] = start
                 cfg.neigh_free_end[site] = end
-        if not self.config.summary_only:
+        if not self.config.summary:
             emitted = [RouteEventKind.LOOKUP, RouteEventKind.NEIGH, RouteEventKind.DROP]
             if self.config.misses:
                 emitted.append(RouteEventKind.MISS)
@@ -560,7 +352,7 @@ class RouteDiagnostic:
         from netsleuth.bpf.features import require_tracepoints
         from netsleuth.kernel.reasons import load_drop_reasons
 
-        family = self.config.packet_filter.family
+        family = self.packet_filter.family
         lookups = {4: ["fib_table_lookup"], 6: ["fib6_table_lookup"]}.get(family or 0, ["fib_table_lookup"])
         require_tracepoints([*lookups, "neigh_create", "neigh_update", "neigh_timer_handler"])
         programs = list(_PROGRAMS)
@@ -583,11 +375,11 @@ class RouteDiagnostic:
                 if value is not None:
                     self._reasons[value] = name
         self._programs.start(programs, ("cfg", self._kernel_config()), self._fill_maps, ring="events")
-        self._context.prepare(self.config.packet_filter.netns)
+        self._context.prepare(self.packet_filter.netns)
         self._namer = RouteNamer(self._context, self._reasons)
 
     def _fill_maps(self, bpf_object: BpfObject) -> None:
-        fill_address_maps(bpf_object, self.config.packet_filter)
+        fill_address_maps(bpf_object, self.packet_filter)
         reasons = bpf_object.map("neigh_reasons")
         for value in self._reasons:
             reasons.update(value.to_bytes(4, "little"), b"\x01")
@@ -608,20 +400,17 @@ class RouteDiagnostic:
     def drain(self) -> list[RouteRecord]:
         return self._decode(self._programs.drain())
 
-    def kind_totals(self) -> RouteTotals:
+    def kind_totals(self) -> dict[str, EventTotals]:
+        """Exact kernel counts per kind: lookups that decided, table misses, neighbour events, drops."""
         sums = self._programs.counter_sums("route_stats", KIND_COUNT * STAT_COUNT)
-        return RouteTotals(
-            {
-                _KIND_NAMES[RouteEventKind(kind)]: EventTotals(
-                    *sums[kind * STAT_COUNT : (kind + 1) * STAT_COUNT]
-                )
-                for kind in range(KIND_COUNT)
-            }
-        )
+        return {
+            _KIND_NAMES[RouteEventKind(kind)]: EventTotals(*sums[kind * STAT_COUNT : (kind + 1) * STAT_COUNT])
+            for kind in range(KIND_COUNT)
+        }
 
     def totals(self) -> EventTotals:
         # Table misses are bookkeeping of the rules' walk, not decisions: they count only with --misses.
-        by_kind = self.kind_totals().by_kind
+        by_kind = self.kind_totals()
         total = by_kind["lookup"] + by_kind["neigh"] + by_kind["drop"]
         return total + by_kind["miss"] if self.config.misses else total
 
@@ -635,11 +424,11 @@ class RouteDiagnostic:
         namer = self.namer
         groups = [
             RouteGroup(
-                _KIND_NAMES[RouteEventKind(key.kind)],
-                value.count,
-                self._context.wall_time(value.first_ns),
-                self._context.wall_time(value.last_ns),
-                namer.record(value.example),
+                kind=_KIND_NAMES[RouteEventKind(key.kind)],
+                count=value.count,
+                first_time=WallTime(self._context.wall_time(value.first_ns)),
+                last_time=WallTime(self._context.wall_time(value.last_ns)),
+                example=namer.record(value.example),
             )
             for key, value in self.raw_groups()
             if self.config.misses or key.kind != RouteEventKind.MISS
@@ -647,13 +436,16 @@ class RouteDiagnostic:
         return sorted(groups, key=lambda group: -group.count)
 
     def summary(self, interrupted: bool) -> RouteSummary:
+        by_kind = self.kind_totals()
         return RouteSummary(
-            self.kind_totals(),
-            self.attach_kind,
-            interrupted,
-            tuple(self.groups()),
-            self._context.clock,
-            tuple(self.notes()),
+            diagnostic="route",
+            **Summary.totals_fields(sum(by_kind.values(), EventTotals())),
+            by_kind={kind: TotalsPart.of(totals) for kind, totals in by_kind.items()},
+            attach=self.attach_kind,
+            interrupted=interrupted,
+            clock=ClockPart(**self._context.clock.to_json()),
+            problems=tuple(self.notes()),
+            groups=tuple(self.groups()),
         )
 
     def program_fds(self) -> dict[str, int]:
@@ -667,15 +459,3 @@ class RouteDiagnostic:
         self._programs.close()
         if self._own_context:
             self._context.close()
-
-
-DIAGNOSTIC: DiagnosticSpec[RouteConfig] = DiagnosticSpec(
-    name="route",
-    help="the kernel's route lookups: ip rule, table, prefix, next hop and whether its neighbour resolved",
-    keys=ROUTE_KEYS,
-    read=read_route_config,
-    open=lambda config, context: RouteDiagnostic(config, context),
-    objects=("route",),
-    records=("route", "neigh", "route_drop", "summary"),
-    needs=("can_trace", "btf", "raw_tp", "ring_buffer"),  # tp_btf, or raw_tp where it is missing
-)

@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from netsleuth.diagnostics.route_policy import table_name
+from netsleuth.diagnostics.route.records import NeighRecord, RouteDropRecord, RouteLookupRecord
+from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.packet import endpoint_text
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.route import (
-        NeighRecord,
-        RouteDropRecord,
-        RouteGroup,
-        RouteLookupRecord,
-        RouteRecord,
-        RouteSummary,
-    )
+    from rich.console import Console
 
-__all__ = ["print_route_summary", "route_line", "route_lines"]
+    from netsleuth.diagnostics.route.records import RouteGroup, RouteRecord, RouteSummary
+
+__all__ = ["RouteView", "print_route_summary", "route_line", "route_lines", "totals_line"]
 
 
 def _clock(when: float) -> str:
@@ -40,12 +34,12 @@ def lookup_text(record: RouteLookupRecord) -> str:
     else:
         flow = f"{record.src} > {record.dst}"
     if record.proto:
-        flow = f"{record.proto_text} {flow}"
+        flow = f"{record.proto} {flow}"
     if record.iif and record.iif != "lo":
         flow += f" iif {record.iif}"
     if record.mark:
         flow += f" mark 0x{record.mark:x}"
-    parts = [flow, record.result.upper(), f"table {table_name(record.table)}"]
+    parts = [flow, record.result.upper(), f"table {record.table_name}"]
     if record.route:
         parts.append(f"route {record.route}")
     elif not record.err and (record.gateway or record.dev):
@@ -66,8 +60,6 @@ def drop_text(record: RouteDropRecord) -> str:
 
 
 def route_line(record: RouteRecord) -> str:
-    from netsleuth.diagnostics.route import NeighRecord, RouteDropRecord
-
     if isinstance(record, NeighRecord):
         text = neigh_text(record)
     elif isinstance(record, RouteDropRecord):
@@ -83,8 +75,6 @@ def route_lines(records: Sequence[RouteRecord]) -> str:
 
 
 def _group_text(group: RouteGroup) -> str:
-    from netsleuth.diagnostics.route import NeighRecord, RouteDropRecord
-
     example = group.example
     if isinstance(example, NeighRecord):
         return neigh_text(example)
@@ -94,6 +84,8 @@ def _group_text(group: RouteGroup) -> str:
 
 
 def print_route_summary(console: Console, summary: RouteSummary) -> None:
+    from rich.table import Table
+
     table = Table(title="Route decisions and next hops")
     for column in ("count", "kind", "netns", "decision"):
         table.add_column(column, justify="right" if column == "count" else "left")
@@ -107,9 +99,29 @@ def print_route_summary(console: Console, summary: RouteSummary) -> None:
 
 
 def totals_line(summary: RouteSummary) -> str:
-    kinds = summary.totals.by_kind
+    kinds = summary.by_kind
     return (
-        f"{kinds['lookup'].matched} lookups, {kinds['miss'].matched} table misses, "
-        f"{kinds['neigh'].matched} neighbour events, {kinds['drop'].matched} drops; "
-        f"{summary.totals.all.lost} lost"
+        f"{kinds['lookup'].total} lookups, {kinds['miss'].total} table misses, "
+        f"{kinds['neigh'].total} neighbour events, {kinds['drop'].total} drops; {summary.lost} lost"
     )
+
+
+class RouteView:
+    """How `route` reads on a terminal (the run loop's TextView)."""
+
+    noun = "route events"
+
+    def lines(self, records: Sequence[RouteRecord]) -> str:
+        return route_lines(records)
+
+    def finish(self, summary: RouteSummary, totals: EventTotals, show_groups: bool) -> None:
+        from rich.console import Console
+
+        out = sys.stdout
+        if show_groups:
+            print_route_summary(Console(file=out, width=None if out.isatty() else 200), summary)
+        else:
+            out.write(totals_line(summary) + "\n")
+
+    def loss_line(self, totals: EventTotals) -> str:
+        return f"{totals.sampled} route events not printed (sampled), {totals.lost} lost"
