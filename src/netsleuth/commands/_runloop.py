@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any, Protocol, TextIO
 
 from netsleuth.diagnostics.filters import filter_notes
-from netsleuth.diagnostics.model import DiagnosticSession, Record, RunOptions
+from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
 from netsleuth.startup_gc import resume_collection
@@ -27,6 +27,7 @@ from netsleuth.startup_gc import resume_collection
 __all__ = [
     "POLL_MS",
     "Progress",
+    "RunShape",
     "StopSignals",
     "TextView",
     "add_run_arguments",
@@ -130,6 +131,16 @@ def run_until_stopped(
         step(max(0, min(poll_ms, remaining_ms)))
 
 
+class RunShape(Protocol):
+    """What the run loop reads of how a run goes: RunOptions, or a diagnostic's typed config."""
+
+    @property
+    def summary(self) -> bool: ...
+
+    @property
+    def duration(self) -> float | None: ...
+
+
 class TextView(Protocol):
     """How one diagnostic's records read on a terminal (JSON Lines are the records' own `to_json`)."""
 
@@ -151,7 +162,7 @@ class TextView(Protocol):
 
 def run_session(
     session: DiagnosticSession,
-    options: RunOptions,
+    options: RunShape,
     view: TextView,
     *,
     json_lines: bool,

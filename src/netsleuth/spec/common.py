@@ -5,16 +5,22 @@ A diagnostic's config subclasses one of them (msgspec Structs take one base with
 `--netns` and `--sample` are the same field, with the same checks and sentences, everywhere. A socket
 diagnostic (resets, tcp) takes `SocketConfig`: a packet's filters without the interface, which its events
 do not have (`--dev` is then no flag of it).
+
+A diagnostic that only counts in the kernel and reports at the end (softirq, profile) prints no events, so
+neither `--summary` nor `--sample` means anything for it: its config subclasses `CountConfig` (or
+`TaskCountConfig`, with the task filters), where both are fixed class attributes (the run loop reads them of
+every config) and no options - an agent session giving them is told they are not options of it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from netsleuth.spec.configs import Config, ConfigError
 from netsleuth.spec.options import (
     FILTERS,
     Comm,
+    Ifname,
     IpNetwork,
     K8sNamespace,
     NetnsRef,
@@ -31,9 +37,18 @@ if TYPE_CHECKING:
     from netsleuth.diagnostics.filters import PacketFilter, TaskSelection
     from netsleuth.kernel.netns import NetnsNames
 
-__all__ = ["PacketConfig", "RunConfig", "SocketConfig", "TaskConfig"]
+__all__ = ["CountConfig", "PacketConfig", "RunConfig", "SocketConfig", "TaskConfig", "TaskCountConfig"]
 
 _NETNS_HELP = "network namespace: inode, `ip netns` name, or /proc/PID/ns/net"
+
+# Fields two config classes declare alike (a msgspec Struct takes its fields from one base only).
+_Duration = Annotated[Seconds | None, Opt("stop after this long", metavar="SECONDS")]
+_TaskPid = Annotated[Pid | None, Opt("process id", group=FILTERS)]
+_TaskComm = Annotated[Comm | None, Opt("process name (as in /proc/PID/comm)", group=FILTERS)]
+_TaskNetns = Annotated[NetnsRef | None, Opt(_NETNS_HELP, group=FILTERS)]
+_TaskCgroup = Annotated[
+    str | None, Opt("cgroup v2 path (e.g. /system.slice/nginx.service) or id", group=FILTERS)
+]
 
 
 class RunConfig(Config, frozen=True, kw_only=True):
@@ -41,33 +56,59 @@ class RunConfig(Config, frozen=True, kw_only=True):
 
     summary: Annotated[bool, Opt("count in the kernel, report groups at the end, print no events")] = False
     sample: Annotated[Sample, Opt("print one event in N (totals stay exact)", metavar="N")] = 1
-    duration: Annotated[Seconds | None, Opt("stop after this long", metavar="SECONDS")] = None
+    duration: _Duration = None
+
+
+class CountConfig(Config, frozen=True, kw_only=True):
+    """How a run goes for a diagnostic that only counts and reports at the end: always a summary, nothing
+    to sample (neither is an option)."""
+
+    summary: ClassVar[bool] = True
+    sample: ClassVar[int] = 1
+    duration: _Duration = None
+
+
+def _task_selection(
+    pid: int | None, comm: str | None, netns: str | None, cgroup: str | None, names: NetnsNames | None
+) -> TaskSelection:
+    from netsleuth.diagnostics.filters import TaskSelection, check_process
+    from netsleuth.kernel.cgroups import resolve_cgroup_arg
+    from netsleuth.kernel.netns import resolve_netns_arg
+
+    if pid is not None:
+        check_process(pid)
+    return TaskSelection(
+        pid=pid,
+        comm=comm,
+        netns=resolve_netns_arg(netns, names) if netns is not None else None,
+        cgroup_id=resolve_cgroup_arg(cgroup) if cgroup is not None else None,
+    )
 
 
 class TaskConfig(RunConfig, frozen=True, kw_only=True):
-    """Which tasks a process diagnostic watches (profile, snoop)."""
+    """Which tasks a process diagnostic watches (snoop)."""
 
-    pid: Annotated[Pid | None, Opt("process id", group=FILTERS)] = None
-    comm: Annotated[Comm | None, Opt("process name (as in /proc/PID/comm)", group=FILTERS)] = None
-    netns: Annotated[NetnsRef | None, Opt(_NETNS_HELP, group=FILTERS)] = None
-    cgroup: Annotated[
-        str | None, Opt("cgroup v2 path (e.g. /system.slice/nginx.service) or id", group=FILTERS)
-    ] = None
+    pid: _TaskPid = None
+    comm: _TaskComm = None
+    netns: _TaskNetns = None
+    cgroup: _TaskCgroup = None
 
     def task_selection(self, names: NetnsNames | None = None) -> TaskSelection:
         """The selection resolved on this host: the namespace and cgroup as the kernel knows them."""
-        from netsleuth.diagnostics.filters import TaskSelection, check_process
-        from netsleuth.kernel.cgroups import resolve_cgroup_arg
-        from netsleuth.kernel.netns import resolve_netns_arg
+        return _task_selection(self.pid, self.comm, self.netns, self.cgroup, names)
 
-        if self.pid is not None:
-            check_process(self.pid)
-        return TaskSelection(
-            pid=self.pid,
-            comm=self.comm,
-            netns=resolve_netns_arg(self.netns, names) if self.netns is not None else None,
-            cgroup_id=resolve_cgroup_arg(self.cgroup) if self.cgroup is not None else None,
-        )
+
+class TaskCountConfig(CountConfig, frozen=True, kw_only=True):
+    """Which tasks a diagnostic that only counts watches (profile): TaskConfig's filters."""
+
+    pid: _TaskPid = None
+    comm: _TaskComm = None
+    netns: _TaskNetns = None
+    cgroup: _TaskCgroup = None
+
+    def task_selection(self, names: NetnsNames | None = None) -> TaskSelection:
+        """The selection resolved on this host: the namespace and cgroup as the kernel knows them."""
+        return _task_selection(self.pid, self.comm, self.netns, self.cgroup, names)
 
 
 class SocketConfig(RunConfig, frozen=True, kw_only=True):
@@ -171,7 +212,7 @@ class SocketConfig(RunConfig, frozen=True, kw_only=True):
 class PacketConfig(SocketConfig, frozen=True, kw_only=True):
     """Which packets a packet diagnostic watches: a socket diagnostic's filters and the interface."""
 
-    dev: Annotated[Comm | None, Opt("interface name", label="interface", group=FILTERS)] = None
+    dev: Annotated[Ifname | None, Opt("interface name", label="interface", group=FILTERS)] = None
 
     def device(self) -> str | None:
         return self.dev

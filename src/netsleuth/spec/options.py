@@ -19,6 +19,7 @@ __all__ = [
     "FILTERS",
     "NETWORK_TYPES",
     "Comm",
+    "Ifname",
     "IpNetwork",
     "K8sNamespace",
     "NetnsRef",
@@ -29,6 +30,7 @@ __all__ = [
     "Proto",
     "Sample",
     "Seconds",
+    "SoftirqName",
 ]
 
 FILTERS = "filters (applied in the kernel)"
@@ -82,6 +84,10 @@ Comm = Annotated[
         min_length=1, max_length=15, extra={"words": "a name of 1 to 15 characters, as the kernel keeps it"}
     ),
 ]
+# IFNAMSIZ - 1: an interface name the kernel can hold.
+Ifname = Annotated[
+    str, Meta(min_length=1, max_length=15, extra={"words": "an interface name (1 to 15 characters)"})
+]
 Seconds = Annotated[float, Meta(gt=0, extra={"words": "a positive number of seconds"})]
 Sample = Annotated[int, Meta(ge=1, extra={"words": "a sample rate: 1 (every event) or more"})]
 # A network namespace as a person names it: an `ip netns` name, an inode, or a /proc/PID/ns/net path. It is
@@ -96,3 +102,6 @@ PodName = Annotated[
 K8sNamespace = Annotated[
     str, Meta(pattern=r"^[^/\s]+$", extra={"words": "a Kubernetes namespace name (e.g. team-a)"})
 ]
+# A softirq vector as /proc/softirqs names it (NET_RX, TIMER...; any case): checked against the vectors of the
+# kernel that runs the diagnostic when it opens (netsleuth.kernel.softirqs).
+SoftirqName = Annotated[str, Meta(pattern=r"^[A-Za-z_]+$", extra={"words": "a softirq name (e.g. NET_RX)"})]
