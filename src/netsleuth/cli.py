@@ -34,17 +34,14 @@ _COMMAND_MODULES = {
     "tcp": "netsleuth.commands.tcp",
     "conn": "netsleuth.commands.conn",
     "agent": "netsleuth.commands.agent",
-    "dns": "netsleuth.commands.dns",
     "controller": "netsleuth.commands.controller",
     "fleet": "netsleuth.commands.fleet",
-    "softirq": "netsleuth.commands.softirq",
-    "profile": "netsleuth.commands.profile",
 }
 
 # The commands whose run is one `run_session` (commands/_runloop.py), which resumes garbage collection once
 # the probes are attached: for them collection is held off from here to there (netsleuth.startup_gc). Every
 # other command runs with it on. tests/unit/test_cli_startup.py checks this list against the modules.
-_ATTACHING_COMMANDS = frozenset({"diagnose", "drops", "resets", "tcp", "conn", "dns", "softirq", "profile"})
+_ATTACHING_COMMANDS = frozenset({"diagnose", "drops", "resets", "tcp", "conn"})
 
 
 def _diagnostic_words(with_plugins: bool) -> list[str]:

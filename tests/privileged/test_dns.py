@@ -346,8 +346,8 @@ def test_nothing_stays_attached_after_exit(dns_lab: DnsLab) -> None:
     ("args", "words"),
     [
         (["--rcode", "NOPE"], "--rcode 'NOPE' is not a DNS response code"),
-        (["--slow=-3"], "--slow must be"),
-        (["--timeout", "0"], "--timeout must be"),
+        (["--slow=-3"], "--slow '-3' is not a number of milliseconds, 0 or more"),
+        (["--timeout", "0"], "--timeout '0' is not a number of seconds over 0 and up to 3600"),
         (["--name", "a..b"], "is not a DNS name"),
         (["--dns-port", "70000"], "is not a port"),
     ],

@@ -189,11 +189,11 @@ def test_nothing_stays_attached_after_exit() -> None:
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--hz", "0"], "--hz must be between 1 and 10000"),
+        (["--hz", "0"], "--hz must be a whole number from 1 to 10000"),
         (["--hz", "fast"], "--hz must be a whole number"),
         (["--softirq", "NET_RXX"], "is not a softirq of this kernel"),
         (["--svg", "/nonexistent-dir/x.svg"], "does not exist"),
-        (["--comm", "a-name-longer-than-fifteen"], "must be 1 to 15 characters"),
+        (["--comm", "a-name-longer-than-fifteen"], "is not a name of 1 to 15 characters"),
     ],
 )
 def test_bad_input_is_one_sentence_and_exit_2(args: list[str], words: str) -> None:

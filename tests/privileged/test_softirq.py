@@ -193,7 +193,7 @@ def test_nothing_stays_attached_after_exit() -> None:
     [
         (["--vector", "NET_RXX"], "is not a softirq of this kernel"),
         (["--dev", "an-interface-name-too-long"], "is not an interface name"),
-        (["--duration", "-1"], "--duration must be a positive number"),
+        (["--duration", "-1"], "--duration '-1' is not a positive number of seconds"),
         (["--netns", "no-such-namespace-here"], "unknown network namespace"),
     ],
 )
@@ -211,10 +211,11 @@ def test_one_instance_polled_on_both_cpus_is_counted_exactly(
     """Each CPU counts an instance in its own slot (bpf/softirq.h, struct napi_slot), found through its own
     cache: two senders on two CPUs schedule b's one veth NAPI on both, and the slots summed still equal the
     device's rx_packets growth - without --dev, with either program build."""
-    from netsleuth.diagnostics.softirq import SoftirqConfig, SoftirqDiagnostic
+    from netsleuth.diagnostics.softirq.records import SoftirqConfig
+    from netsleuth.diagnostics.softirq.session import SoftirqDiagnostic
 
     pair = napi_pair
-    session = SoftirqDiagnostic(SoftirqConfig(netns=pair.b.inode), variants=(variant,))
+    session = SoftirqDiagnostic(SoftirqConfig(netns=str(pair.b.inode)), variants=(variant,))
     try:
         session.start()
         assert session.attach_kind == variant.kind
@@ -248,14 +249,15 @@ def test_more_instances_than_cache_entries_are_each_counted_exactly(udpflood: st
     NAPI instance with consecutive ids, entries are evicted and refilled from the napi_slots map, and every
     instance still has exactly its packets."""
     from netsleuth._generated.softirq_abi import SIRQ_NAPI_CACHE
-    from netsleuth.diagnostics.softirq import SoftirqConfig, SoftirqDiagnostic
+    from netsleuth.diagnostics.softirq.records import SoftirqConfig
+    from netsleuth.diagnostics.softirq.session import SoftirqDiagnostic
 
     lab = Lab()
     try:
         a, b = lab.host("a"), lab.host("b")
         lab.link(a, b, ["198.18.0.1/24"], ["198.18.0.2/24"], queues=16)
         receive_through_napi(a, b, "198.18.0.2", udpflood)
-        session = SoftirqDiagnostic(SoftirqConfig(netns=b.inode))
+        session = SoftirqDiagnostic(SoftirqConfig(netns=str(b.inode)))
         try:
             session.start()
             before = host_rx_packets(b)

@@ -8,8 +8,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netsleuth.agent.dns_collector import LATENCY_BOUNDS_US, DnsCollector, cumulative_buckets
-from netsleuth.diagnostics.dns_records import DnsTotals
-from netsleuth.diagnostics.dns_summary import DnsGroupStats
+from netsleuth.diagnostics.dns.summary import DnsGroupStats, DnsTotals
 from netsleuth.diagnostics.totals import EventTotals
 
 

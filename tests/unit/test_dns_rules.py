@@ -4,51 +4,68 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from typing import Any
 
 from netsleuth.diagnose.dns_rules import NXDOMAIN_STORM_MIN, absorb_firewall_verdicts, dns_verdicts
 from netsleuth.diagnose.verdicts import Severity, Verdict, rank
 from netsleuth.diagnostics.attribution import Owner
 from netsleuth.diagnostics.causes import CATALOGUE
-from netsleuth.diagnostics.dns_records import DnsAnswer, DnsDrop, DnsQueryFacts, DnsRecord, DnsTimeout
-from netsleuth.diagnostics.dns_summary import DnsSummaryRow
-from netsleuth.packet import PacketTuple
+from netsleuth.diagnostics.dns.records import (
+    DnsAnswer,
+    DnsDrop,
+    DnsRecord,
+    DnsRow,
+    dns_drop,
+    timeout_record,
+)
+from netsleuth.spec.records import WallTime
 
 CLIENT = Owner(4242, "curl", "task")
 KERNEL = Owner(None, "kernel", "kernel")
 
 
-def facts(name: str = "api.example.com", server: str = "198.18.0.2", owner: Owner = CLIENT) -> DnsQueryFacts:
-    return DnsQueryFacts(
-        time=1.0,
-        owner=owner,
-        netns=4026532000,
-        netns_name="cli",
-        proto="udp",
-        family=4,
-        client="198.18.0.1",
-        client_port=40000,
-        server=server,
-        server_port=53,
-        id=7,
-        name=name,
-        qtype="A",
-        retransmits=0,
-    )
+def facts(name: str = "api.example.com", server: str = "198.18.0.2", owner: Owner = CLIENT) -> dict[str, Any]:
+    """A query's keys (DnsQuery)."""
+    return {
+        "time": WallTime(1.0),
+        "pid": owner.pid,
+        "comm": owner.comm,
+        "owner": owner.source,
+        "container": None,
+        "netns": 4026532000,
+        "netns_name": "cli",
+        "proto": "udp",
+        "family": 4,
+        "client": "198.18.0.1",
+        "client_port": 40000,
+        "server": server,
+        "server_port": 53,
+        "id": 7,
+        "name": name,
+        "qtype": "A",
+        "retransmits": 0,
+    }
 
 
 def drop(reason: str, rule: str | None = None, owner: Owner = KERNEL, time: float = 1.0) -> DnsDrop:
     netfilter = None
     if rule:
         netfilter = {"backend": "iptables-nft", "table": "filter", "chain": "INPUT", "rule_number": 1}
-    return DnsDrop(
-        time=time,
+    return dns_drop(
+        time=WallTime(time),
         direction="answer",
         reason=reason,
         location="nft_do_chain+0x46f",
-        packet=PacketTuple(4, 17, "198.18.0.2", "198.18.0.1", 53, 40000),
+        proto="udp",
+        saddr="198.18.0.2",
+        daddr="198.18.0.1",
+        sport=53,
+        dport=40000,
         id=7,
         name="api.example.com",
-        owner=owner,
+        pid=owner.pid,
+        comm=owner.comm,
+        owner=owner.source,
         netns=4026532000,
         netns_name="cli",
         rule=rule,
@@ -58,12 +75,20 @@ def drop(reason: str, rule: str | None = None, owner: Owner = KERNEL, time: floa
 
 
 def answer(rcode: str, name: str = "api.example.com") -> DnsAnswer:
-    return DnsAnswer(facts(name), 0.4, rcode, 0, (), False, False)
+    return DnsAnswer(
+        **facts(name),
+        latency_ms=0.4,
+        rcode=rcode,
+        answer_count=0,
+        answers=(),
+        truncated=False,
+        tcp_retry=False,
+    )
 
 
 def test_timeout_with_firewall_drop_names_the_rule_and_the_delete_command() -> None:
     rule = "-A INPUT -p udp -m udp --sport 53 -j DROP"
-    timeouts = [DnsTimeout(facts(), 5000.0, drop("NETFILTER_DROP", rule), None) for _ in range(3)]
+    timeouts = [timeout_record(facts(), 5000.0, drop("NETFILTER_DROP", rule), None) for _ in range(3)]
     (verdict,) = dns_verdicts(timeouts, [], 10.0)
     assert verdict.category == "dns-timeout-firewall"
     assert verdict.severity is Severity.CRITICAL
@@ -74,7 +99,7 @@ def test_timeout_with_firewall_drop_names_the_rule_and_the_delete_command() -> N
 
 def test_timeout_from_a_full_receive_buffer_names_the_process() -> None:
     owner = Owner(4242, "curl", "socket")
-    timeouts = [DnsTimeout(facts(), 5000.0, drop("SOCKET_RCVBUFF", owner=owner), 0.3)]
+    timeouts = [timeout_record(facts(), 5000.0, drop("SOCKET_RCVBUFF", owner=owner), 0.3)]
     (verdict,) = dns_verdicts(timeouts, [], 10.0)
     assert verdict.category == "dns-timeout-rcvbuf"
     assert "curl[4242]" in verdict.cause and "receive buffer" in verdict.cause
@@ -82,7 +107,7 @@ def test_timeout_from_a_full_receive_buffer_names_the_process() -> None:
 
 
 def test_timeout_without_a_drop_points_off_host() -> None:
-    (verdict,) = dns_verdicts([DnsTimeout(facts(), 5000.0, None, None)], [], 10.0)
+    (verdict,) = dns_verdicts([timeout_record(facts(), 5000.0, None, None)], [], 10.0)
     assert verdict.category == "dns-timeout"
     assert verdict.severity is Severity.WARNING
     assert "nothing on this host dropped" in verdict.cause
@@ -106,18 +131,25 @@ def _row(
     pid: int = 4242,
     comm: str = "curl",
     domains: tuple[str, ...] = ("a.test", "b.test", "c.test"),
-) -> DnsSummaryRow:
-    return DnsSummaryRow(
+) -> DnsRow:
+    return DnsRow(
         pid=pid,
         comm=comm,
         server="198.18.0.2",
         suffix="api.svc",
         queries=lookups + expansions,
-        lookups=lookups,
-        expansions=expansions,
         answers={"NXDOMAIN": nxdomain, "NOERROR": noerror},
-        names={"api.svc"},
-        search_domains=set(domains),
+        timeouts=0,
+        truncated=0,
+        retransmits=0,
+        tcp_queries=0,
+        p50_ms=None,
+        p99_ms=None,
+        lookups=lookups,
+        search_expansions=expansions,
+        amplification=(lookups + expansions) / lookups if lookups else None,
+        names=("api.svc",),
+        search_domains=tuple(sorted(domains)),
     )
 
 
@@ -142,7 +174,7 @@ def test_nxdomain_storm_counts_only_the_names_asked_for() -> None:
 def test_drops_no_timeout_explains_get_their_own_verdict() -> None:
     rule = "-A INPUT -p udp -m udp --sport 53 -j DROP"
     explained = drop("NETFILTER_DROP", rule)
-    timeout = DnsTimeout(facts(), 5000.0, explained, None)
+    timeout = timeout_record(facts(), 5000.0, explained, None)
     rcvbuf = drop("SOCKET_RCVBUFF", owner=Owner(4242, "curl", "socket"))
     verdicts = dns_verdicts([explained, timeout, rcvbuf], [], 10.0)
     assert sorted(verdict.category for verdict in verdicts) == ["dns-drop", "dns-timeout-firewall"]
@@ -177,7 +209,8 @@ def test_the_same_program_and_name_is_one_verdict_however_many_processes() -> No
     assert verdict.evidence["lookups"] == 3 and verdict.evidence["expansions"] == 9
     assert [process["pid"] for process in verdict.evidence["processes"]] == [9001, 9002, 9003]
     timeouts = [
-        DnsTimeout(facts(owner=owner), 5000.0, drop("NETFILTER_DROP", RULE, owner), None) for owner in GETENT
+        timeout_record(facts(owner=owner), 5000.0, drop("NETFILTER_DROP", RULE, owner), None)
+        for owner in GETENT
     ]
     (timed_out,) = dns_verdicts(timeouts, [], 10.0)
     assert "3 DNS queries of getent (3 processes) to 198.18.0.2:53/udp timed out" in timed_out.cause
@@ -191,7 +224,7 @@ def test_dropped_retries_of_a_query_that_timed_out_are_evidence_not_another_verd
         drop("NETFILTER_DROP", RULE, owner, time=1.0),
         drop("NETFILTER_DROP", RULE, owner, time=2.0),
     )
-    timeout = DnsTimeout(facts(owner=owner), 2000.0, retry, None)
+    timeout = timeout_record(facts(owner=owner), 2000.0, retry, None)
     (verdict,) = dns_verdicts([first, retry, timeout], [], 6.0)
     assert verdict.category == "dns-timeout-firewall" and verdict.cause_code == "firewall_drop"
     assert verdict.evidence["dns_drops"] == 2 and "2 packets in all" in verdict.cause
@@ -213,7 +246,7 @@ def firewall_verdict(count: int, rule: str = RULE) -> Verdict:
 def test_the_firewall_verdict_of_the_same_drops_joins_the_dns_verdict() -> None:
     owner = Owner(4242, "getent", "socket")
     drops = [drop("NETFILTER_DROP", RULE, owner, time=t) for t in (1.0, 2.0)]
-    records: list[DnsRecord] = [*drops, DnsTimeout(facts(owner=owner), 2000.0, drops[-1], None)]
+    records: list[DnsRecord] = [*drops, timeout_record(facts(owner=owner), 2000.0, drops[-1], None)]
     found = dns_verdicts(records, [], 6.0)
     merged, kept = absorb_firewall_verdicts(found, [firewall_verdict(2)], records)
     assert kept == []
@@ -230,10 +263,10 @@ def test_the_firewall_verdict_of_the_same_drops_joins_the_dns_verdict() -> None:
 def test_every_dns_verdict_carries_a_catalogued_code() -> None:
     owner = Owner(4242, "curl", "socket")
     records: list[DnsRecord] = [
-        DnsTimeout(facts(), 5000.0, drop("NETFILTER_DROP", RULE), None),
-        DnsTimeout(facts(server="198.18.0.3"), 5000.0, drop("SOCKET_RCVBUFF", owner=owner), None),
-        DnsTimeout(facts(server="198.18.0.4"), 5000.0, drop("IP_INNOROUTES"), None),
-        DnsTimeout(facts(server="198.18.0.5"), 5000.0, None, None),
+        timeout_record(facts(), 5000.0, drop("NETFILTER_DROP", RULE), None),
+        timeout_record(facts(server="198.18.0.3"), 5000.0, drop("SOCKET_RCVBUFF", owner=owner), None),
+        timeout_record(facts(server="198.18.0.4"), 5000.0, drop("IP_INNOROUTES"), None),
+        timeout_record(facts(server="198.18.0.5"), 5000.0, None, None),
         drop("NETFILTER_DROP", "-A INPUT -j DROP", time=3.0),
         answer("SERVFAIL"),
         answer("REFUSED"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from netsleuth.diagnostics.dns_summary import (
+from netsleuth.diagnostics.dns.summary import (
     DnsGroupStats,
     latency_bucket_bounds_us,
     name_suffix,
@@ -71,19 +71,19 @@ def test_search_list_expansions_fold_into_the_name_asked_for() -> None:
     rows = {row.suffix: row for row in summary_rows(groups)}
     assert set(rows) == {"api.svc", "example.com"}
     api = rows["api.svc"]
-    assert (api.queries, api.lookups, api.expansions) == (8, 2, 6)
+    assert (api.queries, api.lookups, api.search_expansions) == (8, 2, 6)
     assert api.amplification == 4.0
     assert api.answers == {"NXDOMAIN": 6, "NOERROR": 2}
     # The search list as the resolver used it: what it appended to the name.
-    assert api.search_domains == {"default.svc.cluster.local", "svc.cluster.local", "cluster.local"}
-    assert rows["example.com"].search_domains == set()
+    assert api.search_domains == ("cluster.local", "default.svc.cluster.local", "svc.cluster.local")
+    assert rows["example.com"].search_domains == ()
     assert rows["example.com"].amplification == 1.0
 
 
 def test_an_existing_longer_name_is_not_an_expansion() -> None:
     rows = summary_rows([_group("example.com", 1, {0: 1}), _group("www.example.com", 1, {0: 1})])
     assert len(rows) == 1
-    assert rows[0].expansions == 0 and rows[0].lookups == 2
+    assert rows[0].search_expansions == 0 and rows[0].lookups == 2
 
 
 def test_processes_are_kept_apart() -> None:

@@ -9,7 +9,7 @@ import dns.message
 import dns.rcode
 import dns.rrset
 
-from netsleuth.diagnostics.dns_wire import (
+from netsleuth.diagnostics.dns.wire import (
     dns_in_packet,
     name_from_wire,
     parse_answer,

@@ -11,36 +11,56 @@ from pathlib import Path
 
 import pytest
 
-from netsleuth.diagnostics.model import ConfigInput
-from netsleuth.diagnostics.profile import ProfileStack, merge_stacks, read_profile_config
+from netsleuth.diagnostics.profile import DIAGNOSTIC
+from netsleuth.diagnostics.profile.flamegraph import build_tree, flamegraph_svg
+from netsleuth.diagnostics.profile.records import StackRecord
+from netsleuth.diagnostics.profile.session import ProfileDiagnostic, merge_stacks
+from netsleuth.diagnostics.profile.speedscope import speedscope_document
 from netsleuth.errors import UsageError
+from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.user_symbols import ElfSymbols, Mapping, ProcessMaps, UserSymbolizer, parse_maps
-from netsleuth.render.flamegraph import build_tree, flamegraph_svg
-from netsleuth.render.speedscope import speedscope_document
 
 SVG = "{http://www.w3.org/2000/svg}"
 
 
 def test_config_bounds_and_softirq_names() -> None:
-    config = read_profile_config(ConfigInput({"hz": "999", "comm": "nginx", "softirq": "net_rx"}))
-    assert (config.hz, config.comm, config.softirq, config.kernel_only) == (999, "nginx", "NET_RX", True)
-    assert config.softirq_vector == 3  # NET_RX's place in /proc/softirqs on every kernel since 2.6
-    # A task filter with --softirq selects the interrupted task: the run says so with its figures.
-    (note,) = config.notes
+    config = DIAGNOSTIC.config_from_json({"hz": "999", "comm": "nginx", "softirq": "net_rx"})
+    assert (config.hz, config.comm, config.kernel_stacks_only) == (999, "nginx", True)
+    context = KernelContext()
+    try:
+        session = ProfileDiagnostic(config, context)
+        # NET_RX's place in /proc/softirqs on every kernel since 2.6, resolved when the session opens.
+        assert (session._softirq, session._vector) == ("NET_RX", 3)
+        # A task filter with --softirq selects the interrupted task: the run says so with its figures.
+        (note,) = session.notes()
+        with pytest.raises(UsageError, match="is not a softirq of this kernel"):
+            ProfileDiagnostic(DIAGNOSTIC.config_from_json({"softirq": "BOGUS"}), context)
+    finally:
+        context.close()
     assert note.startswith("with --softirq NET_RX, --comm select the tasks the NET_RX softirq interrupted")
-    assert read_profile_config(ConfigInput({"softirq": "NET_RX"})).notes == ()
+    assert DIAGNOSTIC.config_from_json({"softirq": "NET_RX"}).softirq_note() is None
     for values, words in (
-        ({"hz": 0}, "--hz must be between 1 and 10000"),
-        ({"hz": 20000}, "--hz must be between 1 and 10000"),
-        ({"softirq": "BOGUS"}, "is not a softirq of this kernel"),
+        ({"hz": 0}, "hz must be a whole number from 1 to 10000"),
+        ({"hz": 20000}, "hz must be a whole number from 1 to 10000"),
         ({"pid": "x"}, "is not a process id"),
+        # It only counts and reports at the end: nothing to sample, and always a summary.
+        ({"sample": 2}, "sample is not an option of profile"),
+        ({"summary": True}, "summary is not an option of profile"),
     ):
         with pytest.raises(UsageError, match=words):
-            read_profile_config(ConfigInput(values))
+            DIAGNOSTIC.config_from_json(values)
 
 
-def stack(frames: tuple[str, ...], count: int, pid: int = 7) -> ProfileStack:
-    return ProfileStack(pid, frames[0], count, frames, False, False, False)
+def stack(frames: tuple[str, ...], count: int, pid: int = 7) -> StackRecord:
+    return StackRecord(
+        pid=pid,
+        comm=frames[0],
+        count=count,
+        frames=frames,
+        in_softirq=False,
+        kernel_lost=False,
+        user_lost=False,
+    )
 
 
 def test_stacks_with_the_same_names_merge_and_fold() -> None:

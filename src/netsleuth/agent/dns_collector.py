@@ -28,9 +28,8 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from netsleuth.agent.cardinality import OTHER, SeriesGuard
-from netsleuth.diagnostics.dns_records import DnsTotals
-from netsleuth.diagnostics.dns_summary import DnsGroupStats, latency_bucket_bounds_us
-from netsleuth.diagnostics.dns_wire import rcode_name
+from netsleuth.diagnostics.dns.summary import DnsGroupStats, DnsTotals, latency_bucket_bounds_us
+from netsleuth.diagnostics.dns.wire import rcode_name
 
 __all__ = ["LATENCY_BOUNDS_US", "DnsCollector", "DnsCounts", "DnsExporterSession"]
 
@@ -179,9 +178,10 @@ class DnsExporterSession:
     ring holds (drop events: they carry no count the kernel does not also keep) and sweeps timeouts."""
 
     def __init__(self, timeout_s: float = 5.0) -> None:
-        from netsleuth.diagnostics.dns import DnsConfig, DnsDiagnostic
+        from netsleuth.diagnostics.dns.records import DnsConfig
+        from netsleuth.diagnostics.dns.session import DnsDiagnostic
 
-        self._session = DnsDiagnostic(DnsConfig(summary_only=True, per_server=True, timeout_s=timeout_s))
+        self._session = DnsDiagnostic(DnsConfig(summary=True, timeout=timeout_s), per_server=True)
         self._lock = threading.Lock()
 
     @property

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netsleuth.diagnose.verdicts import Severity, Verdict
-from netsleuth.diagnostics.dns_records import DnsAnswer, DnsDrop, DnsQueryFacts, DnsRecord, DnsTimeout
-from netsleuth.diagnostics.dns_summary import DnsSummaryRow
+from netsleuth.diagnostics.dns.records import DnsAnswer, DnsDrop, DnsQuery, DnsRecord, DnsRow, DnsTimeout
 from netsleuth.firewall.removal import removal_command
 
 __all__ = ["NXDOMAIN_STORM_MIN", "absorb_firewall_verdicts", "dns_verdicts"]
@@ -56,7 +55,7 @@ def _processes(owners: Iterable[tuple[int | None, str]]) -> list[dict[str, Any]]
     return [{"pid": pid, "comm": comm} for pid, comm in sorted({(p or 0, c) for p, c in owners})]
 
 
-def _server(facts: DnsQueryFacts) -> str:
+def _server(facts: DnsQuery) -> str:
     return f"{facts.server}:{facts.server_port}/{facts.proto}"
 
 
@@ -92,24 +91,22 @@ class _DropCause:
 
 
 def _drop_key(drop: DnsDrop) -> tuple[Any, ...]:
-    packet = drop.packet
-    return (drop.time, drop.reason, drop.id, packet.saddr, packet.sport, packet.daddr, packet.dport)
+    return (drop.time, drop.reason, drop.id, drop.saddr, drop.sport, drop.daddr, drop.dport)
 
 
 def _asker(drop: DnsDrop, timeouts_by_query: dict[tuple[Any, ...], DnsTimeout]) -> str:
     """The program a dropped packet was for: its socket's owner, else the process whose query it was."""
-    if drop.owner.pid:
-        return drop.owner.comm
+    if drop.pid:
+        return drop.comm
     timeout = timeouts_by_query.get(_query_of(drop))
-    return timeout.query.owner.comm if timeout is not None else drop.owner.comm
+    return timeout.comm if timeout is not None else drop.comm
 
 
 def _query_of(drop: DnsDrop) -> tuple[Any, ...]:
     """(client, client port, server, id): the query a dropped query or answer belongs to."""
-    packet = drop.packet
     if drop.direction == "query":
-        return (packet.saddr, packet.sport, packet.daddr, drop.id)
-    return (packet.daddr, packet.dport, packet.saddr, drop.id)
+        return (drop.saddr, drop.sport, drop.daddr, drop.id)
+    return (drop.daddr, drop.dport, drop.saddr, drop.id)
 
 
 def _all_drops(records: Sequence[DnsRecord]) -> list[DnsDrop]:
@@ -128,17 +125,17 @@ def _all_drops(records: Sequence[DnsRecord]) -> list[DnsDrop]:
 
 def _timeout_verdict(timeouts: list[DnsTimeout], dropped: list[DnsDrop], seconds: float) -> Verdict:
     first = timeouts[0]
-    facts, drop = first.query, first.drop
-    who = _who(facts.owner.comm, (timeout.query.owner.pid for timeout in timeouts))
+    facts, drop = first, first.drop
+    who = _who(facts.comm, (timeout.pid for timeout in timeouts))
     where = _server(facts)
     queries = _plural(len(timeouts), "DNS query", "DNS queries")
     evidence: dict[str, Any] = {
         "timeouts": len(timeouts),
         "rate_per_s": round(len(timeouts) / seconds, 2) if seconds else None,
-        "names": _names(timeout.query.name for timeout in timeouts),
+        "names": _names(timeout.name for timeout in timeouts),
         "server": where,
         "example": f"{facts.name} {facts.qtype} from {facts.client}:{facts.client_port} id {facts.id}",
-        "processes": _processes((t.query.owner.pid, t.query.owner.comm) for t in timeouts),
+        "processes": _processes((t.pid, t.comm) for t in timeouts),
         "netns": facts.netns_name or facts.netns,
     }
     if drop is not None:
@@ -165,7 +162,7 @@ def _timeout_verdict(timeouts: list[DnsTimeout], dropped: list[DnsDrop], seconds
             "dropped: its socket's receive buffer was full, so the lookups timed out",
             evidence,
             (
-                f"make {facts.owner.comm} read its DNS socket faster (fewer queries in flight)",
+                f"make {facts.comm} read its DNS socket faster (fewer queries in flight)",
                 "or give the socket a larger SO_RCVBUF (net.core.rmem_default / rmem_max bound it)",
             ),
             len(timeouts),
@@ -200,16 +197,15 @@ def _timeout_verdict(timeouts: list[DnsTimeout], dropped: list[DnsDrop], seconds
 def _timeout_and_drop_verdicts(
     timeouts: Sequence[DnsTimeout], drops: Sequence[DnsDrop], seconds: float
 ) -> list[Verdict]:
-    by_query = {(t.query.client, t.query.client_port, t.query.server, t.query.id): t for t in timeouts}
+    by_query = {(t.client, t.client_port, t.server, t.id): t for t in timeouts}
     dropped: dict[_DropCause, list[DnsDrop]] = defaultdict(list)
     for drop in drops:
         dropped[_DropCause.of(drop, _asker(drop, by_query))].append(drop)
     groups: dict[tuple[Any, ...], list[DnsTimeout]] = defaultdict(list)
     causes: dict[tuple[Any, ...], _DropCause | None] = {}
     for timeout in timeouts:
-        facts = timeout.query
-        cause = _DropCause.of(timeout.drop, facts.owner.comm) if timeout.drop is not None else None
-        key = (facts.owner.comm, facts.server, facts.server_port, facts.proto, cause)
+        cause = _DropCause.of(timeout.drop, timeout.comm) if timeout.drop is not None else None
+        key = (timeout.comm, timeout.server, timeout.server_port, timeout.proto, cause)
         groups[key].append(timeout)
         causes[key] = cause
     verdicts = []
@@ -226,9 +222,8 @@ def _timeout_and_drop_verdicts(
 
 
 def _packet_text(drop: DnsDrop) -> str:
-    packet = drop.packet
     return (
-        f"{packet.proto_name} {packet.saddr}:{packet.sport} > {packet.daddr}:{packet.dport} "
+        f"{drop.proto} {drop.saddr}:{drop.sport} > {drop.daddr}:{drop.dport} "
         f"id {drop.id} {drop.name or ''}".rstrip()
     )
 
@@ -243,12 +238,12 @@ def _drop_verdict(group: list[DnsDrop], seconds: float) -> Verdict:
         "names": _names(drop.name for drop in group),
         "example": _packet_text(first),
         "drop": first.to_json(),
-        "processes": _processes((drop.owner.pid, drop.owner.comm) for drop in group if drop.owner.pid),
+        "processes": _processes((drop.pid, drop.comm) for drop in group if drop.pid),
     }
     if first.rule:
         fix, code = (*_firewall_fix(first),), "firewall_drop"
     elif first.reason in _RCVBUF_REASONS:
-        fix = (f"make {first.owner.comm} read its DNS socket faster, or give it a larger SO_RCVBUF",)
+        fix = (f"make {first.comm} read its DNS socket faster, or give it a larger SO_RCVBUF",)
         code = "rcvbuf"
     else:
         fix = (f"netsleuth drops --reason {first.reason} --port 53   # the full path of each drop",)
@@ -257,7 +252,7 @@ def _drop_verdict(group: list[DnsDrop], seconds: float) -> Verdict:
     return Verdict(
         "dns-drop",
         Severity.CRITICAL if first.rule or first.reason in _RCVBUF_REASONS else Severity.WARNING,
-        f"{packets} {first.cause().split(' ', 1)[1]}; no lookup timed out in the window for them: a resolver "
+        f"{packets} {first.cause.split(' ', 1)[1]}; no lookup timed out in the window for them: a resolver "
         "retry got through, each after a retry interval (seconds), or the window ended first",
         evidence,
         fix,
@@ -273,15 +268,15 @@ def _server_failure_verdicts(answers: Sequence[DnsAnswer], seconds: float) -> li
     failed: dict[tuple[str, int, str], list[DnsAnswer]] = defaultdict(list)
     for answer in answers:
         if answer.rcode in ("SERVFAIL", "REFUSED"):
-            failed[(answer.query.server, answer.query.server_port, answer.rcode)].append(answer)
+            failed[(answer.server, answer.server_port, answer.rcode)].append(answer)
     verdicts = []
     for (server, port, rcode), group in failed.items():
-        names = _names(answer.query.name for answer in group)
+        names = _names(answer.name for answer in group)
         evidence = {
             "answers": len(group),
             "rate_per_s": round(len(group) / seconds, 2) if seconds else None,
             "names": names,
-            "processes": _processes((a.query.owner.pid, a.query.owner.comm) for a in group),
+            "processes": _processes((a.pid, a.comm) for a in group),
         }
         queries = _plural(len(group), "query", "queries")
         if rcode == "SERVFAIL":
@@ -316,21 +311,21 @@ def _server_failure_verdicts(answers: Sequence[DnsAnswer], seconds: float) -> li
     return verdicts
 
 
-def _by_program(rows: Iterable[DnsSummaryRow]) -> dict[str, list[DnsSummaryRow]]:
-    programs: dict[str, list[DnsSummaryRow]] = defaultdict(list)
+def _by_program(rows: Iterable[DnsRow]) -> dict[str, list[DnsRow]]:
+    programs: dict[str, list[DnsRow]] = defaultdict(list)
     for row in rows:
         programs[row.comm].append(row)
     return programs
 
 
-def _nxdomain_verdicts(rows: Sequence[DnsSummaryRow], seconds: float) -> list[Verdict]:
+def _nxdomain_verdicts(rows: Sequence[DnsRow], seconds: float) -> list[Verdict]:
     """NXDOMAIN for names the application itself asked for (search-list expansions have their own verdict),
     per program: the names it looks up are what to fix, however many processes ran it."""
     verdicts = []
     for comm, program_rows in _by_program(rows).items():
         answered = sum(sum(row.answers.values()) for row in program_rows)
         nxdomain = sum(row.answers.get("NXDOMAIN", 0) for row in program_rows)
-        own = nxdomain - sum(row.expansions for row in program_rows)
+        own = nxdomain - sum(row.search_expansions for row in program_rows)
         if own < NXDOMAIN_STORM_MIN or own < _NXDOMAIN_STORM_SHARE * answered:
             continue
         failing: Counter[str] = Counter()
@@ -361,17 +356,17 @@ def _nxdomain_verdicts(rows: Sequence[DnsSummaryRow], seconds: float) -> list[Ve
     return verdicts
 
 
-def _amplification_verdicts(rows: Sequence[DnsSummaryRow]) -> list[Verdict]:
+def _amplification_verdicts(rows: Sequence[DnsRow]) -> list[Verdict]:
     """One verdict per program, name and server, whatever the number of processes: the fix (a fully
     qualified name, fewer ndots) is made once, in the program's config or resolv.conf."""
-    together: dict[tuple[str, str, tuple[str, ...]], list[DnsSummaryRow]] = defaultdict(list)
+    together: dict[tuple[str, str, tuple[str, ...]], list[DnsRow]] = defaultdict(list)
     for row in rows:
         if row.amplification is not None and row.amplification >= _AMPLIFICATION_MIN:
             together[(row.comm, row.server, tuple(sorted(row.names)) or (row.suffix,))].append(row)
     verdicts = []
     for (comm, server, names), group in together.items():
         lookups = sum(row.lookups for row in group)
-        expansions = sum(row.expansions for row in group)
+        expansions = sum(row.search_expansions for row in group)
         queries = sum(row.queries for row in group)
         domains = sorted(set().union(*(row.search_domains for row in group)))
         name = names[0]
@@ -411,9 +406,7 @@ def _amplification_verdicts(rows: Sequence[DnsSummaryRow]) -> list[Verdict]:
     return verdicts
 
 
-def dns_verdicts(
-    records: Sequence[DnsRecord], rows: Sequence[DnsSummaryRow], seconds: float
-) -> list[Verdict]:
+def dns_verdicts(records: Sequence[DnsRecord], rows: Sequence[DnsRow], seconds: float) -> list[Verdict]:
     """Every DNS verdict of one watch: `records` from a DnsDiagnostic in event mode, `rows` its summary."""
     timeouts = [record for record in records if isinstance(record, DnsTimeout)]
     answers = [record for record in records if isinstance(record, DnsAnswer)]

@@ -15,33 +15,28 @@ from netsleuth.diagnose.session_watch import SessionWatch
 from netsleuth.diagnose.verdicts import Verdict
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.dns import DnsDiagnostic  # noqa: F401 - the quoted base class's parameter
-    from netsleuth.diagnostics.dns_records import DnsRecord
+    from netsleuth.diagnostics.dns.records import DnsRecord
+    from netsleuth.diagnostics.dns.session import DnsDiagnostic  # noqa: F401 - the quoted base's parameter
     from netsleuth.diagnostics.filters import PacketFilter
     from netsleuth.kernel.context import KernelContext
 
 __all__ = ["DnsWatch"]
 
 _MAX_RECORDS = 10_000  # enough evidence for any verdict; a storm's rest is in the kernel's counts
-_SERVFAIL, _REFUSED = 2, 5
 
 
 class DnsWatch(SessionWatch["DnsDiagnostic"]):
     watched = "DNS"
 
     def __init__(self, packet_filter: PacketFilter, context: KernelContext, duration: float) -> None:
-        from netsleuth.diagnostics.dns import DnsConfig, DnsDiagnostic
+        from netsleuth.diagnostics.dns.records import TIMEOUT_RCODE, DnsConfig
+        from netsleuth.diagnostics.dns.session import DnsDiagnostic
 
         # A query unanswered for half the window (at most the resolver default of 5 s) is a timeout.
         timeout = min(5.0, max(0.5, duration / 2))
-        config = DnsConfig(
-            packet_filter=packet_filter,
-            rcodes=frozenset({_SERVFAIL, _REFUSED}),
-            filter_rcodes=True,
-            keep_timeouts=True,
-            timeout_s=timeout,
-        )
-        super().__init__(DnsDiagnostic(config, context))
+        config = DnsConfig(rcode=("SERVFAIL", "REFUSED", TIMEOUT_RCODE), timeout=timeout)
+        # diagnose's own filter, already resolved on this host, stands for the config's packet filters.
+        super().__init__(DnsDiagnostic(config, context, packet_filter=packet_filter))
         self._records: list[DnsRecord] = []
 
     def _keep(self, records: list[DnsRecord]) -> None:

@@ -17,10 +17,8 @@ from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.doctor.fixes import sysctl_fix
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.softirq import (  # noqa: F401 - SoftirqDiagnostic: the quoted base class's parameter
-        SoftirqDiagnostic,
-        SoftirqSummary,
-    )
+    from netsleuth.diagnostics.softirq.records import SoftirqSummary
+    from netsleuth.diagnostics.softirq.session import SoftirqDiagnostic  # noqa: F401 - the quoted base's parameter
     from netsleuth.kernel.context import KernelContext
 
 __all__ = ["MIN_STOPPED_RUNS_PER_S", "SoftirqWatch", "net_rx_budget_verdicts"]
@@ -35,14 +33,14 @@ def _us(ns: int | None) -> str:
 
 def net_rx_budget_verdicts(summary: SoftirqSummary) -> list[Verdict]:
     """A verdict when NET_RX runs stopped on their budget at least MIN_STOPPED_RUNS_PER_S times a second."""
-    total = summary.net_rx_total
+    total = summary.net_rx
     seconds = max(summary.seconds, 1e-6)
     if total is None:
         return []
     stopped = total.budget_runs + total.time_runs
     if stopped / seconds < MIN_STOPPED_RUNS_PER_S:
         return []
-    cpus = [runs for runs in summary.net_rx if runs.budget_runs or runs.time_runs]
+    cpus = [runs for runs in summary.net_rx_per_cpu if runs.budget_runs or runs.time_runs]
     packet_bound = total.budget_runs >= total.time_runs
     budget, budget_usecs = summary.netdev_budget, summary.netdev_budget_usecs
     if packet_bound:
@@ -58,23 +56,23 @@ def net_rx_budget_verdicts(summary: SoftirqSummary) -> list[Verdict]:
             f"before netdev_budget = {budget} packets ({total.budget_runs} stopped on the packet budget): "
             "packets are expensive here, and raising netdev_budget would change nothing"
         )
-    net_rx = summary.vector_total("NET_RX")
+    net_rx = summary.vector("NET_RX")
     evidence: dict[str, Any] = {
         "stopped_runs_per_s": round(stopped / seconds, 1),
         "budget_runs_by_cpu": {str(runs.cpu): runs.budget_runs for runs in cpus},
         "time_runs_by_cpu": {str(runs.cpu): runs.time_runs for runs in cpus},
-        "packets_per_run": round(total.work / total.runs, 1) if total.runs else None,
+        "packets_per_run": total.packets_per_run,
         "exhausted_napi_polls": total.exhausted_polls,
         "netdev_budget": budget,
         "netdev_budget_usecs": budget_usecs,
     }
     if net_rx is not None and net_rx.latency.count:
-        evidence["net_rx_wait_p99"] = _us(net_rx.latency.percentile(0.99))
-        evidence["net_rx_wait_max"] = _us(net_rx.latency_max_ns)
-    busiest = [instance for instance in summary.napi if instance.exhausted]
+        evidence["net_rx_wait_p99"] = _us(net_rx.latency.p99_ns)
+        evidence["net_rx_wait_max"] = _us(net_rx.latency.max_ns)
+    busiest = [instance for instance in summary.napi if instance.exhausted_polls]
     if busiest:
         evidence["napi_full_polls"] = {
-            (instance.dev or "backlog"): instance.exhausted for instance in busiest[:5]
+            (instance.dev or "backlog"): instance.exhausted_polls for instance in busiest[:5]
         }
     cpu_list = ",".join(str(runs.cpu) for runs in cpus)
     return [
@@ -99,11 +97,11 @@ class SoftirqWatch(SessionWatch["SoftirqDiagnostic"]):
     watched = "softirqs"
 
     def __init__(self, context: KernelContext) -> None:
-        from netsleuth.diagnostics.model import ConfigInput
-        from netsleuth.diagnostics.softirq import SoftirqDiagnostic, read_softirq_config
+        from netsleuth.diagnostics.softirq.records import SoftirqConfig
+        from netsleuth.diagnostics.softirq.session import SoftirqDiagnostic
 
         # NET_RX runs are per CPU, not per namespace: the watch covers the host even under --netns.
-        super().__init__(SoftirqDiagnostic(read_softirq_config(ConfigInput({})), context))
+        super().__init__(SoftirqDiagnostic(SoftirqConfig(), context))
 
     def verdicts(self) -> list[Verdict]:
         if self._session is None:

@@ -19,11 +19,8 @@ from typing import Any, Literal, NotRequired, TypedDict, Union
 
 import msgspec
 
-from netsleuth.diagnostics.dns_json import DNS_RECORD_TYPES
-from netsleuth.diagnostics.profile_json import PROFILE_RECORD_TYPES
 from netsleuth.diagnostics.record_parts import Clock, Owner, PodRef, Totals
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
-from netsleuth.diagnostics.softirq_json import SOFTIRQ_RECORD_TYPES
 
 __all__ = ["RECORD_TYPES", "json_schema", "markdown", "schema_for"]
 
@@ -414,9 +411,6 @@ RECORD_TYPES: dict[str, type] = {
     **{f"summary:tcp.{view}": TcpSummaryJson for view in ("life", "states", "retrans", "connlat", "queues")},
     "summary:conn": ConnSummaryJson,
     "summary:diagnose": DiagnoseSummaryJson,
-    **DNS_RECORD_TYPES,
-    **SOFTIRQ_RECORD_TYPES,
-    **PROFILE_RECORD_TYPES,
 }
 
 

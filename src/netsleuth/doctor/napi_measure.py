@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from netsleuth.errors import NetsleuthError
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.softirq import NapiInstance, NetRxRuns, SoftirqDiagnostic
+    from netsleuth.diagnostics.softirq.counts import NapiInstance, NetRxRuns
+    from netsleuth.diagnostics.softirq.session import SoftirqDiagnostic
 
 __all__ = ["CpuNetRx", "DeviceNapi", "NapiMeasurement", "NapiProbe", "between", "bpf_unusable"]
 
@@ -249,8 +250,8 @@ class NapiProbe:
         self._started = 0.0
 
     def start(self) -> None:
-        from netsleuth.diagnostics.model import ConfigInput
-        from netsleuth.diagnostics.softirq import SoftirqDiagnostic, read_softirq_config
+        from netsleuth.diagnostics.softirq.records import SoftirqConfig
+        from netsleuth.diagnostics.softirq.session import SoftirqDiagnostic
         from netsleuth.kernel.netns import current_netns_inode, resolve_netns_arg
 
         self._own_netns = current_netns_inode()
@@ -259,7 +260,7 @@ class NapiProbe:
                 resolve_netns_arg(self.netns) if self.netns is not None else self._own_netns
             )
             # No netns or device filter: the CPUs' runs are shared by every namespace's devices.
-            session = SoftirqDiagnostic(read_softirq_config(ConfigInput({})))
+            session = SoftirqDiagnostic(SoftirqConfig())
         except (NetsleuthError, OSError) as error:
             self.problem = str(error)
             return
@@ -289,11 +290,10 @@ class NapiProbe:
             self.problem = f"reading the softirq maps failed: {error}"
             self.close()
             return None
-        config = session.config
         return NapiMeasurement(
             seconds=taken - self._started,
-            netdev_budget=config.budget,
-            netdev_budget_usecs=config.budget_usecs,
+            netdev_budget=session.budget,
+            netdev_budget_usecs=session.budget_usecs,
             attach=session.attach_kind,
             cpus=_cpus(net_rx, squeezes),
             devices=_devices(napi, self._measured_netns, self._own_netns),

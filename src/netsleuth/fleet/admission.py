@@ -44,21 +44,26 @@ from netsleuth.errors import UsageError
 from netsleuth.fleet.protocol import Budgets, ProtocolError, SignedTask, Task, decode
 from netsleuth.fleet.scope_filter import EnforcedScope
 
-__all__ = ["HOST_WIDE", "HOST_WIDE_ONLY", "AcceptedTask", "ReplayGuard", "TaskAdmission", "TaskRefused"]
+__all__ = ["HOST_WIDE", "AcceptedTask", "ReplayGuard", "TaskAdmission", "TaskRefused", "host_wide_only"]
 
 HOST_NETNS = "/proc/self/ns/net"  # the agent runs in the host's own namespace
 HOST_WIDE = "*"  # scope.netns ["*"]: every namespace of this host
-# Diagnostics whose records carry no namespace or address, so that neither the kernel nor the last-line
-# filter can keep them inside a narrower scope: why, in the refusal's words.
-HOST_WIDE_ONLY = {
-    "softirq": "its per-CPU softirq histograms count every namespace's packets and carry no namespace",
-    "profile": (
-        "its stacks carry no namespace, and a sample's kernel frames include softirq work done for any "
-        "namespace's packets"
-    ),
-}
 _CLOCK_SKEW_S = 30.0  # a task issued this far in our future is refused: our clock or theirs is wrong
 _MAX_REMEMBERED = 100_000
+
+
+def host_wide_only(diagnostic: str) -> str | None:
+    """Why `diagnostic` can run only host-wide - its records carry no namespace or address, so neither the
+    kernel nor the last-line filter could keep them inside a narrower scope - in the refusal's words, as its
+    spec says (ScopeTraits.host_wide_only); None when it can be kept inside one."""
+    from netsleuth.diagnostics.registry import get_diagnostic
+
+    try:
+        spec = get_diagnostic(diagnostic)
+    except UsageError:
+        return None
+    why: str | None = getattr(getattr(spec, "scope", None), "host_wide_only", None)
+    return why
 
 
 class TaskRefused(Exception):
@@ -220,8 +225,8 @@ class TaskAdmission:
         config = dict(task.config)
         if HOST_WIDE in scope.netns:
             return self._host_wide_config(task, config)
-        if task.diagnostic in HOST_WIDE_ONLY:
-            why = HOST_WIDE_ONLY[task.diagnostic]
+        why = host_wide_only(task.diagnostic)
+        if why is not None:
             raise TaskRefused(
                 f"{task.diagnostic} cannot be kept inside a namespace scope ({why}): it needs a host-wide "
                 f"scope (netns '{HOST_WIDE}')",

@@ -1,7 +1,6 @@
-"""`profile`: on-CPU sampling on every CPU at --hz (bpf/profile.bpf.c), counted in the kernel by (pid, kernel
-stack, user stack), named with kallsyms and the ELF symbols of each process's mapped files
-(netsleuth.kernel.user_symbols), and written as folded stacks, an SVG flame graph or speedscope JSON
-(netsleuth.render.flamegraph, netsleuth.render.speedscope).
+"""`profile` attached: on-CPU sampling on every CPU at --hz (bpf/profile.bpf.c), counted in the kernel by
+(pid, kernel stack, user stack), named with kallsyms and the ELF symbols of each process's mapped files
+(netsleuth.kernel.user_symbols).
 
 Counts are exact: every sample that passed the filters is in `matched`; the sum of the stacks' counts equals
 it minus the samples the counts table had no room for (`uncounted`); a stack the stack map could not hold
@@ -13,10 +12,11 @@ read from stopped clocks, so a process gets at most hz x seconds (+1) samples pe
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from netsleuth._generated.profile_abi import (
     PROFILE_MAX_FRAMES,
@@ -31,27 +31,17 @@ from netsleuth._generated.profile_abi import (
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
-from netsleuth.diagnostics.filters import read_task_selection
-from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
-from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
+from netsleuth.diagnostics.profile.records import ProfileConfig, ProfileSummary, StackRecord, TopFunction
 from netsleuth.diagnostics.totals import EventTotals
-from netsleuth.errors import UsageError
+from netsleuth.kernel.softirqs import softirq_names, softirq_vector
 from netsleuth.kernel.user_symbols import UserSymbolizer
+from netsleuth.spec.summary import ClockPart, Summary
 
 if TYPE_CHECKING:
-    from netsleuth.kernel.context import KernelClock, KernelContext
+    from netsleuth.kernel.context import KernelContext
 
-__all__ = [
-    "DIAGNOSTIC",
-    "ProfileConfig",
-    "ProfileDiagnostic",
-    "ProfileStack",
-    "ProfileSummary",
-    "ProfileTotals",
-    "read_profile_config",
-]
+__all__ = ["KERNEL_SUFFIX", "ProfileDiagnostic", "ProfileTotals", "merge_stacks"]
 
-MAX_HZ = 10_000
 _KEY_SIZE = ctypes.sizeof(ProfileKeyC)
 _EFAULT = (
     -14
@@ -59,115 +49,6 @@ _EFAULT = (
 _PID_SCAN_S = 0.25  # how often new pids are looked for (one map read), to read their maps while they run
 _SOFTIRQ_VARIANTS = (("_b", "tp_btf"), ("_r", "raw_tp"))
 KERNEL_SUFFIX = "_[k]"  # flamegraph.pl's annotation of kernel frames
-
-
-# -- config --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProfileConfig:
-    hz: int = 99
-    pid: int | None = None
-    comm: str | None = None
-    netns: int | None = None
-    cgroup_id: int | None = None
-    kernel_only: bool = False
-    include_idle: bool = False
-    softirq: str | None = None  # NET_RX, NET_TX...: only samples while it runs
-    softirq_vector: int | None = None
-    duration: float | None = None
-    notes: tuple[str, ...] = ()  # what the figures mean, said with them (--softirq with a task filter)
-
-    @property
-    def run_options(self) -> RunOptions:
-        return RunOptions(summary=True, duration=self.duration)
-
-
-PROFILE_KEYS = ("hz", "pid", "comm", "netns", "cgroup", "kernel_only", "include_idle", "softirq", "duration")
-
-
-def read_profile_config(values: ConfigInput) -> ProfileConfig:
-    from netsleuth.diagnostics.softirq import softirq_names
-
-    hz = values.integer("hz", default=99)
-    if not 1 <= hz <= MAX_HZ:
-        raise UsageError(f"--hz must be between 1 and {MAX_HZ} samples per second per CPU (got {hz})")
-    duration = values.number("duration")
-    if duration is not None and duration <= 0:
-        raise UsageError("--duration must be a positive number of seconds")
-    tasks = read_task_selection(values)
-    softirq = values.text("softirq")
-    vector = None
-    if softirq is not None:
-        names = softirq_names()
-        softirq = softirq.upper()
-        if softirq not in names:
-            raise UsageError(f"--softirq {softirq!r} is not a softirq of this kernel; use NET_RX or NET_TX")
-        vector = names.index(softirq)
-    note = _softirq_in_tasks_note(values, softirq) if softirq is not None else None
-    return ProfileConfig(
-        hz=hz,
-        pid=tasks.pid,
-        comm=tasks.comm,
-        netns=tasks.netns,
-        cgroup_id=tasks.cgroup_id,
-        kernel_only=values.flag("kernel_only") or softirq is not None,
-        include_idle=values.flag("include_idle"),
-        softirq=softirq,
-        softirq_vector=vector,
-        duration=duration,
-        notes=(note,) if note else (),
-    )
-
-
-def _softirq_in_tasks_note(values: ConfigInput, softirq: str) -> str | None:
-    """What a task filter means with --softirq: a softirq runs in whichever task it interrupts (or in
-    ksoftirqd), so the samples are the softirq work done in the selected tasks' time, not the work for their
-    packets. Said with the results, so the figures are not read as the latter."""
-    flags = [
-        values.flag_name(key) for key in ("pid", "comm", "netns", "cgroup") if values.text(key) is not None
-    ]
-    if not flags:
-        return None
-    return (
-        f"with --softirq {softirq}, {' and '.join(flags)} select the tasks the {softirq} softirq interrupted "
-        f"(it runs in whichever task is on the CPU, or in ksoftirqd): these samples are the {softirq} work "
-        "done in their time, not the work for their packets"
-    )
-
-
-# -- records -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProfileStack:
-    """One distinct (process, kernel stack, user stack) and how many samples it got. `frames` run from the
-    root (the process name) to the leaf; kernel frames end in KERNEL_SUFFIX."""
-
-    pid: int
-    comm: str
-    count: int
-    frames: tuple[str, ...]
-    in_softirq: bool
-    kernel_lost: bool
-    user_lost: bool
-
-    @property
-    def folded(self) -> str:
-        return ";".join(frame.replace(";", ":") for frame in self.frames) + f" {self.count}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "stack",
-            "v": SCHEMA_VERSIONS["stack"],
-            "pid": self.pid,
-            "comm": self.comm,
-            "count": self.count,
-            "frames": list(self.frames),
-            "in_softirq": self.in_softirq,
-            "kernel_lost": self.kernel_lost,
-            "user_lost": self.user_lost,
-        }
 
 
 @dataclass(frozen=True)
@@ -179,59 +60,17 @@ class ProfileTotals:
     uncounted: int
     idle: int
 
-    def to_json(self) -> dict[str, int]:
-        return {
-            "samples": self.samples,
-            "matched": self.matched,
-            "kernel_stack_lost": self.kernel_lost,
-            "user_stack_lost": self.user_lost,
-            "uncounted": self.uncounted,
-            "idle": self.idle,
-        }
 
-
-@dataclass(frozen=True)
-class ProfileSummary:
-    hz: int
-    cpus: int
-    seconds: float
-    softirq: str | None
-    totals: ProfileTotals
-    stacks: int
-    counted: int  # the sum of the stacks' counts (= matched - uncounted)
-    top_functions: tuple[tuple[str, int], ...]  # leaf frames by samples
-    interrupted: bool
-    clock: KernelClock
-    outputs: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "summary",
-            "v": SCHEMA_VERSIONS["summary"],
-            "diagnostic": "profile",
-            "hz": self.hz,
-            "cpus": self.cpus,
-            "seconds": round(self.seconds, 3),
-            "softirq": self.softirq,
-            **self.totals.to_json(),
-            "stacks": self.stacks,
-            "counted": self.counted,
-            "top_functions": [{"function": name, "samples": count} for name, count in self.top_functions],
-            "outputs": list(self.outputs),
-            "attach": "perf_event",
-            "interrupted": self.interrupted,
-            "clock": self.clock.to_json(),
-        }
-
-
-def merge_stacks(stacks: list[ProfileStack]) -> list[ProfileStack]:
+def merge_stacks(stacks: list[StackRecord]) -> list[StackRecord]:
     """One stack per process and frames: different return addresses inside the same functions are distinct
     stack ids in the kernel but the same stack by name. Largest first."""
-    merged: dict[tuple[int, tuple[str, ...], bool], ProfileStack] = {}
+    merged: dict[tuple[int, tuple[str, ...], bool], StackRecord] = {}
     for stack in stacks:
         key = (stack.pid, stack.frames, stack.in_softirq)
         known = merged.get(key)
-        merged[key] = stack if known is None else dataclasses.replace(known, count=known.count + stack.count)
+        merged[key] = (
+            stack if known is None else msgspec.structs.replace(known, count=known.count + stack.count)
+        )
     return sorted(merged.values(), key=lambda stack: (-stack.count, stack.frames))
 
 
@@ -245,8 +84,20 @@ class ProfileDiagnostic:
         from netsleuth.kernel.context import KernelContext
 
         self.config = config
+        # Resolved on this host now: a vector, process, namespace or cgroup it does not have is an error
+        # before any load.
+        names = softirq_names() if config.softirq is not None else []
+        self._softirq = softirq_vector(config.softirq, "--softirq", names) if config.softirq else None
+        self._vector = names.index(self._softirq) if self._softirq in names else None
         self._context = context or KernelContext()
         self._own_context = context is None
+        try:
+            self._tasks = config.task_selection(self._context.netns_names)
+        except BaseException:
+            if self._own_context:
+                self._context.close()
+            raise
+        self._kernel_only = config.kernel_stacks_only
         self._object: BpfObject | None = None
         self._cpus: list[int] = []
         self._symbolizer = UserSymbolizer()
@@ -254,22 +105,22 @@ class ProfileDiagnostic:
         self._stopped: float | None = None
         self._scanned = 0.0
         self._pid_heads: list[int] = []  # per CPU: how far `new_pids` was read
-        self._stacks: list[ProfileStack] | None = None
+        self._stacks: list[StackRecord] | None = None
         self._totals: ProfileTotals | None = None  # read with the stacks, once sampling stopped
         self._clocks: list[int] = []  # each CPU's clock: its perf event fd
         self.attach_kind = ""
         self.outputs: list[str] = []
 
     def _kernel_config(self) -> ProfileConfigC:
-        config = self.config
+        tasks = self._tasks
         cfg = ProfileConfigC()
-        cfg.pid = config.pid or 0
-        cfg.netns = config.netns or 0
-        cfg.cgroup_id = config.cgroup_id or 0
-        cfg.comm = (config.comm or "").encode()
-        cfg.kernel_only = int(config.kernel_only)
-        cfg.include_idle = int(config.include_idle)
-        cfg.softirq = PROFILE_NO_SOFTIRQ if config.softirq_vector is None else config.softirq_vector
+        cfg.pid = tasks.pid or 0
+        cfg.netns = tasks.netns or 0
+        cfg.cgroup_id = tasks.cgroup_id or 0
+        cfg.comm = (tasks.comm or "").encode()
+        cfg.kernel_only = int(self._kernel_only)
+        cfg.include_idle = int(self.config.include_idle)
+        cfg.softirq = PROFILE_NO_SOFTIRQ if self._vector is None else self._vector
         return cfg
 
     def start(self) -> None:
@@ -279,7 +130,7 @@ class ProfileDiagnostic:
 
         require_tracing()
         failure: BpfError | None = None
-        variants = _SOFTIRQ_VARIANTS if self.config.softirq_vector is not None else (("", "perf_event"),)
+        variants = _SOFTIRQ_VARIANTS if self._vector is not None else (("", "perf_event"),)
         for suffix, kind in variants:
             bpf_object = BpfObject.open_generated("profile")
             try:
@@ -312,7 +163,7 @@ class ProfileDiagnostic:
         if self._object is None:
             assert failure is not None
             raise failure
-        self._context.prepare(self.config.netns)
+        self._context.prepare(self._tasks.netns)
         self._started = time.monotonic()
         for fd in self._clocks:
             enable(fd)
@@ -367,14 +218,14 @@ class ProfileDiagnostic:
         if overflowed:
             self._remember_new_pids()
 
-    def poll(self, timeout_ms: int) -> list[ProfileStack]:
+    def poll(self, timeout_ms: int) -> list[StackRecord]:
         time.sleep(timeout_ms / 1000)
-        if time.monotonic() - self._scanned >= _PID_SCAN_S and not self.config.kernel_only:
+        if time.monotonic() - self._scanned >= _PID_SCAN_S and not self._kernel_only:
             self._scanned = time.monotonic()
             self._remember_recent_pids()
         return []
 
-    def drain(self) -> list[ProfileStack]:
+    def drain(self) -> list[StackRecord]:
         """Every distinct stack with its count, largest first (read once, at the end)."""
         if self._stacks is None:
             self._stop_sampling()
@@ -395,10 +246,10 @@ class ProfileDiagnostic:
             frames.append(address)
         return frames
 
-    def _read_stacks(self) -> list[ProfileStack]:
+    def _read_stacks(self) -> list[StackRecord]:
         if self._object is None:
             return []
-        if not self.config.kernel_only:
+        if not self._kernel_only:
             self._remember_new_pids()
         counts = self._object.map("profile_counts")
         stacks = []
@@ -422,8 +273,14 @@ class ProfileDiagnostic:
             elif kernel_lost:
                 frames.append("[kernel stack lost]")
             stacks.append(
-                ProfileStack(
-                    key.pid, comm, count, tuple(frames), bool(key.in_softirq), kernel_lost, user_lost
+                StackRecord(
+                    pid=key.pid,
+                    comm=comm,
+                    count=count,
+                    frames=tuple(frames),
+                    in_softirq=bool(key.in_softirq),
+                    kernel_lost=kernel_lost,
+                    user_lost=user_lost,
                 )
             )
         return merge_stacks(stacks)
@@ -461,19 +318,28 @@ class ProfileDiagnostic:
         for stack in stacks:
             leaf = stack.frames[-1] if len(stack.frames) > 1 else f"{stack.comm} (no stack)"
             leaves[leaf] = leaves.get(leaf, 0) + stack.count
-        top = tuple(sorted(leaves.items(), key=lambda item: -item[1])[:15])
+        top = sorted(leaves.items(), key=lambda item: -item[1])[:15]
         end = self._stopped if self._stopped is not None else time.monotonic()
+        totals = self.profile_totals()
         return ProfileSummary(
+            diagnostic="profile",
+            **Summary.totals_fields(self.totals()),
+            attach="perf_event",
+            interrupted=interrupted,
+            clock=ClockPart(**self._context.clock.to_json()),
             hz=self.config.hz,
             cpus=len(self._cpus),
-            seconds=end - self._started if self._started else 0.0,
-            softirq=self.config.softirq,
-            totals=self.profile_totals(),
+            seconds=round(end - self._started, 3) if self._started else 0.0,
+            softirq=self._softirq,
+            samples=totals.samples,
+            matched=totals.matched,
+            kernel_stack_lost=totals.kernel_lost,
+            user_stack_lost=totals.user_lost,
+            uncounted=totals.uncounted,
+            idle=totals.idle,
             stacks=len(stacks),
             counted=sum(stack.count for stack in stacks),
-            top_functions=top,
-            interrupted=interrupted,
-            clock=self._context.clock,
+            top_functions=tuple(TopFunction(function=name, samples=count) for name, count in top),
             outputs=tuple(self.outputs),
         )
 
@@ -487,7 +353,8 @@ class ProfileDiagnostic:
 
     def notes(self) -> list[str]:
         totals = self.profile_totals()
-        notes = list(self.config.notes)
+        note = self.config.softirq_note()
+        notes = [note] if note else []
         if totals.kernel_lost or totals.user_lost:
             notes.append(
                 f"{totals.kernel_lost} kernel and {totals.user_lost} user stacks did not fit in the stack "
@@ -506,15 +373,3 @@ class ProfileDiagnostic:
             self._object = None
         if self._own_context:
             self._context.close()
-
-
-DIAGNOSTIC: DiagnosticSpec[ProfileConfig] = DiagnosticSpec(
-    name="profile",
-    help="on-CPU stacks sampled on every CPU, counted in the kernel: folded stacks, flame graph, speedscope",
-    keys=PROFILE_KEYS,
-    read=read_profile_config,
-    open=lambda config, context: ProfileDiagnostic(config, context),
-    objects=("profile",),
-    records=("stack", "summary"),
-    needs=("can_trace", "btf", "ring_buffer", "perf_event_profiling"),  # a CPU clock per CPU samples it
-)

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from netsleuth.diagnostics.dns.records import DnsAnswer, DnsDrop, DnsTimeout
 from netsleuth.diagnostics.totals import EventTotals
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from netsleuth.diagnostics.dns_records import (
-        DnsAnswer,
-        DnsDrop,
-        DnsQueryFacts,
-        DnsRecord,
-        DnsSummary,
-        DnsTimeout,
-        DnsUnmatched,
-    )
+    from netsleuth.diagnostics.dns.records import DnsQuery, DnsRecord, DnsSummary, DnsUnmatched
 
-__all__ = ["dns_line", "dns_totals_line", "print_dns_summary"]
+__all__ = ["DnsView", "dns_line", "dns_lines", "dns_totals_line", "events_line", "print_dns_summary"]
 
 
 def _clock(seconds: float) -> str:
@@ -29,67 +23,61 @@ def _clock(seconds: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(seconds)) + f".{int(seconds % 1 * 1e6):06d}"
 
 
-def _who(facts: DnsQueryFacts) -> str:
-    owner = facts.owner
-    who = f"{owner.comm}[{owner.pid}]" if owner.pid else owner.comm
-    if owner.container:
-        who += f" container {owner.container}"
+def _who(facts: DnsQuery) -> str:
+    who = f"{facts.comm}[{facts.pid}]" if facts.pid else facts.comm
+    if facts.container:
+        who += f" container {facts.container}"
     netns = facts.netns_name or str(facts.netns)
     return f"{who} netns {netns}"
 
 
-def _server(facts: DnsQueryFacts) -> str:
+def _server(facts: DnsQuery) -> str:
     server = f"[{facts.server}]" if ":" in facts.server else facts.server
     return f"{facts.proto} {server}:{facts.server_port}"
 
 
 def _answer_line(record: DnsAnswer) -> str:
-    facts = record.query
     extra = []
     if record.truncated:
         extra.append("TRUNCATED")
     if record.tcp_retry:
         extra.append("tcp retry of a truncated answer")
-    if facts.retransmits:
-        extra.append(f"{facts.retransmits} retransmit(s)")
+    if record.retransmits:
+        extra.append(f"{record.retransmits} retransmit(s)")
     shown = ", ".join(record.answers[:3]) + (" ..." if len(record.answers) > 3 else "")
     return (
-        f"{_clock(facts.time)}  {record.rcode:<8} {record.latency_ms:8.3f} ms  {facts.name} {facts.qtype}"
-        f"  -> {_server(facts)}  {_who(facts)}  answers {record.answer_count}"
+        f"{_clock(record.time)}  {record.rcode:<8} {record.latency_ms:8.3f} ms  {record.name} {record.qtype}"
+        f"  -> {_server(record)}  {_who(record)}  answers {record.answer_count}"
         + (f" [{shown}]" if shown else "")
         + (f"  ({'; '.join(extra)})" if extra else "")
     )
 
 
 def _timeout_line(record: DnsTimeout) -> str:
-    facts = record.query
     arrived = (
         f", the answer arrived after {record.answer_arrived_ms:.3f} ms" if record.answer_arrived_ms else ""
     )
     return (
-        f"{_clock(facts.time)}  TIMEOUT  {record.waited_ms:8.0f} ms  {facts.name} {facts.qtype}"
-        f"  -> {_server(facts)}  {_who(facts)}\n    cause: {record.cause}{arrived}"
+        f"{_clock(record.time)}  TIMEOUT  {record.waited_ms:8.0f} ms  {record.name} {record.qtype}"
+        f"  -> {_server(record)}  {_who(record)}\n    cause: {record.cause}{arrived}"
     )
 
 
 def _unmatched_line(record: DnsUnmatched) -> str:
     what = "late answer (after its timeout)" if record.late else "answer with no query seen"
-    who = f"{record.owner.comm}[{record.owner.pid}]" if record.owner.pid else record.owner.comm
+    who = f"{record.comm}[{record.pid}]" if record.pid else record.comm
     return f"{_clock(record.time)}  {record.rcode:<8} {what}: {record.name} from {record.server} to {who}"
 
 
 def _drop_line(record: DnsDrop) -> str:
-    packet = record.packet
     return (
         f"{_clock(record.time)}  DROP     {record.direction} {record.name or ''} id {record.id}"
-        f"  {packet.proto_name} {packet.saddr}:{packet.sport} > {packet.daddr}:{packet.dport}"
-        f"  {record.cause()}"
+        f"  {record.proto} {record.saddr}:{record.sport} > {record.daddr}:{record.dport}"
+        f"  {record.cause}"
     )
 
 
 def dns_line(record: DnsRecord) -> str:
-    from netsleuth.diagnostics.dns_records import DnsAnswer, DnsDrop, DnsTimeout
-
     if isinstance(record, DnsAnswer):
         return _answer_line(record)
     if isinstance(record, DnsTimeout):
@@ -104,11 +92,10 @@ def dns_lines(records: Sequence[DnsRecord]) -> str:
 
 
 def dns_totals_line(summary: DnsSummary) -> str:
-    totals = summary.totals
     return (
-        f"{totals.queries} queries, {totals.answers} answers, {totals.timeouts} timeouts, "
-        f"{totals.unmatched} unmatched answers, {totals.drops} DNS packets dropped, "
-        f"{totals.retransmits} retransmits; {_filtered(totals.filtered)}{events_line(totals.events)}"
+        f"{summary.queries} queries, {summary.answers} answers, {summary.timeouts} timeouts, "
+        f"{summary.unmatched} unmatched answers, {summary.dns_drops} DNS packets dropped, "
+        f"{summary.retransmits} retransmits; {_filtered(summary.filtered)}{events_line(summary.totals)}"
     )
 
 
@@ -138,8 +125,8 @@ def print_dns_summary(console: Console, summary: DnsSummary) -> None:
         process = f"{row.comm}[{row.pid}]" if row.pid else row.comm
         answers = " ".join(f"{name} {count}" for name, count in sorted(row.answers.items()))
         amplification = (
-            f"x{row.amplification:.1f} ({row.expansions} search-list queries)"
-            if row.amplification and row.expansions
+            f"x{row.amplification:.1f} ({row.search_expansions} search-list queries)"
+            if row.amplification and row.search_expansions
             else "-"
         )
         table.add_row(
@@ -156,3 +143,24 @@ def print_dns_summary(console: Console, summary: DnsSummary) -> None:
         )
     console.print(table)
     console.print(dns_totals_line(summary))
+
+
+class DnsView:
+    """How `dns` reads on a terminal (the run loop's TextView)."""
+
+    noun = "DNS answers"
+
+    def lines(self, records: Sequence[DnsRecord]) -> str:
+        return dns_lines(records)
+
+    def finish(self, summary: DnsSummary, totals: EventTotals, show_groups: bool) -> None:
+        from rich.console import Console
+
+        out = sys.stdout
+        if show_groups:
+            print_dns_summary(Console(file=out, width=None if out.isatty() else 200), summary)
+        else:
+            out.write(dns_totals_line(summary) + "\n")
+
+    def loss_line(self, totals: EventTotals) -> str:
+        return events_line(totals)

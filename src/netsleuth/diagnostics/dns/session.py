@@ -1,4 +1,4 @@
-"""`dns`: every DNS query a process sends, joined with its answer in the kernel (bpf/dns.bpf.c).
+"""`dns` attached: every DNS query a process sends, joined with its answer in the kernel (bpf/dns.bpf.c).
 
 The kernel counts queries and answers exactly by (process, server, name, type) with answers by response code
 and a latency histogram, and sends each joined answer (the query's facts + the answer's bytes) and every
@@ -15,8 +15,8 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from netsleuth._generated.dns_abi import (
     DnsConfigC,
@@ -30,56 +30,38 @@ from netsleuth._generated.dns_abi import (
 )
 from netsleuth.bpf.btf import vmlinux_btf
 from netsleuth.bpf.program_session import ProgramSession
-from netsleuth.diagnostics.attribution import Owner, OwnerFacts
-from netsleuth.diagnostics.dns_records import (
+from netsleuth.diagnostics.attribution import Owner, OwnerFacts, owner_json
+from netsleuth.diagnostics.dns.records import (
     DnsAnswer,
+    DnsConfig,
     DnsDrop,
-    DnsQueryFacts,
     DnsRecord,
     DnsSummary,
     DnsTimeout,
-    DnsTotals,
     DnsUnmatched,
+    dns_drop,
+    timeout_record,
 )
-from netsleuth.diagnostics.dns_summary import DnsGroupStats, summary_rows
-from netsleuth.diagnostics.dns_wire import (
-    dns_in_packet,
-    name_from_wire,
-    parse_answer,
-    rcode_name,
-    rcode_number,
-    type_name,
-)
+from netsleuth.diagnostics.dns.summary import DnsGroupStats, DnsTotals, summary_rows
+from netsleuth.diagnostics.dns.wire import dns_in_packet, name_from_wire, parse_answer, rcode_name, type_name
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps, fill_filter_config
-from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
-from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
 from netsleuth.diagnostics.packet_abi import decode_tuple
 from netsleuth.diagnostics.totals import EventTotals
-from netsleuth.errors import EnvironmentProblem, UsageError
+from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.kconfig import thread_size
 from netsleuth.packet import PacketTuple
+from netsleuth.spec.parts import pod_ref
+from netsleuth.spec.records import WallTime
+from netsleuth.spec.summary import ClockPart, Summary
 
 if TYPE_CHECKING:
     from netsleuth.bpf.object import BpfObject
     from netsleuth.diagnostics.drops_enrich import DropEnricher
+    from netsleuth.diagnostics.filters import PacketFilter
     from netsleuth.kernel.context import KernelContext
     from netsleuth.kernel.reasons import DropReasons
 
-__all__ = [
-    "DIAGNOSTIC",
-    "DNS_KEYS",
-    "DnsAnswer",
-    "DnsConfig",
-    "DnsDiagnostic",
-    "DnsDrop",
-    "DnsQueryFacts",
-    "DnsRecord",
-    "DnsSummary",
-    "DnsTimeout",
-    "DnsTotals",
-    "DnsUnmatched",
-    "read_dns_config",
-]
+__all__ = ["DnsDiagnostic", "cgroup2_root"]
 
 _EVENT_SIZE = ctypes.sizeof(DnsEvent)
 _QUERY_SIZE = ctypes.sizeof(DnsQueryC)
@@ -90,91 +72,7 @@ _TCP_RETRY_WINDOW_NS = 10_000_000_000
 # A closing socket purging what it had not read (e.g. a TCP answer's FIN after the resolver closed): part of
 # a normal close, as drop_rules says; counted in the kernel, not reported.
 _BENIGN_DROPS = frozenset({"QUEUE_PURGE"})
-_TIMEOUT_PSEUDO_RCODE = "TIMEOUT"  # --rcode TIMEOUT keeps timeouts when filtering by response code
 
-
-# -- config ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DnsConfig:
-    packet_filter: PacketFilter = field(default_factory=PacketFilter)
-    names: tuple[str, ...] = ()  # --name: a name or a suffix (`example.com` keeps `www.example.com`)
-    rcodes: frozenset[int] = frozenset()  # --rcode
-    filter_rcodes: bool = False  # --rcode given (maybe only TIMEOUT, then no answer is shown)
-    keep_timeouts: bool = True  # with --rcode: only when TIMEOUT is listed
-    slow_ms: float = 0.0  # --slow: only answers at least this slow (timeouts always are)
-    timeout_s: float = 5.0
-    dns_port: int = 53
-    summary_only: bool = False
-    sample_every: int = 1
-    duration: float | None = None
-    per_server: bool = False  # the agent's exporter: kernel groups by server only
-
-    def run_options(self) -> RunOptions:
-        return RunOptions(summary=self.summary_only, sample=self.sample_every, duration=self.duration)
-
-    def name_wanted(self, name: str | None) -> bool:
-        if not self.names:
-            return True
-        if name is None:
-            return False
-        lowered = name.lower().rstrip(".")
-        return any(lowered == wanted or lowered.endswith("." + wanted) for wanted in self.names)
-
-
-DNS_KEYS = (*FILTER_KEYS, *RunOptions.KEYS, "name", "rcode", "slow", "timeout", "dns_port")
-
-
-def read_dns_config(values: ConfigInput) -> DnsConfig:
-    options = RunOptions.read(values)
-    names = []
-    for text in values.texts("name"):
-        name = text.strip().lower().rstrip(".")
-        if not name or len(name) > 253 or any(not 0 < len(label) <= 63 for label in name.split(".")):
-            raise UsageError(f"--name {text!r} is not a DNS name (labels of 1 to 63 characters)")
-        names.append(name)
-    rcodes = set()
-    keep_timeouts = True
-    rcode_texts = values.texts("rcode")
-    if rcode_texts:
-        keep_timeouts = False
-        for text in rcode_texts:
-            if text.upper() == _TIMEOUT_PSEUDO_RCODE:
-                keep_timeouts = True
-                continue
-            number = rcode_number(text)
-            if number is None:
-                raise UsageError(
-                    f"--rcode {text!r} is not a DNS response code (e.g. NOERROR, NXDOMAIN, SERVFAIL, "
-                    "REFUSED, a number 0-15, or TIMEOUT)"
-                )
-            rcodes.add(number)
-    slow = values.number("slow")
-    if slow is not None and slow < 0:
-        raise UsageError("--slow must be a number of milliseconds, 0 or more")
-    timeout = values.number("timeout")
-    if timeout is not None and not 0 < timeout <= 3600:
-        raise UsageError("--timeout must be a number of seconds between 0 and 3600")
-    dns_port = values.integer("dns_port", default=53)
-    if not 0 < dns_port <= 65535:
-        raise UsageError(f"--dns-port {dns_port} is not a port: give a number from 1 to 65535")
-    return DnsConfig(
-        packet_filter=read_packet_filter(values),
-        names=tuple(names),
-        rcodes=frozenset(rcodes),
-        filter_rcodes=bool(rcode_texts),
-        keep_timeouts=keep_timeouts,
-        slow_ms=slow or 0.0,
-        timeout_s=timeout if timeout is not None else 5.0,
-        dns_port=dns_port,
-        summary_only=options.summary,
-        sample_every=options.sample,
-        duration=options.duration,
-    )
-
-
-# -- records: netsleuth.diagnostics.dns_records ----------------------------------------------------------
 
 # -- the session -----------------------------------------------------------------------------------------
 
@@ -212,10 +110,25 @@ class DnsDiagnostic:
 
     attach_kind: str
 
-    def __init__(self, config: DnsConfig, context: KernelContext | None = None) -> None:
+    def __init__(
+        self,
+        config: DnsConfig,
+        context: KernelContext | None = None,
+        *,
+        packet_filter: PacketFilter | None = None,
+        per_server: bool = False,
+    ) -> None:
+        """`packet_filter`: one already resolved on this host (diagnose's own), instead of the config's;
+        `per_server`: the kernel groups by server only (the agent's exporter: a table that never fills)."""
         self.config = config
         self._context = context
         self._own_context = context is None
+        # Resolved on this host now: a namespace, pod or process that is not here is an error before any load.
+        self.packet_filter = packet_filter or config.packet_filter(
+            context.netns_names if context is not None else None
+        )
+        self._per_server = per_server
+        self._rcodes = config.rcode_numbers()
         self._program = ProgramSession(
             "dns",
             ("dns_drop",),
@@ -228,12 +141,12 @@ class DnsDiagnostic:
                 ("dns_config", DnsConfigC),
             ),
         )
-        self._owners = OwnerInodeSync(config.packet_filter)
+        self._owners = OwnerInodeSync(self.packet_filter)
         self._cgroup_fd = -1
         self._reasons: DropReasons | None = None
         self._drop_enricher: DropEnricher | None = None
         self._last_sweep = 0.0
-        self._sweep_interval = _SUMMARY_SWEEP_S if config.summary_only else _SWEEP_S
+        self._sweep_interval = _SUMMARY_SWEEP_S if config.summary else _SWEEP_S
         self._timeouts = 0
         self._group_timeouts: dict[bytes, int] = {}
         self._held: list[_HeldAnswer] = []
@@ -253,22 +166,20 @@ class DnsDiagnostic:
         return self._context
 
     def _kernel_config(self, reasons: DropReasons) -> DnsConfigC:
-        packet_filter = self.config.packet_filter
+        config = self.config
         cfg = DnsConfigC()
-        fill_filter_config(cfg, packet_filter)
+        fill_filter_config(cfg, self.packet_filter)
         none = 0xFFFFFFFF
-        cfg.sample_every = self.config.sample_every
+        cfg.sample_every = config.sample
         # Bit 16 matches no response code: `--rcode TIMEOUT` alone shows timeouts and no answer.
-        cfg.rcode_mask = sum(1 << rcode for rcode in self.config.rcodes) or (
-            1 << 16 if self.config.filter_rcodes else 0
-        )
-        cfg.slow_ns = int(self.config.slow_ms * 1e6)
+        cfg.rcode_mask = sum(1 << rcode for rcode in self._rcodes) or (1 << 16 if config.filter_rcodes else 0)
+        cfg.slow_ns = int((config.slow or 0.0) * 1e6)
         cfg.thread_size = thread_size()
         cfg.consumed_reason = none if reasons.consumed is None else reasons.consumed
         cfg.not_dropped_reason = none if reasons.not_dropped is None else reasons.not_dropped
-        cfg.dns_port = self.config.dns_port
-        cfg.emit_events = int(not self.config.summary_only)
-        cfg.per_server = int(self.config.per_server)
+        cfg.dns_port = config.dns_port
+        cfg.emit_events = int(not config.summary)
+        cfg.per_server = int(self._per_server)
         arity = vmlinux_btf().tracepoint_arity("kfree_skb")
         cfg.has_rx_sk = int(arity is not None and arity >= 4)
         return cfg
@@ -284,7 +195,7 @@ class DnsDiagnostic:
             raise EnvironmentProblem(f"cannot open the cgroup v2 root {root}: {error.strerror}") from None
 
         def prepare(bpf_object: BpfObject) -> None:
-            fill_address_maps(bpf_object, self.config.packet_filter)
+            fill_address_maps(bpf_object, self.packet_filter)
             self._owners.refresh(bpf_object, force=True)
             # The socket programs attach here, before the drop tracepoint: through BPF links owned by this
             # process, so they go away with it (never bpf_prog_attach, which would outlive a crash).
@@ -308,26 +219,27 @@ class DnsDiagnostic:
             )
         )
 
-    def _query_facts(self, query: DnsQueryC) -> DnsQueryFacts:
+    def _query(self, query: DnsQueryC, query_id: int) -> dict[str, Any]:
+        """The keys a query's answer or timeout carries (DnsQuery)."""
         group = query.group
         family = group.family
-        return DnsQueryFacts(
-            time=self.context.wall_time(query.sent_ns),
-            owner=self._owner(query, query.sock_ino),
-            netns=group.netns,
-            netns_name=self.context.netns_name(group.netns),
-            proto="tcp" if group.l4proto == _TCP else "udp",
-            family=family,
-            client=PacketTuple.address_text(family, bytes(query.client)) or "?",
-            client_port=query.client_port,
-            server=PacketTuple.address_text(family, bytes(group.server)) or "?",
-            server_port=group.server_port,
-            id=0,
-            name=name_from_wire(bytes(group.qname[: group.qname_len])),
-            qtype=type_name(group.qtype),
-            retransmits=query.retransmits,
-            pod=self.context.pod(group.netns),
-        )
+        return {
+            "time": WallTime(self.context.wall_time(query.sent_ns)),
+            **owner_json(self._owner(query, query.sock_ino)),
+            "netns": group.netns,
+            "netns_name": self.context.netns_name(group.netns),
+            "proto": "tcp" if group.l4proto == _TCP else "udp",
+            "family": family,
+            "client": PacketTuple.address_text(family, bytes(query.client)) or "?",
+            "client_port": query.client_port,
+            "server": PacketTuple.address_text(family, bytes(group.server)) or "?",
+            "server_port": group.server_port,
+            "id": query_id,
+            "name": name_from_wire(bytes(group.qname[: group.qname_len])),
+            "qtype": type_name(group.qtype),
+            "retransmits": query.retransmits,
+            "pod": pod_ref(self.context.pod(group.netns)),
+        }
 
     def _prepared_drop_enricher(self) -> DropEnricher:
         """Names for drops (reason, symbol, firewall rule). Made at the first poll, after attaching, like
@@ -337,7 +249,7 @@ class DnsDiagnostic:
         assert self._reasons is not None
         if self._drop_enricher is None:
             self._drop_enricher = DropEnricher(self._reasons, context=self.context)
-            self._drop_enricher.prepare(self.config.packet_filter.netns)
+            self._drop_enricher.prepare(self.packet_filter.netns)
         return self._drop_enricher
 
     def _drop(self, event: DnsEvent, frames: tuple[int, ...], packet: bytes) -> DnsDrop:
@@ -370,15 +282,21 @@ class DnsDiagnostic:
         parsed = dns_in_packet(packet, tuple_.family, tuple_.proto)
         to_server = tuple_.dport == self.config.dns_port
         netfilter = record.netfilter or {}
-        return DnsDrop(
-            time=record.time,
+        return dns_drop(
+            time=WallTime(record.time),
             direction="query" if to_server else "answer",
             reason=record.reason,
             location=record.location,
-            packet=tuple_,
+            proto=tuple_.proto_name,
+            saddr=tuple_.saddr,
+            daddr=tuple_.daddr,
+            sport=tuple_.sport,
+            dport=tuple_.dport,
             id=parsed.id if parsed else None,
             name=parsed.qname if parsed else None,
-            owner=record.owner,
+            pid=record.owner.pid,
+            comm=record.owner.comm,
+            owner=record.owner.source,
             netns=record.netns,
             netns_name=record.netns_name,
             rule=netfilter.get("rule"),
@@ -387,48 +305,45 @@ class DnsDiagnostic:
         )
 
     def _remember_drop(self, drop: DnsDrop) -> None:
-        packet = drop.packet
         if drop.id is None:
             return
         if drop.direction == "query":
-            key = (packet.saddr, packet.sport or 0, packet.daddr, drop.id)
+            key = (drop.saddr, drop.sport or 0, drop.daddr, drop.id)
         else:
-            key = (packet.daddr, packet.dport or 0, packet.saddr, drop.id)
+            key = (drop.daddr, drop.dport or 0, drop.saddr, drop.id)
         self._drops[key] = drop
         self._drops.move_to_end(key)
         while len(self._drops) > 4096:
             self._drops.popitem(last=False)
 
-    def _drop_for(self, facts: DnsQueryFacts, query_id: int) -> DnsDrop | None:
-        return self._drops.get((facts.client, facts.client_port, facts.server, query_id))
+    def _drop_for(self, query: dict[str, Any]) -> DnsDrop | None:
+        return self._drops.get((query["client"], query["client_port"], query["server"], query["id"]))
 
     def _answer(self, held: _HeldAnswer) -> DnsRecord | None:
         event = held.event
-        facts = self._query_facts(event.query)
-        facts = _with_id(facts, event.id)
-        drop = self._drop_for(facts, event.id)
-        if drop is not None and drop.direction == "answer" and facts.proto == "udp":
+        query = self._query(event.query, event.id)
+        drop = self._drop_for(query)
+        if drop is not None and drop.direction == "answer" and query["proto"] == "udp":
             # The answer reached the socket and the kernel dropped it there: the process never saw it.
-            return DnsTimeout(facts, self.config.timeout_s * 1000, drop, event.latency_ns / 1e6)
+            return timeout_record(query, self.config.timeout * 1000, drop, event.latency_ns / 1e6)
         parsed = parse_answer(held.payload, event.rcode, event.flags_hi, 0)
-        name = parsed.qname or facts.name
-        facts = _with_name(facts, name)
+        name = parsed.qname or query["name"]
+        query["name"] = name
         if not self.config.name_wanted(name):
             return None
         answer_count = parsed.answer_count if parsed.complete else _ancount(held.payload)
         tcp_retry = False
-        process = facts.owner.pid
-        retry_key = (process, name.lower(), event.query.group.qtype)
-        if parsed.truncated and facts.proto == "udp":
+        retry_key = (query["pid"], name.lower(), event.query.group.qtype)
+        if parsed.truncated and query["proto"] == "udp":
             self._truncated[retry_key] = event.time_ns
             while len(self._truncated) > 1024:
                 self._truncated.popitem(last=False)
-        elif facts.proto == "tcp":
+        elif query["proto"] == "tcp":
             truncated_at = self._truncated.pop(retry_key, None)
             tcp_retry = truncated_at is not None and event.time_ns - truncated_at < _TCP_RETRY_WINDOW_NS
         return DnsAnswer(
-            query=facts,
-            latency_ms=event.latency_ns / 1e6,
+            **query,
+            latency_ms=round(event.latency_ns / 1e6, 3),
             rcode=rcode_name(parsed.rcode),
             answer_count=answer_count,
             answers=parsed.answers,
@@ -443,8 +358,9 @@ class DnsDiagnostic:
             return None
         owner = self.context.owner(OwnerFacts(None, "", 0, "", event.sock_ino))
         return DnsUnmatched(
-            time=self.context.wall_time(event.time_ns),
-            owner=owner,
+            time=WallTime(self.context.wall_time(event.time_ns)),
+            pid=owner.pid,
+            comm=owner.comm,
             netns=event.netns,
             proto=tuple_.proto_name,
             client=tuple_.daddr or "?",
@@ -464,7 +380,7 @@ class DnsDiagnostic:
             frames_end = _EVENT_SIZE + 8 * event.nr_frames
             payload = raw[frames_end : frames_end + event.caplen]
             if event.kind == DnsEventKind.DROP:
-                if self.config.summary_only:
+                if self.config.summary:
                     continue  # counted in the kernel; naming it (kallsyms, firewall rules) serves no record
                 frames = tuple(
                     int.from_bytes(raw[i : i + 8], "little") for i in range(_EVENT_SIZE, frames_end, 8)
@@ -492,14 +408,14 @@ class DnsDiagnostic:
             if record is None:
                 continue
             if isinstance(record, DnsTimeout):
-                self._count_timeout(bytes(held.event.query.group))
+                self._counttimeout_record(bytes(held.event.query.group))
                 if not self.config.keep_timeouts:
                     continue
             records.append(record)
         return records
 
     # -- timeouts --------------------------------------------------------------------------------------
-    def _count_timeout(self, group_key: bytes) -> None:
+    def _counttimeout_record(self, group_key: bytes) -> None:
         self._timeouts += 1
         self._group_timeouts[group_key] = self._group_timeouts.get(group_key, 0) + 1
 
@@ -513,41 +429,36 @@ class DnsDiagnostic:
         if not self._program.started:
             return []
         pending = self._program.map("pending")
-        deadline_ns = time.monotonic_ns() - int(self.config.timeout_s * 1e9)
+        deadline_ns = time.monotonic_ns() - int(self.config.timeout * 1e9)
         records: list[DnsRecord] = []
         for key_bytes, value_bytes in list(pending.items()):
             query = DnsQueryC.from_buffer_copy(value_bytes[:_QUERY_SIZE])
             if query.sent_ns > deadline_ns or not pending.delete(key_bytes):
                 continue
             key = DnsPendingKey.from_buffer_copy(key_bytes)
-            self._count_timeout(bytes(query.group))
+            self._counttimeout_record(bytes(query.group))
             self._timed_out[(key.cookie, key.id)] = now
             while len(self._timed_out) > 4096:
                 self._timed_out.popitem(last=False)
-            facts = _with_id(self._query_facts(query), key.id)
-            if not self.config.name_wanted(facts.name) or not self.config.keep_timeouts:
+            if self.config.summary or not self.config.keep_timeouts:
                 continue
-            if self.config.summary_only:
+            fields = self._query(query, key.id)
+            if not self.config.name_wanted(fields["name"]):
                 continue
             waited = (time.monotonic_ns() - query.sent_ns) / 1e6
-            records.append(DnsTimeout(facts, waited, self._drop_for(facts, key.id), None))
+            records.append(timeout_record(fields, waited, self._drop_for(fields), None))
         return records
 
     # -- the session protocol --------------------------------------------------------------------------
     @staticmethod
     def _in_time_order(records: list[DnsRecord]) -> list[DnsRecord]:
         # Answers are held one round (see _HeldAnswer) and drops are not: put each batch back in order.
-        return sorted(
-            records,
-            key=lambda record: (
-                record.time if isinstance(record, DnsDrop | DnsUnmatched) else record.query.time
-            ),
-        )
+        return sorted(records, key=lambda record: record.time)
 
     def poll(self, timeout_ms: int) -> list[DnsRecord]:
         if self._program.started:
             self._owners.refresh(self._program.bpf_object)
-            if not self.config.summary_only:
+            if not self.config.summary:
                 self._prepared_drop_enricher()
         records = self._decode(self._program.poll(timeout_ms), final=False)
         if time.monotonic() - self._last_sweep >= self._sweep_interval:
@@ -623,12 +534,22 @@ class DnsDiagnostic:
         return [group for group in groups if self.config.name_wanted(group.name)]
 
     def summary(self, interrupted: bool) -> DnsSummary:
+        totals = self.dns_totals()
         return DnsSummary(
-            totals=self.dns_totals(),
+            diagnostic="dns",
+            **Summary.totals_fields(totals.events),
+            filtered=totals.filtered,
+            queries=totals.queries,
+            answers=totals.answers,
+            unmatched=totals.unmatched,
+            untracked=totals.untracked,
+            retransmits=totals.retransmits,
+            dns_drops=totals.drops,
+            timeouts=totals.timeouts,
             attach=self.attach_kind,
             interrupted=interrupted,
+            clock=ClockPart(**self.context.clock.to_json()),
             rows=tuple(summary_rows(self.groups())),
-            clock=self.context.clock.to_json(),
         )
 
     def program_fds(self) -> dict[str, int]:
@@ -663,30 +584,5 @@ class DnsDiagnostic:
         self.close()
 
 
-def _with_id(facts: DnsQueryFacts, query_id: int) -> DnsQueryFacts:
-    return replace(facts, id=query_id)
-
-
-def _with_name(facts: DnsQueryFacts, name: str) -> DnsQueryFacts:
-    return facts if facts.name == name else replace(facts, name=name)
-
-
 def _ancount(payload: bytes) -> int:
     return int.from_bytes(payload[6:8], "big") if len(payload) >= 8 else 0
-
-
-def _open(config: DnsConfig, context: KernelContext | None) -> DnsDiagnostic:
-    return DnsDiagnostic(config, context)
-
-
-DIAGNOSTIC: DiagnosticSpec[DnsConfig] = DiagnosticSpec(
-    name="dns",
-    help="every DNS query and its answer: which process asked, which server, how long, what came back, "
-    "what never came back",
-    keys=DNS_KEYS,
-    read=read_dns_config,
-    open=_open,
-    objects=("dns",),
-    records=("dns", "dns_timeout", "dns_unmatched", "dns_drop", "summary"),
-    needs=("can_trace", "btf", "raw_tp", "ring_buffer"),  # tp_btf, or raw_tp where it is missing
-)

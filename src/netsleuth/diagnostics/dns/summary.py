@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from netsleuth.diagnostics.dns_wire import rcode_name
+from netsleuth.diagnostics.dns.records import DnsRow
+from netsleuth.diagnostics.dns.wire import rcode_name
+from netsleuth.diagnostics.totals import EventTotals
 
 __all__ = [
     "DnsGroupStats",
-    "DnsSummaryRow",
+    "DnsTotals",
     "latency_bucket_bounds_us",
     "name_suffix",
     "percentile_ms",
@@ -81,8 +82,25 @@ class DnsGroupStats:
     timeouts: int = 0
 
 
+@dataclass(frozen=True)
+class DnsTotals:
+    """The kernel's exact DNS counters (bpf/dns.h enum dns_stat) plus userspace's timeouts."""
+
+    events: EventTotals
+    queries: int
+    answers: int
+    unmatched: int
+    untracked: int
+    retransmits: int
+    drops: int
+    timeouts: int
+    filtered: int = 0  # answers --rcode or --slow left out: counted, not missing
+
+
 @dataclass
-class DnsSummaryRow:
+class _RowSums:
+    """A row while the groups are summed into it."""
+
     pid: int | None
     comm: str
     server: str
@@ -97,41 +115,29 @@ class DnsSummaryRow:
     tcp_queries: int = 0
     names: set[str] = field(default_factory=set)
     histogram: list[int] = field(default_factory=list)
-    # The search domains the resolver appended to these names (`a.test` of `api.svc.a.test`): the search list
-    # as this process's resolver really used it, in no order.
+    # The search domains the resolver appended to these names (`a.test` of `api.svc.a.test`).
     search_domains: set[str] = field(default_factory=set)
 
-    @property
-    def amplification(self) -> float | None:
-        return (self.lookups + self.expansions) / self.lookups if self.lookups else None
-
-    @property
-    def p50_ms(self) -> float | None:
-        return percentile_ms(self.histogram, 0.5)
-
-    @property
-    def p99_ms(self) -> float | None:
-        return percentile_ms(self.histogram, 0.99)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "comm": self.comm,
-            "server": self.server,
-            "suffix": self.suffix,
-            "queries": self.queries,
-            "answers": dict(sorted(self.answers.items())),
-            "timeouts": self.timeouts,
-            "truncated": self.truncated,
-            "retransmits": self.retransmits,
-            "tcp_queries": self.tcp_queries,
-            "p50_ms": self.p50_ms,
-            "p99_ms": self.p99_ms,
-            "lookups": self.lookups,
-            "search_expansions": self.expansions,
-            "amplification": self.amplification,
-            "names": sorted(self.names)[:8],
-        }
+    def row(self) -> DnsRow:
+        return DnsRow(
+            pid=self.pid,
+            comm=self.comm,
+            server=self.server,
+            suffix=self.suffix,
+            queries=self.queries,
+            answers=dict(sorted(self.answers.items())),
+            timeouts=self.timeouts,
+            truncated=self.truncated,
+            retransmits=self.retransmits,
+            tcp_queries=self.tcp_queries,
+            p50_ms=percentile_ms(self.histogram, 0.5),
+            p99_ms=percentile_ms(self.histogram, 0.99),
+            lookups=self.lookups,
+            search_expansions=self.expansions,
+            amplification=(self.lookups + self.expansions) / self.lookups if self.lookups else None,
+            names=tuple(sorted(self.names)[:8]),
+            search_domains=tuple(sorted(self.search_domains)),
+        )
 
 
 def _only_nxdomain(groups: list[DnsGroupStats]) -> bool:
@@ -158,13 +164,13 @@ def _application_names(names: Mapping[str, list[DnsGroupStats]]) -> dict[str, st
     return result
 
 
-def summary_rows(groups: Iterable[DnsGroupStats], suffix_labels: int = 2) -> list[DnsSummaryRow]:
+def summary_rows(groups: Iterable[DnsGroupStats], suffix_labels: int = 2) -> list[DnsRow]:
     by_process: dict[tuple[int | None, str], dict[str, list[DnsGroupStats]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for group in groups:
         by_process[(group.pid, group.comm)][group.name.lower()].append(group)
-    rows: dict[tuple[int | None, str, str, str], DnsSummaryRow] = {}
+    rows: dict[tuple[int | None, str, str, str], _RowSums] = {}
     for (pid, comm), names in by_process.items():
         application = _application_names(names)
         for name, name_groups in names.items():
@@ -174,7 +180,7 @@ def summary_rows(groups: Iterable[DnsGroupStats], suffix_labels: int = 2) -> lis
                 key = (pid, comm, group.server, suffix)
                 row = rows.get(key)
                 if row is None:
-                    row = rows[key] = DnsSummaryRow(pid, comm, group.server, suffix)
+                    row = rows[key] = _RowSums(pid, comm, group.server, suffix)
                 row.queries += group.queries
                 if base == name:
                     row.lookups += group.queries
@@ -195,4 +201,5 @@ def summary_rows(groups: Iterable[DnsGroupStats], suffix_labels: int = 2) -> lis
                     row.histogram.extend([0] * (len(group.histogram) - len(row.histogram)))
                 for bucket, count in enumerate(group.histogram):
                     row.histogram[bucket] += count
-    return sorted(rows.values(), key=lambda row: (-row.queries, row.comm, row.server, row.suffix))
+    ordered = sorted(rows.values(), key=lambda row: (-row.queries, row.comm, row.server, row.suffix))
+    return [row.row() for row in ordered]
