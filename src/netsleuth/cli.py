@@ -30,8 +30,6 @@ _COMMAND_MODULES = {
     "doctor": "netsleuth.commands.doctor",
     "offload": "netsleuth.commands.offload",
     "rollback": "netsleuth.commands.rollback",
-    "resets": "netsleuth.commands.resets",
-    "tcp": "netsleuth.commands.tcp",
     "conn": "netsleuth.commands.conn",
     "agent": "netsleuth.commands.agent",
     "controller": "netsleuth.commands.controller",
@@ -41,7 +39,7 @@ _COMMAND_MODULES = {
 # The commands whose run is one `run_session` (commands/_runloop.py), which resumes garbage collection once
 # the probes are attached: for them collection is held off from here to there (netsleuth.startup_gc). Every
 # other command runs with it on. tests/unit/test_cli_startup.py checks this list against the modules.
-_ATTACHING_COMMANDS = frozenset({"diagnose", "drops", "resets", "tcp", "conn"})
+_ATTACHING_COMMANDS = frozenset({"diagnose", "drops", "conn"})
 
 
 def _diagnostic_words(with_plugins: bool) -> list[str]:

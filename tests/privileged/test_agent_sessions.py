@@ -227,4 +227,6 @@ def test_every_registered_diagnostic_runs_from_a_json_config(pair: Pair, agent: 
 
     with pytest.raises(AgentError) as refused:
         agent.client.session({"diagnostic": "resets", "config": {"proto": "udp"}})
-    assert refused.value.status == 400 and "--proto can only be tcp" in str(refused.value)
+    assert refused.value.status == 400 and "proto can only be tcp: this command traces TCP" in str(
+        refused.value
+    )

@@ -33,6 +33,7 @@ from tests.record_check import check_records
 INNER_VIP = "198.18.0.99"  # translated inside client's namespace, to the lb's VIP
 INNER_PORT = 90
 CLIENT_DROPPED_PORT = 7070  # client's own firewall drops it on the way out
+REFUSED_PORT = 7071  # nothing listens there on server: its stack answers the SYN with an RST
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +162,31 @@ def test_drops_stream_only_the_scopes_drops(lab: FleetLab, direct: DirectControl
     # Server's drops of the same flow were never counted: the kernel filtered them, not the agent.
     assert status.totals["total"] == len(drops), (status, drops)
     assert _ended_with_withheld_reported(direct, "scope-drops") == 0
+
+
+def test_resets_stream_only_the_scopes_resets(lab: FleetLab, direct: DirectController) -> None:
+    """A typed diagnostic as a fleet task: the RST client received, never the one server's stack sent for
+    it (the kernel's namespace filter, from the scope admission pushed into the config)."""
+    client_ns = lab.hosts["client"].netns
+    server = lab.hosts["server"].address
+    scope = Scope(netns=(client_ns,))
+    direct.run_session("scope-resets", ("client",), diagnostic="resets", config={}, deadline_s=6, scope=scope)
+    direct.wait_states("scope-resets", {"client": ("running",)}, timeout=60)
+    assert connect(lab, "client", server, REFUSED_PORT) == "ConnectionRefusedError"
+    direct.wait_states("scope-resets", {"client": ("ended", "failed")}, timeout=60)
+    records = direct.records("scope-resets", "client")
+    resets = [r for r in records if r["type"] == "reset"]
+    assert resets and all(r["netns_name"] == client_ns and r["direction"] == "received" for r in resets), (
+        records
+    )
+    refused = [r for r in resets if (r["saddr"], r["sport"]) == (server, REFUSED_PORT)]
+    assert refused and refused[0]["cause_code"] == "connection_refused", resets
+    _assert_inside(lab, records)
+    summary = records[-1]
+    assert summary["type"] == "summary" and summary["diagnostic"] == "resets", summary
+    assert summary["sent"]["total"] == 0 and summary["received"]["total"] == len(resets), summary
+    check_records(r for r in records if r["type"] != "conntrack")
+    assert _ended_with_withheld_reported(direct, "scope-resets") == 0
 
 
 def _refused(lab: FleetLab, direct: DirectController, session: str, expect: str, **task: Any) -> None:

@@ -187,10 +187,10 @@ def test_nothing_left_attached(pair: Pair) -> None:
     ("argv", "message"),
     [
         (["--port", "0"], "--port '0' is not a port"),
-        (["--proto", "udp"], "--proto can only be tcp"),
-        (["--duration=0"], "--duration must be a positive number"),
+        (["--proto", "udp"], "--proto can only be tcp: this command traces TCP"),
+        (["--duration=0"], "--duration '0' is not a positive number of seconds"),
         (["--host", "not-an-ip"], "is not an IP address"),
-        (["--summary", "--stack"], "cannot be combined with --summary"),
+        (["--summary", "--stack"], "--stack needs individual resets: it cannot be combined with --summary"),
         (["--netns", "no-such-netns-xyz"], "unknown network namespace"),
     ],
 )

@@ -171,8 +171,9 @@ def test_life_and_states_of_one_connection(pair: Pair) -> None:
         ([], "the following arguments are required"),
         (["bogus"], "invalid choice"),
         (["life", "--port", "x"], "--port 'x' is not a port"),
-        (["queues", "--sample", "0"], "--sample must be 1"),
-        (["states", "--dev", "eth0"], "--dev does not apply"),
+        (["queues", "--sample", "0"], "--sample '0' is not a sample rate: 1 (every event) or more"),
+        # TCP events belong to sockets, not interfaces: --dev is no option of tcp.
+        (["states", "--dev", "eth0"], "unrecognized arguments: --dev eth0"),
     ],
 )
 def test_bad_input_exits_2(argv: list[str], message: str) -> None:
@@ -186,7 +187,7 @@ def test_raw_tp_variants_load_too() -> None:
     "too."""
     from netsleuth._generated.tcp_abi import EventKind
     from netsleuth.bpf.program_session import Variant
-    from netsleuth.diagnostics import tcp_session
+    from netsleuth.diagnostics.tcp import program as tcp_session
     from netsleuth.kernel.reasons import load_drop_reasons
 
     kinds = frozenset(EventKind)

@@ -15,7 +15,7 @@ import pytest
 
 from netsleuth._generated.tcp_abi import EventKind
 from netsleuth.diagnostics.filters import PacketFilter
-from netsleuth.diagnostics.tcp_session import RawTcpEvent, TcpSession, TcpSessionConfig
+from netsleuth.diagnostics.tcp.program import RawTcpEvent, TcpSession, TcpSessionConfig
 from netsleuth.diagnostics.totals import EventTotals
 
 

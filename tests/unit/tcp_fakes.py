@@ -9,8 +9,8 @@ from typing import Any
 from netsleuth._generated.tcp_abi import EventKind, TcpEventC
 from netsleuth.diagnostics.attribution import Owner
 from netsleuth.diagnostics.drops_enrich import DropRecord
+from netsleuth.diagnostics.tcp.program import RawTcpEvent, decode_event
 from netsleuth.diagnostics.tcp_names import TcpNames
-from netsleuth.diagnostics.tcp_session import RawTcpEvent, decode_event
 from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.netns import NetnsNames

@@ -218,8 +218,8 @@ def test_drops_config_is_the_cli_flags() -> None:
         ("drops", {"family": 5}, "family must be 4 or 6"),
         ("drops", {"pcap": "/tmp/x.pcapng"}, "drops has no option 'pcap'"),
         ("drops", {"dport": [1, 2]}, "--dport must be text or a number"),
-        ("resets", {"proto": "udp"}, "--proto can only be tcp"),
-        ("tcp.queues", {"summary": "yes"}, "--summary is true or false"),
+        ("resets", {"proto": "udp"}, "^proto can only be tcp: this command traces TCP$"),
+        ("tcp.queues", {"summary": "yes"}, "^summary must be true or false"),
         ("diagnose", {"duration": 7200}, "--duration must be more than 0 and at most 3600 seconds"),
         ("nope", {}, "unknown diagnostic 'nope'"),
     ]

@@ -13,8 +13,9 @@ from netsleuth.diagnose.drop_rules import DropContext, drop_verdicts
 from netsleuth.diagnose.listeners import FullListener, listener_verdicts
 from netsleuth.diagnostics.causes import CATALOGUE, cause
 from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord, Owner
-from netsleuth.diagnostics.reset_causes import ResetCause
-from netsleuth.diagnostics.tcp_events import QueueRecord, TcpEventEnricher
+from netsleuth.diagnostics.tcp.events import TcpEventEnricher
+from netsleuth.diagnostics.tcp.records import QueueRecord
+from netsleuth.diagnostics.tcp.reset_causes import ResetCause
 from netsleuth.doctor.rules import diagnose
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.packet import PacketTuple

@@ -11,7 +11,7 @@ import pytest
 from netsleuth._generated.tcp_abi import EventKind, RetransKind
 from netsleuth.diagnostics.conn import ConnSelector, ConnTracker
 from netsleuth.diagnostics.conn_diagnostic import split_endpoint
-from netsleuth.diagnostics.resets import ResetEnricher
+from netsleuth.diagnostics.tcp.resets import ResetEnricher
 from netsleuth.errors import UsageError
 from tests.unit.tcp_fakes import REASON, FakeClock, drop_record, fake_context, raw_event
 

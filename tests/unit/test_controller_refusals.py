@@ -39,7 +39,7 @@ def _refusal(diagnostic: str, config: dict[str, Any]) -> ApiError:
             "--comm",
         ),
         ("drops", {"family": 6, "dst": ["198.18.0.1"]}, "family", "contradicts the IPv4 address", "-6"),
-        ("tcp.life", {"sample": 0}, "sample", "must be 1 (every event) or more", "--sample"),
+        ("tcp.life", {"sample": 0}, "sample", "0 is not a sample rate: 1 (every event) or more", "--sample"),
     ],
 )
 def test_a_refused_field_is_named_apart_from_the_clis_sentence(

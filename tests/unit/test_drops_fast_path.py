@@ -16,9 +16,8 @@ import pytest
 
 from netsleuth._generated.drops_abi import DropEvent, DropGroupValue
 from netsleuth.diagnostics.drops_decode import EVENT_SIZE, decode_event, decode_records
-from netsleuth.diagnostics.iso_times import IsoTimes
+from netsleuth.diagnostics.iso_times import IsoTimes, iso_time
 from netsleuth.diagnostics.struct_layout import flat_struct
-from netsleuth.diagnostics.tcp_context import iso_time
 from netsleuth.firewall import FirewallMatcher
 from netsleuth.render.jsonl import JsonLinesWriter, encode_line
 from tests.unit.test_drops_decode import enricher, make_event

@@ -11,8 +11,8 @@ from netsleuth._generated.tcp_abi import EventKind
 from netsleuth.diagnostics.attribution import drop_owner_facts, tcp_owner_facts
 from netsleuth.diagnostics.drops_decode import RawDrop
 from netsleuth.diagnostics.drops_enrich import DropEnricher
-from netsleuth.diagnostics.resets import ResetEnricher
-from netsleuth.diagnostics.tcp_events import TcpEventEnricher
+from netsleuth.diagnostics.tcp.events import TcpEventEnricher
+from netsleuth.diagnostics.tcp.resets import ResetEnricher
 from netsleuth.kernel.context import KernelClock, KernelContext
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.netns import NetnsNames

@@ -6,14 +6,14 @@ import dataclasses
 
 import pytest
 
-from netsleuth.diagnostics.reset_causes import (
-    ConntrackView,
+from netsleuth.diagnostics.tcp.program import Trigger
+from netsleuth.diagnostics.tcp.records import ConntrackView
+from netsleuth.diagnostics.tcp.reset_causes import (
     ResetFacts,
     classify_abort,
     classify_reset,
     duration_text,
 )
-from netsleuth.diagnostics.tcp_session import Trigger
 
 SYN, ACK, PSH_ACK = 0x02, 0x10, 0x18
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from netsleuth._generated.tcp_abi import EventKind, SockFlag
-from netsleuth.diagnostics.reset_causes import ConntrackView
-from netsleuth.diagnostics.resets import AbortRecord, ConntrackReader, ResetEnricher, ResetRecord
+from netsleuth.diagnostics.tcp.records import AbortRecord, ConntrackView, ResetRecord
+from netsleuth.diagnostics.tcp.resets import ConntrackReader, ResetEnricher
 from tests.unit.tcp_fakes import REASON, fake_context, raw_event
 
 CLIENT = ("198.18.0.1", 41234)
@@ -68,8 +68,8 @@ def test_active_reset_is_owned_by_the_closing_task(tmp_path: Path) -> None:
     )
     record = enricher(tmp_path).enrich(raw)
     assert isinstance(record, ResetRecord)
-    assert record.owner.pid == 77 and record.owner.source == "task"
-    assert record.cause.code == "linger_zero" and record.cause.text.startswith("server[77] closed")
+    assert record.pid == 77 and record.owner == "task"
+    assert record.cause_code == "linger_zero" and record.cause.startswith("server[77] closed")
 
 
 def test_softirq_reset_is_not_blamed_on_the_interrupted_task(tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_softirq_reset_is_not_blamed_on_the_interrupted_task(tmp_path: Path) -> 
     )
     record = enricher(tmp_path).enrich(raw)
     assert isinstance(record, ResetRecord)
-    assert record.owner.pid == 42 and record.owner.source == "socket"
+    assert record.pid == 42 and record.owner == "socket"
     assert record.conntrack == ConntrackView(True, 7, 1, 0)
     assert record.to_json()["conntrack"] == {
         "loaded": True,
@@ -124,10 +124,11 @@ def test_firewall_rst_infers_the_rejected_syn_and_the_hook(tmp_path: Path) -> No
     )
     record = enricher(tmp_path).enrich(raw)
     assert isinstance(record, ResetRecord)
-    assert record.by_firewall and record.direction == "sent" and record.trigger_inferred
-    assert record.trigger is not None and (record.trigger.flags, record.trigger.seq) == (0x02, 999)
+    assert record.by_firewall and record.direction == "sent"
+    assert record.trigger is not None and (record.trigger.flags, record.trigger.seq) == ("SYN", 999)
+    assert record.trigger.inferred is True
     assert record.netfilter == {"hook": "input", "table": None, "chain": None, "rule": None}
-    assert record.cause.code == "firewall_reject" and "could not be identified" in record.cause.text
+    assert record.cause_code == "firewall_reject" and "could not be identified" in record.cause
     assert record.to_json()["trigger"]["inferred"] is True
 
 
@@ -147,7 +148,7 @@ def test_peer_cause_even_when_the_receive_event_comes_first(tmp_path: Path) -> N
     assert [record.direction for record in records if isinstance(record, ResetRecord)] == ["received", "sent"]
     first, second = records
     assert isinstance(first, ResetRecord) and isinstance(second, ResetRecord)
-    assert first.peer_cause == second.cause.text and second.cause.code == "unread_data"
+    assert first.peer_cause == second.cause and second.cause_code == "unread_data"
 
 
 def test_abort_uses_the_state_before_close(tmp_path: Path) -> None:
@@ -156,7 +157,7 @@ def test_abort_uses_the_state_before_close(tmp_path: Path) -> None:
     )
     record = enricher(tmp_path).enrich(raw)
     assert isinstance(record, AbortRecord)
-    assert record.state == "SYN_SENT" and record.cause.code == "connect_timeout"
+    assert record.state == "SYN_SENT" and record.cause_code == "connect_timeout"
     data = record.to_json()
     assert data["type"] == "abort" and data["errno"] == "ETIMEDOUT" and data["direction"] == "none"
 

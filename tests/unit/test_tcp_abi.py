@@ -19,7 +19,7 @@ from netsleuth._generated.tcp_abi import (
     TcpSockInfoC,
 )
 from netsleuth.bpf.object import BpfObject
-from netsleuth.diagnostics.tcp_session import decode_record
+from netsleuth.diagnostics.tcp.program import decode_record
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_tracepoints_come_from_the_sections() -> None:
 
 
 def test_every_kind_has_a_program_and_the_object_has_them_all() -> None:
-    from netsleuth.diagnostics.tcp_session import _ALL_PROGRAMS, _PROGRAM_OF
+    from netsleuth.diagnostics.tcp.program import _ALL_PROGRAMS, _PROGRAM_OF
 
     assert set(_PROGRAM_OF) == set(EventKind)
     with BpfObject.open_generated("tcp") as bpf_object:

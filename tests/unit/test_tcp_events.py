@@ -5,18 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from netsleuth._generated.tcp_abi import TCP_REASON_SYN_ACCEPT_QUEUE_FULL, EventKind, RetransKind
-from netsleuth.diagnostics.tcp_events import (
+from netsleuth.diagnostics.tcp.events import NetstatReader, TcpEventEnricher
+from netsleuth.diagnostics.tcp.program import RawTcpGroup
+from netsleuth.diagnostics.tcp.records import (
     ConnectRecord,
     LifeRecord,
-    NetstatReader,
     QueueRecord,
     RetransRecord,
     StateRecord,
-    TcpEventEnricher,
-    describe,
 )
-from netsleuth.diagnostics.tcp_session import RawTcpGroup
+from netsleuth.diagnostics.tcp.view import describe
 from netsleuth.kernel.reasons import DropReasons
+from netsleuth.spec.records import to_builtins
 from tests.unit.tcp_fakes import fake_context, raw_event
 
 CLIENT = ("198.18.0.1", 41234)
@@ -63,7 +63,7 @@ def test_state_change_with_error(tmp_path: Path) -> None:
     )
     record = enricher(tmp_path).enrich(raw)
     assert isinstance(record, StateRecord)
-    assert record.to_json()["errno"] == "ECONNREFUSED" and record.previous_s == 3e-6
+    assert record.to_json()["errno"] == "ECONNREFUSED" and record.previous_state_s == 3e-6
     assert "SYN_SENT -> CLOSE after 3 us with ECONNREFUSED" in describe(record)
 
 
@@ -72,8 +72,8 @@ def test_first_state_of_a_socket_has_no_previous_duration(tmp_path: Path) -> Non
         EventKind.STATE, CLIENT, SERVER, state="SYN_SENT", old_state="CLOSE", in_task=1, pid=5, comm="x"
     )
     record = enricher(tmp_path).enrich(raw)
-    assert isinstance(record, StateRecord) and record.previous_s is None
-    assert record.owner.pid == 5 and record.owner.source == "task"  # connect() runs in the caller
+    assert isinstance(record, StateRecord) and record.previous_state_s is None
+    assert record.pid == 5 and record.owner == "task"  # connect() runs in the caller
 
 
 def test_retransmits_count_per_flow(tmp_path: Path) -> None:
@@ -191,7 +191,8 @@ def test_group_means(tmp_path: Path) -> None:
     group = RawTcpGroup(EventKind.CONNECT, 4, 8_000_000, 0, 0, 5_000_000, example)
     record = enricher(tmp_path).enrich_group(group)
     assert record is not None
-    assert record.to_json()["mean_latency_ms"] == 2.0 and record.to_json()["max_latency_ms"] == 5.0
+    assert record.mean_latency_ms == 2.0 and record.max_latency_ms == 5.0
+    assert to_builtins(record)["mean_latency_ms"] == 2.0 and "mean_duration_s" not in to_builtins(record)
 
 
 def test_netstat_reader(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from netsleuth.commands._runloop import add_run_arguments, run_session
 from netsleuth.diagnostics.conn_diagnostic import DIAGNOSTIC, ConnDiagnostic, ConnRecord, ConnSummary
 from netsleuth.diagnostics.filters import add_filter_arguments
 from netsleuth.diagnostics.totals import EventTotals
-from netsleuth.render.tcp_text import conn_block
+from netsleuth.render.conn_text import conn_block
 
 __all__ = ["COMMAND"]
 

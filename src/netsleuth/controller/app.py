@@ -43,7 +43,8 @@ from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 from netsleuth.errors import UsageError
 from netsleuth.fleet.host_support import SupportTable, diagnostic_needs
 from netsleuth.fleet.protocol import Scope, private_key_from_text
-from netsleuth.spec.configs import ConfigError
+from netsleuth.spec.configs import ConfigError, Speaker
+from netsleuth.spec.diagnostic import DiagnosticSpec
 
 __all__ = ["Services", "create_app"]
 
@@ -526,7 +527,10 @@ def _config_problem(data: SessionRequest) -> ApiError | None:
         config.setdefault("duration", data.duration)
     try:
         with read_for_another_host():  # whether a --pid or --dev exists is each agent's to say
-            spec.config_from_json(config)
+            if isinstance(spec, DiagnosticSpec):  # a typed config: its sentence names the CLI flag too
+                spec.config_from_json(config, Speaker.CLI)
+            else:
+                spec.config_from_json(config)
     except UsageError as error:
         sentence = f"invalid config for {data.diagnostic}: {str(error).rstrip('.')}."
         if isinstance(error, ConfigError) and error.field is not None:

@@ -11,8 +11,9 @@ from netsleuth.bpf.errors import BpfError
 from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.diagnostics.causes import cause as cause_entry
 from netsleuth.diagnostics.filters import PacketFilter
-from netsleuth.diagnostics.resets import RESET_KINDS, ResetEnricher, ResetGroup, ResetRecord
-from netsleuth.diagnostics.tcp_session import TcpSession, TcpSessionConfig
+from netsleuth.diagnostics.tcp.program import RESET_KINDS, TcpSession, TcpSessionConfig
+from netsleuth.diagnostics.tcp.records import ResetGroup, ResetRecord
+from netsleuth.diagnostics.tcp.resets import ResetEnricher
 from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.reasons import DropReasons
 
@@ -122,21 +123,20 @@ class TcpWatch:
 
 def _is_news(group: ResetGroup) -> bool:
     example = group.example
-    return not (isinstance(example, ResetRecord) and example.cause.code in _QUIET_CAUSES)
+    return not (isinstance(example, ResetRecord) and example.cause_code in _QUIET_CAUSES)
 
 
 def _reset_verdict(group: ResetGroup) -> Verdict:
     example = group.example
-    cause = example.cause
     netns_name = example.netns_name
     # Checks that are commands already carry `ip netns exec NS`; advice gets the namespace as a note.
-    where = f"   # in netns {netns_name}" if netns_name and netns_name not in cause.check else ""
+    where = f"   # in netns {netns_name}" if netns_name and netns_name not in example.check else ""
     return Verdict(
-        category=f"reset:{cause.code}",
+        category=f"reset:{example.cause_code}",
         severity=Severity.WARNING,
-        cause=f"{group.count} TCP reset(s): {cause.text}",
+        cause=f"{group.count} TCP reset(s): {example.cause}",
         evidence={"resets": group.count, "example": example.to_json()},
-        fix=(cause.check + where,) if cause.check else (),
+        fix=(example.check + where,) if example.check else (),
         events=group.count,
-        cause_code=cause.code,
+        cause_code=example.cause_code,
     )

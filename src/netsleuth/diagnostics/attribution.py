@@ -21,7 +21,7 @@ from netsleuth.kernel.process import SocketOwners, container_of
 
 if TYPE_CHECKING:
     from netsleuth.diagnostics.drops_decode import RawDrop
-    from netsleuth.diagnostics.tcp_session import RawTcpEvent
+    from netsleuth.diagnostics.tcp.program import RawTcpEvent
 
 __all__ = [
     "Owner",

@@ -211,8 +211,8 @@ _ENTRIES = (
         ),
     ),
     # -- TCP resets and aborts: `explanation` is the record's sentence, `checks[0]` its check ---------------
-    # Facts (reset_causes.py): local, remote, netns ("netns NAME"), owner, port (local), prefix (what runs a
-    # command in the namespace), state, a_segment ("an ACK segment"), segment ("ACK segment"), and the
+    # Facts (tcp/reset_causes.py): local, remote, netns ("netns NAME"), owner, port (local), prefix (what
+    # runs a command in the namespace), state, a_segment ("an ACK segment"), segment ("ACK segment"), and the
     # case's own (unread, dropped, retried, numbers, because, reason, side, age, queued, peer_check...).
     Cause(
         "no_listener",

@@ -21,12 +21,12 @@ from netsleuth._generated.tcp_abi import EventKind, RetransKind
 from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
 from netsleuth.diagnostics.drops_enrich import DropRecord
 from netsleuth.diagnostics.filters import IpNetwork
+from netsleuth.diagnostics.iso_times import iso_time
 from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, NatIndex, NatPath, Placement
-from netsleuth.diagnostics.reset_causes import duration_text
-from netsleuth.diagnostics.resets import AbortRecord, ResetRecord
-from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
-from netsleuth.diagnostics.tcp_names import errno_name, errno_text
-from netsleuth.diagnostics.tcp_session import RawTcpEvent
+from netsleuth.diagnostics.tcp.program import RawTcpEvent
+from netsleuth.diagnostics.tcp.records import AbortRecord, ResetRecord, endpoint_text
+from netsleuth.diagnostics.tcp.reset_causes import duration_text
+from netsleuth.diagnostics.tcp_names import errno_name, errno_number, errno_text
 from netsleuth.kernel.conntrack import ConntrackSource
 from netsleuth.kernel.context import KernelContext
 from netsleuth.packet import tcp_flags_text
@@ -289,9 +289,9 @@ def _refused_text(conn: Connection) -> str:
         netfilter = sent.netfilter
         where = f"{netfilter.get('table')}/{netfilter.get('chain')}"
         return f' by firewall rule "{netfilter["rule"]}" ({where}, {netns})'
-    if sent.cause.code == "no_listener":
+    if sent.cause_code == "no_listener":
         return f": nothing listens on {endpoint_text(*conn.server)} ({netns})"
-    return f": {sent.cause.text}"
+    return f": {sent.cause}"
 
 
 def verdict(conn: Connection, still_running: bool) -> tuple[str, str]:
@@ -336,7 +336,7 @@ def verdict(conn: Connection, still_running: bool) -> tuple[str, str]:
         sent = _sent_reset(conn)
         if sent is not None:
             by = "the client" if (sent.saddr, sent.sport) == conn.client else "the server"
-            return "reset", f"{head}{latency} reset by {by} after {duration}: {sent.cause.text}"
+            return "reset", f"{head}{latency} reset by {by} after {duration}: {sent.cause}"
         received = conn.resets[0]
         by = "the server" if (received.daddr, received.dport) == conn.client else "the client"
         text = f"{head}{latency} reset by {by} after {duration} ({received.state})"
@@ -633,20 +633,20 @@ class ConnTracker:
                     item.time,
                     "reset",
                     item.netns_name or str(item.netns),
-                    f"{what} ({item.state or 'no socket'}): {item.cause.text}",
-                    {"direction": item.direction, "cause_code": item.cause.code, "reason": item.reason},
+                    f"{what} ({item.state or 'no socket'}): {item.cause}",
+                    {"direction": item.direction, "cause_code": item.cause_code, "reason": item.reason},
                 )
             )
         else:
             conn.aborts.append(item)
-            conn.errno = conn.errno or item.errno
+            conn.errno = conn.errno or errno_number(item.errno)
             conn.add(
                 TimelineEntry(
                     item.time,
                     "abort",
                     item.netns_name or str(item.netns),
-                    item.cause.text,
-                    {"errno": errno_name(item.errno), "cause_code": item.cause.code},
+                    item.cause,
+                    {"errno": item.errno, "cause_code": item.cause_code},
                 )
             )
 

@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, parse_port
+from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, parse_port, read_tcp_filter
 from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, Record, RunOptions
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
-from netsleuth.diagnostics.tcp_diagnostics import RESET_KINDS, read_tcp_filter
+from netsleuth.diagnostics.tcp.program import RESET_KINDS
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
 
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from netsleuth._generated.tcp_abi import EventKind
     from netsleuth.diagnostics.conn import ConnReport, ConnSelector, ConnTracker
     from netsleuth.diagnostics.drops import DropsDiagnostic
-    from netsleuth.diagnostics.resets import ResetEnricher
-    from netsleuth.diagnostics.tcp_session import KindTotals, TcpSession
+    from netsleuth.diagnostics.tcp.program import KindTotals, TcpSession
+    from netsleuth.diagnostics.tcp.resets import ResetEnricher
     from netsleuth.kernel.conntrack import ConntrackReader
     from netsleuth.kernel.context import KernelClock, KernelContext
 
@@ -154,7 +154,7 @@ class ConnDiagnostic:
     def __init__(self, config: ConnConfig, context: KernelContext | None = None) -> None:
         from netsleuth._generated.tcp_abi import EventKind
         from netsleuth.diagnostics.drops import DropsConfig, DropsDiagnostic
-        from netsleuth.diagnostics.tcp_session import TcpSession, TcpSessionConfig
+        from netsleuth.diagnostics.tcp.program import TcpSession, TcpSessionConfig
         from netsleuth.kernel.context import KernelContext
 
         self.config = config
@@ -184,7 +184,7 @@ class ConnDiagnostic:
 
     def start(self) -> None:
         from netsleuth.diagnostics.conn import ConnTracker
-        from netsleuth.diagnostics.resets import ResetEnricher
+        from netsleuth.diagnostics.tcp.resets import ResetEnricher
         from netsleuth.kernel.conntrack import ConntrackReader
 
         self._tcp.start()

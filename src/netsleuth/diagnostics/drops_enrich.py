@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DropEnricher", "DropGroup", "DropRecord", "Owner"]
 
-_iso_time = IsoTimes()  # tcp_context.iso_time's text, formatted once per second of a storm
+_iso_time = IsoTimes()  # iso_times.iso_time's text, formatted once per second of a storm
 
 
 @dataclass(frozen=True)

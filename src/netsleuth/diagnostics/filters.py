@@ -48,6 +48,7 @@ __all__ = [
     "read_for_another_host",
     "read_packet_filter",
     "read_task_selection",
+    "read_tcp_filter",
     "resolve_namespaces",
 ]
 
@@ -353,6 +354,17 @@ def read_packet_filter(
         netns_set=netns_set,
     )
     return on_this_host(packet_filter)
+
+
+def read_tcp_filter(values: ConfigInput) -> PacketFilter:
+    """The filters of a diagnostic that traces TCP sockets (conn), minus the ones that cannot apply to them
+    (the typed configs' rule: netsleuth.diagnostics.tcp.records.TcpConfig)."""
+    packet_filter = read_packet_filter(values)
+    if packet_filter.proto not in (None, 6):
+        raise UsageError("this command traces TCP: --proto can only be tcp")
+    if packet_filter.dev is not None:
+        raise UsageError("--dev does not apply here: TCP events belong to sockets, not interfaces")
+    return packet_filter
 
 
 def _read_namespaces(

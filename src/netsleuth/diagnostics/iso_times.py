@@ -1,6 +1,7 @@
-"""`iso_time` for event storms: the same text, with the date and time of day formatted once per second.
+"""Wall times as records show them: `iso_time`, and `IsoTimes` for event storms (the same text, with the date
+and time of day formatted once per second).
 
-netsleuth.diagnostics.tcp_context.iso_time builds a datetime per event; a storm of drops all falls within a
+`iso_time` builds a datetime per event; a storm of drops all falls within a
 few seconds, so `IsoTimes` keeps the `YYYY-MM-DDTHH:MM:SS` of the last seconds and only appends the
 microseconds. The rounding is datetime's own (round half to even of the fraction in microseconds, carrying
 into the next second), so the text is identical; tests/unit/test_drops_fast_path.py compares both over many
@@ -12,10 +13,15 @@ from __future__ import annotations
 import datetime
 import math
 
-__all__ = ["IsoTimes"]
+__all__ = ["IsoTimes", "iso_time"]
 
 _UTC = datetime.UTC
 _SUFFIX = "+00:00"
+
+
+def iso_time(seconds: float) -> str:
+    """Seconds since the epoch as ISO 8601 in UTC with microseconds: `2026-11-26T18:25:38.123456+00:00`."""
+    return datetime.datetime.fromtimestamp(seconds, _UTC).isoformat(timespec="microseconds")
 
 
 class IsoTimes:

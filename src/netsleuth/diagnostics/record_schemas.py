@@ -28,20 +28,6 @@ __all__ = ["RECORD_TYPES", "json_schema", "markdown", "schema_for"]
 # -- shared parts --------------------------------------------------------------------------------------------
 
 
-class _TcpBase(Owner):
-    v: int
-    time: str
-    family: int
-    proto: Literal["tcp"]
-    saddr: str | None
-    sport: int
-    daddr: str | None
-    dport: int
-    netns: int
-    netns_name: str | None
-    pod: NotRequired[PodRef]
-
-
 # -- drops ---------------------------------------------------------------------------------------------------
 
 
@@ -99,186 +85,6 @@ class DropsSummaryJson(Totals):
     groups: list[DropGroupJson]
     groups_omitted: NotRequired[int]
     reasons_inferred: NotRequired[bool]
-
-
-# -- resets --------------------------------------------------------------------------------------------------
-
-
-class _Trigger(TypedDict):
-    flags: str
-    seq: int
-    ack: int
-    len: int
-    inferred: NotRequired[bool]
-
-
-class ResetJson(Owner):
-    type: Literal["reset"]
-    v: int
-    time: str
-    direction: str
-    by_firewall: bool
-    state: str | None
-    reason: str | None
-    reason_code: int | None
-    trigger: _Trigger | None
-    cause: str
-    cause_code: str
-    check: str
-    family: int
-    proto: Literal["tcp"]
-    saddr: str | None
-    sport: int | None
-    daddr: str | None
-    dport: int | None
-    local: str
-    remote: str
-    netns: int
-    netns_name: str | None
-    ifname: str | None
-    side: str | None
-    age_s: float | None
-    unread: int | None
-    unsent: int | None
-    linger_zero: bool
-    netfilter: NotRequired[dict[str, Any]]
-    conntrack: NotRequired[dict[str, Any]]
-    peer_cause: NotRequired[str]
-    stack: NotRequired[list[str]]
-    pod: NotRequired[PodRef]
-
-
-class AbortJson(Owner):
-    type: Literal["abort"]
-    v: int
-    time: str
-    direction: Literal["none"]
-    errno: str | None
-    state: str | None
-    cause: str
-    cause_code: str
-    check: str
-    family: int
-    proto: Literal["tcp"]
-    saddr: str | None
-    sport: int
-    daddr: str | None
-    dport: int
-    local: str
-    remote: str
-    retransmits: int
-    netns: int
-    netns_name: str | None
-    side: str | None
-    pod: NotRequired[PodRef]
-
-
-class ResetGroupJson(TypedDict):
-    count: int
-    example: ResetJson | AbortJson
-
-
-class ResetsSummaryJson(TypedDict):
-    type: Literal["summary"]
-    v: int
-    diagnostic: Literal["resets"]
-    attach: str
-    interrupted: bool
-    sent: Totals
-    received: Totals
-    firewall: Totals
-    total: int
-    aborts: int
-    clock: Clock
-    groups: list[ResetGroupJson]
-    groups_omitted: NotRequired[int]
-
-
-# -- tcp views -----------------------------------------------------------------------------------------------
-
-
-class LifeJson(_TcpBase):
-    type: Literal["life"]
-    side: str | None
-    duration_s: float
-    bytes_acked: int
-    bytes_received: int
-    last_state: str | None
-    born_before_trace: NotRequired[bool]  # opened before the trace: duration_s is a lower bound
-
-
-class StateJson(_TcpBase):
-    type: Literal["state"]
-    old_state: str | None
-    new_state: str | None
-    previous_state_s: float | None
-    errno: str | None
-    side: str | None
-
-
-class RetransJson(_TcpBase):
-    type: Literal["retrans"]
-    kind: str
-    state: str | None
-    flow_count: int
-    congestion_state: str | None
-    synack_retransmits: NotRequired[int]
-    total_retrans: NotRequired[int]
-    srtt_us: NotRequired[int]
-    cwnd: NotRequired[int]
-    unanswered: NotRequired[int]
-    error: NotRequired[int | None]
-    segments: NotRequired[int]
-
-
-class ConnectJson(_TcpBase):
-    type: Literal["connect"]
-    latency_ms: float
-    ok: bool
-    errno: str | None
-
-
-class QueueJson(_TcpBase):
-    type: Literal["queue"]
-    what: str
-    reason: str | None
-    state: str | None
-    text: str
-    check: str
-    cause_code: str | None
-    queued: int
-    limit: int
-    backlog: NotRequired[int]
-    somaxconn: NotRequired[int | None]
-    syn_queue: NotRequired[int]
-    tcp_flags: NotRequired[str]
-
-
-class TcpGroupJson(TypedDict):
-    count: int
-    example: LifeJson | StateJson | RetransJson | ConnectJson | QueueJson
-    mean_duration_s: NotRequired[float]
-    max_duration_s: NotRequired[float]
-    bytes_acked: NotRequired[int]
-    bytes_received: NotRequired[int]
-    mean_latency_ms: NotRequired[float]
-    max_latency_ms: NotRequired[float]
-    mean_previous_state_s: NotRequired[float]
-    segments: NotRequired[int]
-
-
-class TcpSummaryJson(Totals):
-    type: Literal["summary"]
-    v: int
-    diagnostic: Literal["tcp.life", "tcp.states", "tcp.retrans", "tcp.connlat", "tcp.queues"]
-    subcommand: str
-    attach: str
-    interrupted: bool
-    clock: Clock
-    groups: list[TcpGroupJson]
-    netstat: NotRequired[dict[str, int]]
-    segments: NotRequired[int]
-    groups_omitted: NotRequired[int]
 
 
 # -- conn ----------------------------------------------------------------------------------------------------
@@ -395,20 +201,11 @@ class SessionEndJson(TypedDict):
 # The declaration of each record type; summaries by the diagnostic that writes them.
 RECORD_TYPES: dict[str, type] = {
     "drop": DropJson,
-    "reset": ResetJson,
-    "abort": AbortJson,
-    "life": LifeJson,
-    "state": StateJson,
-    "retrans": RetransJson,
-    "connect": ConnectJson,
-    "queue": QueueJson,
     "conn": ConnJson,
     "verdict": VerdictJson,
     "session_start": SessionStartJson,
     "session_end": SessionEndJson,
     "summary:drops": DropsSummaryJson,
-    "summary:resets": ResetsSummaryJson,
-    **{f"summary:tcp.{view}": TcpSummaryJson for view in ("life", "states", "retrans", "connlat", "queues")},
     "summary:conn": ConnSummaryJson,
     "summary:diagnose": DiagnoseSummaryJson,
 }

@@ -29,12 +29,12 @@ ENTRY_POINT_GROUP = "netsleuth.diagnostics"
 # name -> module exporting DIAGNOSTIC (or DIAGNOSTICS, a dict of several sharing one module and BPF object).
 DIAGNOSTIC_MODULES: dict[str, str] = {
     "drops": "netsleuth.diagnostics.drops",
-    "resets": "netsleuth.diagnostics.tcp_diagnostics",
-    "tcp.life": "netsleuth.diagnostics.tcp_diagnostics",
-    "tcp.states": "netsleuth.diagnostics.tcp_diagnostics",
-    "tcp.retrans": "netsleuth.diagnostics.tcp_diagnostics",
-    "tcp.connlat": "netsleuth.diagnostics.tcp_diagnostics",
-    "tcp.queues": "netsleuth.diagnostics.tcp_diagnostics",
+    "resets": "netsleuth.diagnostics.tcp",
+    "tcp.life": "netsleuth.diagnostics.tcp",
+    "tcp.states": "netsleuth.diagnostics.tcp",
+    "tcp.retrans": "netsleuth.diagnostics.tcp",
+    "tcp.connlat": "netsleuth.diagnostics.tcp",
+    "tcp.queues": "netsleuth.diagnostics.tcp",
     "conn": "netsleuth.diagnostics.conn_diagnostic",
     "dns": "netsleuth.diagnostics.dns",
     "diagnose": "netsleuth.diagnose.diagnostic",

@@ -13,13 +13,6 @@ __all__ = ["SCHEMA_VERSIONS"]
 
 SCHEMA_VERSIONS: dict[str, int] = {
     "drop": 1,
-    "reset": 1,
-    "abort": 1,
-    "life": 1,
-    "state": 1,
-    "retrans": 1,
-    "connect": 1,
-    "queue": 1,
     "conn": 1,
     "verdict": 1,
     "summary": 1,

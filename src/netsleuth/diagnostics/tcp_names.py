@@ -22,6 +22,8 @@ from pathlib import Path
 __all__ = [
     "TcpNames",
     "errno_name",
+    "errno_number",
+    "errno_text",
     "load_tcp_names",
 ]
 
@@ -72,6 +74,12 @@ class TcpNames:
 def errno_name(number: int) -> str:
     """`ECONNREFUSED`, or the number when the platform has no name for it."""
     return errno.errorcode.get(number, str(number))
+
+
+def errno_number(name: str) -> int:
+    """The number of an errno name as `errno_name` gives it (a record's `errno`): `ECONNREFUSED` -> 111."""
+    number = getattr(errno, name, None)
+    return number if isinstance(number, int) else int(name)
 
 
 def errno_text(number: int) -> str:

@@ -1,6 +1,6 @@
 """`resets`: every TCP RST sent (tcp:tcp_send_reset, and REJECT rules' via net:net_dev_queue) or received
 (tcp:tcp_receive_reset), plus connections the kernel killed without one (sock:inet_sk_error_report), each
-with a plain-words cause (netsleuth.diagnostics.reset_causes).
+with a plain-words cause (netsleuth.diagnostics.tcp.reset_causes).
 
 `ResetEnricher` turns `RawTcpEvent`s of the reset kinds into `ResetRecord`s: names from the running kernel,
 the owning process, the namespace, the firewall rule of a REJECT, conntrack's counters for a non-SYN segment
@@ -14,38 +14,44 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import UNSET
+
 from netsleuth._generated.tcp_abi import EventKind, SockFlag
-from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
+from netsleuth.diagnostics.attribution import owner_text, tcp_owner_facts
 from netsleuth.diagnostics.filters import PacketFilter
-from netsleuth.diagnostics.reset_causes import (
-    ConntrackView,
-    ResetCause,
-    ResetFacts,
-    classify_abort,
-    classify_reset,
+from netsleuth.diagnostics.tcp.program import (
+    RESET_KINDS,
+    RawTcpEvent,
+    RawTcpGroup,
+    TcpSessionConfig,
+    Trigger,
 )
-from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
-from netsleuth.diagnostics.tcp_context import endpoint_text, iso_time
+from netsleuth.diagnostics.tcp.records import (
+    AbortRecord,
+    ConntrackView,
+    ResetGroup,
+    ResetRecord,
+    TriggerPart,
+    endpoint_text,
+    owner_fields,
+)
+from netsleuth.diagnostics.tcp.reset_causes import ResetFacts, classify_abort, classify_reset
 from netsleuth.diagnostics.tcp_names import errno_name
-from netsleuth.diagnostics.tcp_session import RawTcpEvent, RawTcpGroup, TcpSessionConfig, Trigger
 from netsleuth.doctor.procfs import parse_conntrack_stat
 from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.netns_exec import read_file_in_netns
-from netsleuth.kernel.pods import Pod
 from netsleuth.packet import PacketTuple, tcp_flags_text
+from netsleuth.spec.parts import pod_ref
+from netsleuth.spec.records import WallTime
 
 __all__ = [
     "RESET_KINDS",
-    "AbortRecord",
     "ConntrackReader",
     "ResetEnricher",
-    "ResetGroup",
-    "ResetRecord",
     "resets_session_config",
 ]
 
-RESET_KINDS = frozenset({EventKind.RESET_SENT, EventKind.RESET_RECEIVED, EventKind.RESET_FIREWALL})
 _DIRECTION = {
     EventKind.RESET_SENT: "sent",
     EventKind.RESET_RECEIVED: "received",
@@ -71,158 +77,6 @@ def resets_session_config(
         stack=frozenset(RESET_KINDS) if stack else frozenset(),
         sample_every=sample_every,
     )
-
-
-@dataclass(frozen=True)
-class ResetRecord:
-    time: float
-    direction: str  # "sent" | "received"
-    by_firewall: bool
-    state: str | None  # socket state; None: no socket
-    reason: str | None  # kernel's reset reason (None: the kernel gives none)
-    reason_code: int | None
-    trigger: Trigger | None
-    trigger_inferred: bool  # reconstructed from a firewall's RST, not read from the packet
-    family: int
-    saddr: str | None  # the RST packet: from saddr:sport to daddr:dport
-    sport: int
-    daddr: str | None
-    dport: int
-    local: str
-    remote: str
-    owner: Owner
-    netns: int
-    netns_name: str | None
-    ifname: str | None
-    side: str | None
-    age_seconds: float | None
-    unread: int
-    unsent: int
-    linger_zero: bool
-    cause: ResetCause
-    netfilter: dict[str, Any] | None = None
-    conntrack: ConntrackView | None = None
-    peer_cause: str | None = None
-    stack: tuple[str, ...] | None = None
-    sk: int = 0
-    pod: Pod | None = None  # the Kubernetes pod whose network namespace this is
-
-    def to_json(self) -> dict[str, Any]:
-        trigger = None
-        if self.trigger is not None:
-            trigger = {
-                "flags": tcp_flags_text(self.trigger.flags),
-                "seq": self.trigger.seq,
-                "ack": self.trigger.ack,
-                "len": self.trigger.length,
-            }
-            if self.trigger_inferred:
-                trigger["inferred"] = True
-        data: dict[str, Any] = {
-            "type": "reset",
-            "v": SCHEMA_VERSIONS["reset"],
-            "time": iso_time(self.time),
-            "direction": self.direction,
-            "by_firewall": self.by_firewall,
-            "state": self.state,
-            "reason": self.reason,
-            "reason_code": self.reason_code,
-            "trigger": trigger,
-            "cause": self.cause.text,
-            "cause_code": self.cause.code,
-            "check": self.cause.check,
-            "family": self.family,
-            "proto": "tcp",
-            "saddr": self.saddr,
-            "sport": self.sport,
-            "daddr": self.daddr,
-            "dport": self.dport,
-            "local": self.local,
-            "remote": self.remote,
-            **owner_json(self.owner),
-            "netns": self.netns,
-            "netns_name": self.netns_name,
-            "ifname": self.ifname,
-            "side": self.side,
-            "age_s": self.age_seconds,
-            "unread": self.unread,
-            "unsent": self.unsent,
-            "linger_zero": self.linger_zero,
-        }
-        if self.netfilter is not None:
-            data["netfilter"] = self.netfilter
-        if self.conntrack is not None:
-            data["conntrack"] = self.conntrack.to_json()
-        if self.peer_cause is not None:
-            data["peer_cause"] = self.peer_cause
-        if self.stack is not None:
-            data["stack"] = list(self.stack)
-        if self.pod is not None:
-            data["pod"] = self.pod.to_json()
-        return data
-
-
-@dataclass(frozen=True)
-class AbortRecord:
-    """A connection the kernel ended with an error and no RST (a retransmission or connect timeout...)."""
-
-    time: float
-    errno: int
-    state: str | None
-    family: int
-    local: str
-    remote: str
-    laddr: str | None
-    lport: int
-    raddr: str | None
-    rport: int
-    retransmits: int
-    owner: Owner
-    netns: int
-    netns_name: str | None
-    side: str | None
-    cause: ResetCause
-    pod: Pod | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "type": "abort",
-            "v": SCHEMA_VERSIONS["abort"],
-            "time": iso_time(self.time),
-            "direction": "none",
-            "errno": errno_name(self.errno),
-            "state": self.state,
-            "cause": self.cause.text,
-            "cause_code": self.cause.code,
-            "check": self.cause.check,
-            "family": self.family,
-            "proto": "tcp",
-            "saddr": self.laddr,
-            "sport": self.lport,
-            "daddr": self.raddr,
-            "dport": self.rport,
-            "local": self.local,
-            "remote": self.remote,
-            "retransmits": self.retransmits,
-            **owner_json(self.owner),
-            "netns": self.netns,
-            "netns_name": self.netns_name,
-            "side": self.side,
-        }
-        if self.pod is not None:
-            data["pod"] = self.pod.to_json()
-        return data
-
-
-@dataclass(frozen=True)
-class ResetGroup:
-    """Exact kernel count of resets of one kind (direction, state, reason, local endpoint, netns)."""
-
-    count: int
-    example: ResetRecord | AbortRecord
-
-    def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "example": self.example.to_json()}
 
 
 @dataclass
@@ -327,24 +181,27 @@ class ResetEnricher:
         # sk_error_report() runs after tcp_done(): the state that failed is the one before CLOSE.
         closed = raw.state is not None and context.names.state(raw.state) == "CLOSE"
         state = context.names.state(raw.old_state if closed and raw.old_state is not None else raw.state)
+        cause = classify_abort(raw.reason, state, local, remote, raw.retransmits, raw.side)
         return AbortRecord(
-            time=context.wall_time(raw.monotonic_ns),
-            errno=raw.reason,
+            **owner_fields(context.owner(tcp_owner_facts(raw))),
+            time=WallTime(context.wall_time(raw.monotonic_ns)),
+            errno=errno_name(raw.reason),
             state=state,
+            cause=cause.text,
+            cause_code=cause.code,
+            check=cause.check,
             family=raw.family,
+            saddr=raw.laddr,
+            sport=raw.lport,
+            daddr=raw.raddr,
+            dport=raw.rport,
             local=local,
             remote=remote,
-            laddr=raw.laddr,
-            lport=raw.lport,
-            raddr=raw.raddr,
-            rport=raw.rport,
             retransmits=raw.retransmits,
-            owner=context.owner(tcp_owner_facts(raw)),
             netns=raw.netns,
             netns_name=context.netns_name(raw.netns),
             side=raw.side,
-            cause=classify_abort(raw.reason, state, local, remote, raw.retransmits, raw.side),
-            pod=context.pod(raw.netns),
+            pod=pod_ref(context.pod(raw.netns)),
         )
 
     def _firewall_rule(
@@ -435,15 +292,27 @@ class ResetEnricher:
                 self._sent.popitem(last=False)
         else:
             peer_cause = self._sent.get(key)
+        record_trigger = None
+        if trigger is not None:
+            record_trigger = TriggerPart(
+                flags=tcp_flags_text(trigger.flags),
+                seq=trigger.seq,
+                ack=trigger.ack,
+                len=trigger.length,
+                inferred=True if inferred else UNSET,
+            )
         return ResetRecord(
-            time=context.wall_time(raw.monotonic_ns),
+            **owner_fields(owner),
+            time=WallTime(context.wall_time(raw.monotonic_ns)),
             direction=direction,
             by_firewall=firewall,
             state=state,
             reason=reason,
             reason_code=raw.reason if reason is not None else None,
-            trigger=trigger,
-            trigger_inferred=inferred,
+            trigger=record_trigger,
+            cause=cause.text,
+            cause_code=cause.code,
+            check=cause.check,
             family=raw.family,
             saddr=saddr,
             sport=sport,
@@ -451,27 +320,24 @@ class ResetEnricher:
             dport=dport,
             local=local,
             remote=remote,
-            owner=owner,
             netns=raw.netns,
             netns_name=netns_name,
             ifname=raw.ifname or None,
             side=raw.side,
-            age_seconds=age,
+            age_s=age,
             unread=raw.unread,
             unsent=raw.unsent,
             linger_zero=facts.linger_zero,
-            cause=cause,
-            netfilter=netfilter,
-            conntrack=conntrack,
-            peer_cause=peer_cause,
-            stack=context.stack(raw.frames) if self.want_stack and raw.frames else None,
-            sk=raw.sk,
-            pod=context.pod(raw.netns),
+            netfilter=netfilter if netfilter is not None else UNSET,
+            conntrack=conntrack if conntrack is not None else UNSET,
+            peer_cause=peer_cause if peer_cause is not None else UNSET,
+            stack=context.stack(raw.frames) if self.want_stack and raw.frames else UNSET,
+            pod=pod_ref(context.pod(raw.netns)),
         )
 
     def enrich_group(self, group: RawTcpGroup) -> ResetGroup | None:
         example = self.enrich(group.example)
-        return ResetGroup(group.count, example) if example is not None else None
+        return ResetGroup(count=group.count, example=example) if example is not None else None
 
     def close(self) -> None:
         if self._own_context:

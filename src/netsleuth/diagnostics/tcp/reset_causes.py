@@ -20,11 +20,11 @@ import os
 from dataclasses import dataclass
 
 from netsleuth.diagnostics.causes import cause
-from netsleuth.diagnostics.tcp_session import Trigger
+from netsleuth.diagnostics.tcp.program import Trigger
+from netsleuth.diagnostics.tcp.records import ConntrackView
 from netsleuth.packet import tcp_flags_text
 
 __all__ = [
-    "ConntrackView",
     "ResetCause",
     "ResetFacts",
     "classify_abort",
@@ -56,34 +56,6 @@ class ResetCause:
 
     def __post_init__(self) -> None:
         cause(self.code)  # every code a record carries is in the catalogue
-
-    def to_json(self) -> dict[str, str]:
-        return {"code": self.code, "text": self.text, "check": self.check}
-
-
-@dataclass(frozen=True)
-class ConntrackView:
-    """conntrack in one namespace: loaded or not, the `invalid` counter (/proc/net/stat/nf_conntrack, summed
-    over CPUs), its growth since the trace started, and nf_conntrack_tcp_be_liberal."""
-
-    loaded: bool
-    invalid: int | None = None
-    invalid_delta: int | None = None
-    be_liberal: int | None = None
-
-    def text(self) -> str:
-        if not self.loaded:
-            return "conntrack is not loaded there"
-        delta = f" (+{self.invalid_delta} during this trace)" if self.invalid_delta is not None else ""
-        return f"conntrack invalid={self.invalid}{delta}, nf_conntrack_tcp_be_liberal={self.be_liberal}"
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "loaded": self.loaded,
-            "invalid": self.invalid,
-            "invalid_delta": self.invalid_delta,
-            "be_liberal": self.be_liberal,
-        }
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The tcp BPF object (bpf/tcp.bpf.c) in a session: choose programs, configure, load, attach, read.
 
-Shared by `resets`, `tcp ...` and `conn`: each asks for the event kinds it wants emitted, grouped (--summary)
-or given a stack, and gets `RawTcpEvent`s, exact per-kind totals and groups back. Names (states, reasons,
-owners) are attached by the diagnostic modules, not here.
+Shared by `resets`, `tcp ...`, `conn` and `diagnose`: each asks for the event kinds it wants emitted, grouped
+(--summary) or given a stack, and gets `RawTcpEvent`s, exact per-kind totals and groups back. Names (states,
+reasons, owners) are attached by the enrichers (resets.py, events.py), not here.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from netsleuth.kernel.netns import NetnsNames
 from netsleuth.kernel.reasons import DropReasons
 
 __all__ = [
+    "RESET_KINDS",
     "KindTotals",
     "RawTcpEvent",
     "RawTcpGroup",
@@ -81,6 +82,8 @@ _PROGRAM_OF: dict[EventKind, tuple[str, ...]] = {
     EventKind.RCVQ_FULL: ("nst_rcvq",),
     EventKind.MEM_LIMIT: ("nst_memlim",),
 }
+# The kinds that are a TCP reset: sent by the stack, received, sent by a firewall's REJECT.
+RESET_KINDS = frozenset({EventKind.RESET_SENT, EventKind.RESET_RECEIVED, EventKind.RESET_FIREWALL})
 _ALL_PROGRAMS = tuple(dict.fromkeys(name for names in _PROGRAM_OF.values() for name in names))
 
 # The code that builds a firewall's TCP reset (net/ipv4/netfilter/nf_reject_ipv4.c, net/ipv6/netfilter/
