@@ -7,22 +7,28 @@ NATS credentials) written to the lab's workdir, started on a free port, stopped 
         controller.tokens["bob"]             # only drops, only on host client, only in netns "web"
         controller.tokens["root"]            # admin
         controller.kill()                    # SIGKILL mid-session (agents must stop on their own)
+
+    with ControllerProcess(lab) as a, a.twin("b") as b, Balancer([a.url, b.url]) as balancer:
+        balancer.url                         # one address for both: a TCP round robin, like any balancer
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from types import TracebackType
 
 from netsleuth.controller.auth import hash_token, new_token
 from tests.fleet_lab import REPO, FleetLab, free_port
 from tests.netlab import wait_for
 
-__all__ = ["ControllerProcess"]
+__all__ = ["Balancer", "ControllerProcess"]
 
 ROLES = """
 [roles.operators]
@@ -58,16 +64,23 @@ class ControllerProcess:
         extra_config: str = "",
         extra_users: dict[str, list[str]] | None = None,
         records_max_bytes: int = 64 << 20,
+        name: str = "controller",
+        tokens: dict[str, str] | None = None,
+        lease_seconds: float = 10.0,
     ) -> None:
         """`extra_users`: more users, name -> roles (defined in `extra_config` as [roles.NAME] tables or
         among ROLES); each gets a token in `tokens` like the built-in three. `records_max_bytes`: what
-        NETSLEUTH_RECORDS reserves in the lab's store (the lab's stores are small)."""
+        NETSLEUTH_RECORDS reserves in the lab's store (the lab's stores are small). `name`: its own folder
+        (two controllers of one lab); `tokens`: the users' tokens of another (the same users, as two
+        controllers behind a balancer have: `twin`)."""
         self.lab = lab
-        self.workdir = lab.workdir / "controller"
+        self.name = name
+        self.lease_seconds = lease_seconds
+        self.workdir = lab.workdir / name
         self.workdir.mkdir(exist_ok=True)
         self.user_roles = {"alice": ["operators"], "bob": ["web-readonly"], "root": ["admins"]}
         self.user_roles.update(extra_users or {})
-        self.tokens = {name: new_token() for name in self.user_roles}
+        self.tokens = dict(tokens) if tokens is not None else {user: new_token() for user in self.user_roles}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_config = extra_config
@@ -97,7 +110,7 @@ class ControllerProcess:
             f"replicas = {self.lab.replicas}\n\n"
             f'[signing]\nkey_file = "{key_file}"\nkey_id = "{self.lab.key_id}"\n\n'
             "[sessions]\nprepare_timeout = 60\nstart_margin = 0.5\nhost_silence = 5\nend_grace = 60\n"
-            f"records_max_bytes = {self.records_max_bytes}\n\n"
+            f"records_max_bytes = {self.records_max_bytes}\nlease_seconds = {self.lease_seconds}\n\n"
             f"{users}{ROLES}\n{self.extra_config}"
         )
 
@@ -139,6 +152,17 @@ class ControllerProcess:
                 self.process.wait(5)
         self.process = None
 
+    def twin(self, name: str) -> ControllerProcess:
+        """Another controller with the same users, roles and tokens, on its own port (not started)."""
+        return ControllerProcess(
+            self.lab, self.extra_config, {u: r for u, r in self.user_roles.items()}, self.records_max_bytes,
+            name, self.tokens, self.lease_seconds,
+        )  # fmt: skip
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None and self.process.poll() is None else None
+
     def env(self, user: str) -> dict[str, str]:
         """The environment a `netsleuth fleet` child needs to act as `user`."""
         return {**os.environ, "NETSLEUTH_CONTROLLER": self.url, "NETSLEUTH_TOKEN": self.tokens[user]}
@@ -155,3 +179,61 @@ class ControllerProcess:
         self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class Balancer:
+    """A TCP round robin in front of several controllers, as any HTTP balancer would be: each new connection
+    goes to the next backend that accepts it (one that is down is skipped), and bytes are copied both ways
+    until either side closes. What a client of several controllers sees through one address."""
+
+    def __init__(self, backends: list[str]) -> None:
+        self.backends = [
+            (url.split("//", 1)[1].rsplit(":", 1)[0], int(url.rsplit(":", 1)[1])) for url in backends
+        ]
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.connections: list[int] = [0] * len(self.backends)  # per backend, how many it was given
+        self._next = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="balancer", daemon=True)
+        self._server: asyncio.Server | None = None
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        for _attempt in range(len(self.backends)):
+            index = self._next % len(self.backends)
+            self._next += 1
+            try:
+                backend_reader, backend_writer = await asyncio.open_connection(*self.backends[index])
+            except OSError:
+                continue
+            self.connections[index] += 1
+            await asyncio.gather(
+                self._pipe(client_reader, backend_writer), self._pipe(backend_reader, client_writer)
+            )
+            return
+        client_writer.close()  # no backend up: the client sees its connection closed
+
+    def __enter__(self) -> Balancer:
+        self._thread.start()
+        started = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, "127.0.0.1", self.port), self._loop
+        )
+        self._server = started.result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._loop.call_soon_threadsafe(self._server.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)

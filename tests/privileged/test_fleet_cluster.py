@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import nats
 import pytest
 
@@ -18,12 +20,14 @@ from netsleuth.fleet.protocol import (
     AGENT_AUDIT_STREAM,
     AUDIT_STREAM,
     HOSTS_BUCKET,
+    OWNERS_BUCKET,
     SESSIONS_STREAM,
     STATUS_STREAM,
 )
-from tests.controller_lab import ControllerProcess
-from tests.fleet_lab import FleetLab
+from tests.controller_lab import Balancer, ControllerProcess
+from tests.fleet_lab import PYTHON, FleetLab
 from tests.netlab import wait_for
+from tests.privileged.test_agent_harness import bpf_object_ids, wait_released
 from tests.privileged.test_fleet_controller import api, create, wait_hosts_running, wait_state
 
 pytestmark = pytest.mark.privileged
@@ -94,6 +98,10 @@ def wait_cluster_whole(lab: FleetLab, timeout: float = 60) -> None:
     wait_for(current, timeout, "every nats-server healthy with its streams current")
 
 
+def records_of(client: httpx.Client, session_id: str, host: str) -> int:
+    return int(client.get(f"/api/v1/sessions/{session_id}").json()["hosts"][host]["records"])
+
+
 def session_audit(controller: ControllerProcess, session_id: str) -> list[dict[str, Any]]:
     with api(controller, "root") as admin:
         response = admin.get("/api/v1/audit", params={"limit": 5000})
@@ -116,8 +124,9 @@ def test_a_server_killed_mid_session_loses_no_host_result_nor_audit(cluster: Fle
         wait_hosts_running(client, session_id, HOSTS)
         sender = send_datagrams(lab, count=800, gap_s=0.005)
         try:
-            wait_for(lambda: client.get(f"/api/v1/sessions/{session_id}").json()["hosts"]["server"]["records"]
-                     > 20, 20, "server's first drops to reach the controller")  # fmt: skip
+            wait_for(
+                lambda: records_of(client, session_id, "server") > 20, 20, "server's first drops to come"
+            )
             killed = lab.nats_server_of(victim)
             on_it = [name for name in ("netsleuth-controller", *(f"netsleuth-agent-{h}" for h in HOSTS))
                      if lab.nats_server_of(name) == killed]  # fmt: skip
@@ -141,3 +150,167 @@ def test_a_server_killed_mid_session_loses_no_host_result_nor_audit(cluster: Fle
     assert server.get("sent") == len(drops), server
     assert {d["host"] for d in drops} == {"server"}
     assert ("session.create", None) in actions and ("session.end", "ended") in actions, actions
+
+
+def lease_holder(lab: FleetLab, session_id: str) -> str:
+    """The controller instance (`host-pid-random`) whose lease runs the session now."""
+
+    async def read() -> str:
+        client = await nats.connect(lab.nats_urls, **lab.admin_credentials)
+        try:
+            entry = await (await client.jetstream().key_value(OWNERS_BUCKET)).get(session_id)
+            return bytes(entry.value or b"").decode()
+        finally:
+            await client.close()
+
+    return lab._run(read())
+
+
+def test_a_controller_killed_mid_session_is_finished_and_merged_by_the_other(cluster: FleetLab) -> None:
+    """Two controllers behind a balancer sharing nothing but JetStream; `fleet run` through the balancer.
+    The controller that runs the session is killed (SIGKILL) mid-window while server drops a datagram every
+    5 ms: the other answers for the session at once (it follows it for its reader), takes it over when the
+    dead one's lease runs out, and ends it with every host's results merged; `fleet run` follows it again
+    through the balancer and gets the result; nothing stays attached on any host."""
+    lab = cluster
+    wait_cluster_whole(lab)
+    with (
+        ControllerProcess(lab, lease_seconds=4) as first,
+        first.twin("second") as second,
+        Balancer([first.url, second.url]) as balancer,
+    ):
+        env = {**first.env("alice"), "NETSLEUTH_CONTROLLER": balancer.url}
+        argv = [PYTHON, "-m", "netsleuth", "fleet", "run", "--hosts", ",".join(HOSTS), "--proto", "udp",
+                "--dport", str(UDP_SINK_PORT), "--duration", "8", "--json", "drops"]  # fmt: skip
+        output, errors = lab.workdir / "fleet-run.jsonl", lab.workdir / "fleet-run.err"
+        with output.open("w") as out, errors.open("w") as err:
+            run = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+        try:
+            wait_for(lambda: output.read_text().count("\n") >= 1, 60, "fleet run to create its session")
+            session_id = json.loads(output.read_text().splitlines()[0])["id"]
+            controllers = {c.pid: c for c in (first, second)}
+            with api(first) as client:
+                wait_hosts_running(client, session_id, HOSTS)
+            holder = lease_holder(lab, session_id)
+            runs_it = controllers[int(holder.split("-")[-2])]
+            survivor = second if runs_it is first else first
+            held = [bpf_object_ids(lab.agent(host).pid) for host in HOSTS]
+            sender = send_datagrams(lab, count=800, gap_s=0.005)
+            # The other controller answers for the running session (it follows it), with its records so far.
+            with api(survivor) as client:
+                what = "the other controller to show server's first drops"
+                wait_for(lambda: records_of(client, session_id, "server") > 20, 20, what)
+            runs_it.kill()
+            sender.wait(30)
+            assert run.wait(120) == 0, output.read_text()[-3000:] + errors.read_text()
+        finally:
+            run.kill()
+        with api(survivor) as client:
+            session = client.get(f"/api/v1/sessions/{session_id}").json()
+        actions = {r["action"]: r for r in session_audit(survivor, session_id)}
+        logs = survivor.log_text()
+    assert session["state"] == "ended" and not session["partial"] and session["taken_over"], session["hosts"]
+    server = session["hosts"]["server"]
+    assert server["batch_gaps"] == 0, server
+    printed = [json.loads(line) for line in output.read_text().splitlines()]
+    drops = [entry for entry in printed if entry.get("type") == "drop"]
+    assert len(drops) == server["totals"]["total"] == server["sent"] >= 600, (len(drops), server)
+    assert printed[-1]["type"] == "end" and printed[-1]["state"] == "ended"
+    assert f"following session {session_id} again" in errors.read_text()
+    assert "taken over" in logs
+    assert actions["session.create"]["decision"] == "allow"
+    assert actions["session.end"]["result"] == "ended" and actions["session.end"]["taken_over"] is True
+    # Nothing of the session stays in any host's kernel.
+    wait_released(set().union(*(ids[0] for ids in held)), set().union(*(ids[1] for ids in held)))
+
+
+def test_two_of_three_servers_lost_clear_errors_nothing_attached_then_recovery(cluster: FleetLab) -> None:
+    """JetStream without a quorum (two of three servers killed mid-session): a new session is refused in one
+    sentence within seconds and nothing is sent; reading the audit is a 503 sentence too; the running
+    session still ends on every host at its deadline, nothing stays attached (bpftool), and its end comes
+    to the controller over core NATS. Once the two servers are back, its end is in the audit, its result
+    reads back from another controller, and a new session runs."""
+    lab = cluster
+    wait_cluster_whole(lab)
+    with ControllerProcess(lab) as controller, api(controller) as client:
+        created = create(client, hosts=list(HOSTS), diagnostic="drops", config={}, duration=4)
+        session_id = created["id"]
+        wait_hosts_running(client, session_id, HOSTS)
+        held = [bpf_object_ids(lab.agent(host).pid) for host in HOSTS]
+        kept = lab.nats_server_of("netsleuth-controller")
+        lost = [index for index in range(3) if index != kept]
+        try:
+            for index in lost:
+                lab.stop_nats(index=index, kill=True)
+            asked = time.monotonic()
+            refused = client.post(
+                "/api/v1/sessions", json={"hosts": list(HOSTS), "diagnostic": "drops", "duration": 1}
+            )
+            took = time.monotonic() - asked
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"].startswith("nothing was done: the audit stream did not store"), (
+                refused.text
+            )
+            assert took < 15, took
+            with api(controller, "root") as admin:
+                reading = admin.get("/api/v1/audit")
+            assert reading.status_code == 503 and "NATS did not answer" in reading.json()["error"], (
+                reading.text
+            )
+            # Every agent ends the session at its deadline and lets go of everything.
+            wait_for(
+                lambda: all(f"session {session_id} ended" in lab.agent(h).log_text() for h in HOSTS),
+                30,
+                "every agent to end the session at its own deadline",
+            )
+            wait_released(set().union(*(ids[0] for ids in held)), set().union(*(ids[1] for ids in held)))
+            session = wait_state(client, session_id, ("ended", "failed"), timeout=60)
+            assert session["state"] == "ended" and not session["partial"], session["hosts"]
+        finally:
+            wait_cluster_whole(lab)
+        what = "the session's end in the audit once JetStream has its quorum again"
+        wait_for(
+            lambda: any(r["action"] == "session.end" for r in session_audit(controller, session_id)), 90, what
+        )
+        with controller.twin("reader") as reader, api(reader) as other:
+            stored = wait_state(other, session_id, ("ended",), timeout=60)
+            assert {h: v["state"] for h, v in stored["hosts"].items()} == dict.fromkeys(HOSTS, "ended")
+            again = create(other, hosts=list(HOSTS), diagnostic="drops", config={}, duration=1)
+            after = wait_state(other, again["id"], ("ended", "failed"), timeout=60)
+        assert after["state"] == "ended" and not after["partial"], after["hosts"]
+
+
+def test_everything_restarted_keeps_the_audit_and_the_history(cluster: FleetLab) -> None:
+    """Every agent, the controller and all three servers stopped (the servers killed) and started again:
+    every audit record reads back the same, every session is listed in the same state, and an ended
+    session's whole result (timeline and verdicts) reads back as it was."""
+    lab = cluster
+    wait_cluster_whole(lab)
+    with ControllerProcess(lab) as controller, api(controller, "root") as admin:
+        created = create(admin, hosts=list(HOSTS), diagnostic="drops", config={}, duration=1)
+        wait_state(admin, created["id"], ("ended", "failed"), timeout=60)
+        result = admin.get(f"/api/v1/sessions/{created['id']}").json()
+        audit_before = admin.get("/api/v1/audit", params={"limit": 5000}).json()
+        sessions_before = {s["id"]: s["state"] for s in admin.get("/api/v1/sessions").json()}
+        controller.kill()
+    for host in HOSTS:
+        lab.stop_agent(host)
+    lab.stop_nats(kill=True)
+    lab.start_nats()
+    wait_cluster_whole(lab)
+    since = time.time_ns()
+    for host in HOSTS:
+        lab.start_agent(host, wait=False)
+    lab.wait_registered(HOSTS, since_ns=since, timeout=60)
+    with ControllerProcess(lab) as controller, api(controller, "root") as admin:
+        audit_after = admin.get("/api/v1/audit", params={"limit": 5000}).json()
+        sessions_after = {s["id"]: s["state"] for s in admin.get("/api/v1/sessions").json()}
+        reread = admin.get(f"/api/v1/sessions/{created['id']}").json()
+        again = create(admin, hosts=list(HOSTS), diagnostic="drops", config={}, duration=1)
+        after = wait_state(admin, again["id"], ("ended", "failed"), timeout=60)
+    assert audit_after[: len(audit_before)] == audit_before
+    recorded = {r["action"] for r in audit_before if r.get("session") == created["id"]}
+    assert recorded >= {"session.create", "session.end"}, recorded
+    assert sessions_after.items() >= sessions_before.items() and created["id"] in sessions_before
+    assert reread == result and reread["state"] == "ended" and reread["timeline"], reread.keys()
+    assert after["state"] == "ended" and not after["partial"], after["hosts"]

@@ -105,10 +105,15 @@ def test_summary_lines_count_what_each_diagnostic_totals() -> None:
 
 class _FakeController:
     """The two calls `fleet run` makes, answered from memory; `lose` makes the event stream fail as httpx
-    does when the controller goes away."""
+    does when the controller goes away, every time (`lose_once`: the first time only)."""
 
-    def __init__(self, lose: bool = False) -> None:
+    def __init__(self, lose: bool = False, lose_once: bool = False) -> None:
         self.lose = lose
+        self.lose_once = lose_once
+        self.streams = 0
+
+    def next_controller(self) -> None:
+        pass
 
     def request(self, method: str, path: str, **kwargs: object) -> httpx.Response:
         if method == "POST":
@@ -116,8 +121,12 @@ class _FakeController:
         return httpx.Response(200, json={"id": "5e551011", "state": "ended", "partial": False, "hosts": {}})
 
     def stream_events(self, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        self.streams += 1
+        record = {"type": "drop", "host": "a", "time": "2026-11-26T09:00:00.000001+00:00"}
+        yield "session", {"id": "5e551011", "timeline": [record] if self.streams > 1 else []}
         yield "status", {"host": "a", "state": "running"}
-        if self.lose:
+        yield "record", record
+        if self.lose or (self.lose_once and self.streams == 1):
             raise EnvironmentProblem("lost the controller at http://127.0.0.1:1: Server disconnected")
         yield "end", {"state": "ended"}
 
@@ -135,12 +144,26 @@ def test_run_json_writes_the_session_id_first(capsys: pytest.CaptureFixture[str]
                      "duration": 2.0}  # fmt: skip
 
 
-def test_losing_the_controller_names_the_session() -> None:
+def test_losing_the_controller_names_the_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Followed again a bounded number of times (another controller may take the session over), then one
+    sentence that names the session."""
+    monkeypatch.setattr(fleet, "_FOLLOW_AGAIN_WAIT_S", 0.0)
     for extra in ((), ("--json",)):
         with pytest.raises(EnvironmentProblem) as raised:
             fleet._run(_run_args(*extra), _FakeController(lose=True))  # type: ignore[arg-type]
         assert "session 5e551011" in str(raised.value)
         assert "netsleuth fleet show 5e551011" in str(raised.value)
+
+
+def test_a_lost_stream_is_followed_again_and_each_record_printed_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(fleet, "_FOLLOW_AGAIN_WAIT_S", 0.0)
+    controller = _FakeController(lose_once=True)
+    assert fleet._run(_run_args("--json"), controller) == 0  # type: ignore[arg-type]
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert controller.streams == 2
+    assert [line.get("type") for line in lines].count("drop") == 1, lines
 
 
 def test_new_key_prints_the_settings_under_the_names_agents_read(

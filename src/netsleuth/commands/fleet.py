@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,18 @@ from netsleuth.errors import EXIT_ENVIRONMENT, EnvironmentProblem, UsageError
 __all__ = ["COMMAND", "filters_to_config", "sse_events"]
 
 DEFAULT_CONTROLLER = "http://127.0.0.1:8477"
+_FOLLOW_AGAIN = 30  # reconnections of a lost event stream, ...
+_FOLLOW_AGAIN_WAIT_S = 1.0  # ... this far apart: a session is taken over within a lease (10 s) of its loss
 _RUN_DIAGNOSTICS = ("drops", "resets", "conn", "diagnose", "tcp.life", "tcp.states", "tcp.retrans",
                     "tcp.connlat", "tcp.queues")  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--controller", metavar="URL", help=f"default: $NETSLEUTH_CONTROLLER or {DEFAULT_CONTROLLER}"
+        "--controller",
+        metavar="URL[,URL]",
+        help=f"one controller, a balancer in front of several, or several (default: $NETSLEUTH_CONTROLLER or "
+        f"{DEFAULT_CONTROLLER})",
     )
     parser.add_argument("--token-file", metavar="FILE", help="the API token (default: $NETSLEUTH_TOKEN)")
     actions = parser.add_subparsers(dest="fleet_action", metavar="ACTION", parser_class=type(parser))
@@ -81,19 +87,31 @@ def _token(args: argparse.Namespace) -> str:
 
 
 class _Client:
+    """The controller, or several of them (`--controller URL,URL`, or one balancer's URL): a request that
+    cannot reach one goes to the next; `fleet run` follows its session again wherever it can."""
+
     def __init__(self, args: argparse.Namespace) -> None:
         import httpx
 
         self._httpx = httpx
-        base = args.controller or os.environ.get("NETSLEUTH_CONTROLLER") or DEFAULT_CONTROLLER
-        if not base.startswith(("http://", "https://")):
-            raise UsageError(f"--controller {base!r} must be an http:// or https:// URL")
-        self.base = base.rstrip("/")
+        text = args.controller or os.environ.get("NETSLEUTH_CONTROLLER") or DEFAULT_CONTROLLER
+        self.bases = [url.strip().rstrip("/") for url in text.split(",") if url.strip()]
+        for base in self.bases or [text]:
+            if not base.startswith(("http://", "https://")):
+                raise UsageError(f"--controller {base!r} must be an http:// or https:// URL")
+        self._current = 0
         self._client = httpx.Client(
-            base_url=self.base,
             headers={"Authorization": f"Bearer {_token(args)}"},
             timeout=httpx.Timeout(15.0, read=None),
         )
+
+    @property
+    def base(self) -> str:
+        return self.bases[self._current]
+
+    def next_controller(self) -> None:
+        """The next of several controllers (with one, or a balancer: the same, again)."""
+        self._current = (self._current + 1) % len(self.bases)
 
     def _check(self, response: Any) -> Any:
         if response.status_code < 400:
@@ -108,14 +126,22 @@ class _Client:
         raise UsageError(f"{message} (HTTP {response.status_code})")
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            return self._check(self._client.request(method, path, **kwargs))
-        except self._httpx.TransportError as error:
-            raise EnvironmentProblem(f"cannot reach the controller at {self.base}: {error}") from error
+        # Each controller once. A request that never reached one (refused connection) is safe to send to
+        # the next; a GET that got no answer too; a POST that may have arrived is not sent twice.
+        for attempt in range(len(self.bases)):
+            try:
+                return self._check(self._client.request(method, self.base + path, **kwargs))
+            except self._httpx.TransportError as error:
+                again = isinstance(error, self._httpx.ConnectError) or method == "GET"
+                if attempt + 1 == len(self.bases) or not again:
+                    where = self.base
+                    raise EnvironmentProblem(f"cannot reach the controller at {where}: {error}") from error
+                self.next_controller()
+        raise AssertionError("unreachable")
 
     def stream_events(self, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
         try:
-            with self._client.stream("GET", path) as response:
+            with self._client.stream("GET", self.base + path) as response:
                 if response.status_code >= 400:
                     response.read()
                     self._check(response)
@@ -284,10 +310,20 @@ def _lost(error: EnvironmentProblem, session_id: str) -> EnvironmentProblem:
 
 
 def _events_of(client: _Client, session_id: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    try:
-        yield from client.stream_events(f"/api/v1/sessions/{session_id}/events")
-    except EnvironmentProblem as error:
-        raise _lost(error, session_id) from error
+    """The session's events; when the stream is lost (the controller died, a balancer dropped it) it is
+    followed again - through the next controller, or the balancer - a bounded number of times: any
+    controller answers for any session, and another takes it over when the one running it dies. Each
+    time, the controller first sends the whole session again (`session`)."""
+    for attempt in range(_FOLLOW_AGAIN + 1):
+        try:
+            yield from client.stream_events(f"/api/v1/sessions/{session_id}/events")
+            return
+        except EnvironmentProblem as error:
+            if attempt == _FOLLOW_AGAIN:
+                raise _lost(error, session_id) from error
+            sys.stderr.write(f"netsleuth: {str(error).rstrip('.')}; following session {session_id} again\n")
+            time.sleep(_FOLLOW_AGAIN_WAIT_S)
+            client.next_controller()
 
 
 def _session_after_stream(client: _Client, session_id: str) -> dict[str, Any]:
@@ -331,20 +367,29 @@ def _run(args: argparse.Namespace, client: _Client) -> int:
             f"for {args.duration:g} s"
         )
     final: dict[str, Any] = {}
+    printed: set[str] = set()  # records, once each: a stream followed again starts with the whole session
+
+    def record(entry: dict[str, Any]) -> None:
+        key = json.dumps(entry, sort_keys=True)
+        if key not in printed:
+            printed.add(key)
+            _out(json.dumps(entry) if args.json else _record_line(entry))
+
     try:
         for name, data in _events_of(client, session_id):
-            if args.json:
-                if name == "session":
-                    continue
-                _out(json.dumps(data if name in ("record", "verdict") else {"type": name, **data}))
+            if name == "session":
+                for entry in data.get("timeline") or []:
+                    record(entry)
+            elif name == "record":
+                record(data)
+            elif args.json:
+                _out(json.dumps(data if name == "verdict" else {"type": name, **data}))
             elif name == "status":
                 reason = f" ({data['reason']})" if data.get("reason") else ""
                 _out(
                     f"# {data.get('host')}: {data.get('state')}{reason}  "
                     f"offset {_offset_text(data.get('offset_ns'))}"
                 )
-            elif name == "record":
-                _out(_record_line(data))
             elif name == "verdict":
                 for line in _verdict_lines(data):
                     _out(line)

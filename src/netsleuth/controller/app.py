@@ -32,10 +32,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from netsleuth.controller.audit import AuditLog, AuditQuery, AuditUnavailable
 from netsleuth.controller.auth import Authenticator, AuthError, Principal
 from netsleuth.controller.config import ControllerConfig
+from netsleuth.controller.leases import Leases, controller_instance, ensure_owners_bucket
 from netsleuth.controller.metrics import ControllerMetrics
 from netsleuth.controller.rbac import Denied, Rbac, host_matches
 from netsleuth.controller.registry import HostRegistry
 from netsleuth.controller.requests import BadRequest, SessionRequest, parse_session_request
+from netsleuth.controller.session_index import SessionIndex
+from netsleuth.controller.session_store import SessionStore
 from netsleuth.controller.sessions import FleetSession, SessionManager, SessionSpec
 from netsleuth.controller.streams import connect_nats, ensure_streams
 from netsleuth.diagnostics.filters import read_for_another_host
@@ -118,6 +121,9 @@ def create_app(config: ControllerConfig) -> FastAPI:
             js, config.sessions.stale_after, lambda host: {"support": _support(support, host)}
         )
         await registry.start()
+        index = SessionIndex(js)
+        await index.start()
+        owners = await ensure_owners_bucket(js, config.sessions.lease_seconds, config.nats.replicas)
         manager = SessionManager(
             nc,
             js,
@@ -129,12 +135,17 @@ def create_app(config: ControllerConfig) -> FastAPI:
             registry.netns_owners,
             run_ids=registry.run_ids,
             metrics=metrics,
+            store=SessionStore(js),
+            leases=Leases(owners, controller_instance()),
+            index=index,
         )
+        await manager.start_background()
         holder["services"] = Services(config, Authenticator(config), Rbac(config), audit, registry, manager)
         try:
             yield
         finally:
             await manager.stop()
+            await index.stop()
             await registry.stop()
             with contextlib.suppress(Exception):
                 await nc.drain()

@@ -92,6 +92,9 @@ class SessionsConfig:
     # Every session's record batches kept by the server (NETSLEUTH_RECORDS, the oldest go first): what a
     # controller merges from when it missed some, or took the session over. Reserved in nats-server's store.
     records_max_bytes: int = 1 << 30
+    # A running session's lease: renewed every quarter of it by the controller that runs it; a controller
+    # that stops renewing (it died) has its sessions taken over by another this long after.
+    lease_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,7 @@ def _sessions(data: dict[str, Any]) -> SessionsConfig:
         "history_max_age",
         "max_timeline",
         "records_max_bytes",
+        "lease_seconds",
     }
     _check_keys(data, "sessions", allowed)
     defaults = SessionsConfig()
@@ -244,6 +248,7 @@ def _sessions(data: dict[str, Any]) -> SessionsConfig:
         history_max_age=_number(data, "history_max_age", "sessions", defaults.history_max_age),
         max_timeline=_count(data, "max_timeline", "sessions", defaults.max_timeline),
         records_max_bytes=_count(data, "records_max_bytes", "sessions", defaults.records_max_bytes),
+        lease_seconds=_number(data, "lease_seconds", "sessions", defaults.lease_seconds),
     )
 
 

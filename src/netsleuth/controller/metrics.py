@@ -35,6 +35,11 @@ class ControllerMetrics:
         for kind in _KINDS:  # every series from the start: an alert on rate() needs its zero
             for reason in REFUSAL_REASONS:
                 self.refused_messages.labels(kind, reason)
+        self.taken_over = Counter(
+            "netsleuth_controller_sessions_taken_over",
+            "Running sessions this controller took over from another whose lease ran out (it stopped, died)",
+            registry=self.registry,
+        )
 
     def refused(self, kind: str, reason: str) -> None:
         self.refused_messages.labels(kind if kind in _KINDS else "other", reason).inc()

@@ -23,6 +23,7 @@ from typing import Any
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
+from netsleuth.controller.streams import RenewableWatch
 from netsleuth.fleet.protocol import HOSTS_BUCKET
 
 __all__ = ["HostRegistry"]
@@ -30,7 +31,7 @@ __all__ = ["HostRegistry"]
 _log = logging.getLogger("netsleuth.controller")
 
 
-class HostRegistry:
+class HostRegistry(RenewableWatch):
     """`describe(entry)` gives what the controller adds to an entry from the entry alone (which diagnostics
     the host can run): worked out once per heartbeat, not once per listing."""
 
@@ -40,48 +41,18 @@ class HostRegistry:
         stale_after: float,
         describe: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
+        super().__init__()
         self._js = js
         self._stale_after = stale_after
         self._describe = describe
         self._hosts: dict[str, dict[str, Any]] = {}
-        self._task: asyncio.Task[None] | None = None
         self._kv: KeyValue | None = None
-        self._renew = asyncio.Event()
-        self.synced = asyncio.Event()
 
-    async def start(self) -> None:
+    what = "host registry watch"
+
+    async def start(self, timeout: float = 5.0) -> None:
         self._kv = await self._js.key_value(HOSTS_BUCKET)
-        self._task = asyncio.create_task(self._watch(), name="host-registry")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.synced.wait(), timeout=5)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    def renew(self) -> None:
-        """Watch again from the bucket's current entries, now (NATS reconnected)."""
-        self._renew.set()
-
-    async def _watch(self) -> None:
-        while True:
-            self._renew.clear()
-            following = asyncio.create_task(self._follow())
-            renewing = asyncio.create_task(self._renew.wait())
-            try:
-                await asyncio.wait({following, renewing}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (following, renewing):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
-            if following.done() and not following.cancelled() and following.exception() is not None:
-                # NATS down or JetStream not back yet: try again (at once if it reconnects meanwhile).
-                _log.warning("host registry watch: %s; watching again", following.exception())
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._renew.wait(), timeout=1)
+        await super().start(timeout)
 
     async def _follow(self) -> None:
         assert self._kv is not None

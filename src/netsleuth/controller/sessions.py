@@ -1,14 +1,23 @@
-"""Running one diagnostic on many hosts at the same moment, over NATS.
+"""Running one diagnostic on many hosts at the same moment, over NATS - from any of several controllers.
 
 For each session: subscribe to every host's status and records first (nothing can be missed), then per host
-in parallel measure its clock offset (pings, NTP-style, best of three by round trip) and send the signed,
-time-limited task (prepare: the agent verifies, loads and attaches, then reports ready). Once every host is
+in parallel send the signed, time-limited task (prepare: the agent verifies, loads and attaches, then
+reports ready) and measure its clock offset (pings, NTP-style, best by round trip). Once every host is
 ready or has failed, pick T0 = now + margin and send `start` to each ready host with T0 expressed on that
-host's own clock, so all of them watch the same window. Then collect, ping the running hosts every second
-(a host that stops answering is failed while the others go on), and end each host that has not reported its
-end `end_grace` seconds after the deadline. The agents enforce the deadline themselves too: a controller
-that dies mid-session leaves nothing attached anywhere, and the statuses they publish meanwhile are kept by
-the server (NETSLEUTH_STATUS), so the controller that reads the session back shows each host's end.
+host's own clock, so all of them watch the same window. Then collect, ping the hosts that went quiet (one
+that stops answering is failed while the others go on), and end each host that has not reported its end
+`end_grace` seconds after the deadline. The agents enforce the deadline themselves too: a controller that
+dies mid-session leaves nothing attached anywhere.
+
+Several controllers share the sessions through JetStream only (session_store.py): the session's spec, T0
+and the hosts' clock offsets, the hosts the controller decided itself, a cancel asked of any controller,
+and the ended session; what the hosts said is in NETSLEUTH_STATUS and NETSLEUTH_RECORDS. One controller
+runs each session, the one holding its lease (leases.py: a JetStream KV key with a max age, taken by
+compare-and-set); when it dies the lease runs out on the server's clock and another controller takes the
+session over - it reads all of the above back, sends `start` again where it may not have arrived, waits
+for the hosts' ends and merges every record batch from the stream. Any other controller asked about a
+running session follows it for its reader: the same state, read back and then kept up from the same
+subjects, without deciding anything (`owned` False).
 
 A status or record batch belongs to the host whose subject it came on (`netsleuth.session.<id>.<host>.*`,
 which only that host's agent may publish on): a body naming another host or session, a host that is not in
@@ -21,31 +30,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import json
 import logging
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
 from netsleuth.controller.audit import AuditLog, AuditUnavailable
 from netsleuth.controller.config import SessionsConfig
+from netsleuth.controller.fleet_session import (
+    ACTIVE,
+    FINAL,
+    FleetSession,
+    HostView,
+    SessionSpec,
+    session_result,
+)
+from netsleuth.controller.leases import LeaseLost, Leases
 from netsleuth.controller.metrics import ControllerMetrics
+from netsleuth.controller.session_index import SessionIndex
+from netsleuth.controller.session_store import SessionStore, StoredSpec, StoredT0, history_subject, summary_of
 from netsleuth.controller.streams import read_stream, stream_batches
-from netsleuth.fleet.merge import MergedTimeline
 from netsleuth.fleet.protocol import (
     RECORDS_STREAM,
-    SESSIONS_STREAM,
     STATUS_STREAM,
     Budgets,
     Control,
@@ -53,7 +70,6 @@ from netsleuth.fleet.protocol import (
     PingReply,
     ProtocolError,
     RecordBatch,
-    Scope,
     SignedTask,
     Task,
     TaskReply,
@@ -66,16 +82,14 @@ from netsleuth.fleet.protocol import (
     task_subject,
 )
 
-__all__ = ["FleetSession", "HostView", "SessionManager", "SessionSpec", "session_result"]
+__all__ = ["FleetSession", "HostView", "SessionManager", "SessionSpec", "listing_entry", "session_result"]
 
 _log = logging.getLogger("netsleuth.controller")
-_FINAL = frozenset({"ended", "failed", "rejected"})
-_ACTIVE = frozenset({"preparing", "running"})
 # A host's states in the order they happen: a status read back from the stream after a newer one came live
 # (a resync) must not take the host back.
 _RANK = {"preparing": 0, "ready": 1, "running": 2, "ended": 3, "failed": 3, "rejected": 3}
 _RECONCILE_S = 3.0  # at the end, how long to wait for record batches a host sent but we lack (outbox resends)
-_INTERRUPTED = "interrupted"  # the controller stopped before the session ended
+_INTERRUPTED = "interrupted"  # a session of an older controller that stopped before it ended
 _PINGS = 3  # clock samples per host, the one with the shortest round trip wins ...
 _PINGS_LARGE = 1  # ... but one for large sessions: 3 x 1,000 round trips would delay T0 by a second
 _LARGE_SESSION = 50
@@ -84,192 +98,21 @@ _QUIET_S = 2.0  # a host silent this long is pinged (a dead one answers "no resp
 # ... but a live agent whose nats-server just died has no responder either until it reconnects to another
 # server of the cluster (well under a second): it is failed only when nobody answers for this long.
 _GONE_S = 3.0
-_HISTORY_BYTES = 900 << 10  # under max_payload (1 MiB): above it keep the verdicts, the timeline's start
+_PINGS_PER_ROUND = 256  # liveness pings per second at most: a 10,000-host window must not be a ping storm
 _KEPT_IN_MEMORY = 200  # ended sessions kept for fast reads; older ones are read from the history stream
-_SUBSCRIBER_QUEUE = 20_000
+_ORPHAN_SCAN_S = 1.0  # how often a controller looks for running sessions whose controller's lease ran out
+_STORE_PATIENCE_S = 3600.0  # how long an ended session's audit record and result are tried (no quorum)
 
 
-def _iso(ns: int | None) -> str | None:
-    if ns is None:
-        return None
-    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC).isoformat(timespec="microseconds")
-
-
-@dataclass(frozen=True)
-class SessionSpec:
-    """A validated, authorised request."""
-
-    user: str
-    diagnostic: str
-    config: dict[str, Any]
-    scope: Scope
-    duration: float
-    hosts: tuple[str, ...]
-
-
-@dataclass
-class HostView:
-    state: str = "preparing"
-    reason: str = ""
-    offset_ns: int | None = None
-    rtt_ns: int | None = None
-    start_skew_ns: int | None = None
-    totals: dict[str, int] = field(default_factory=dict)
-    lost: int = 0
-    sampled: int = 0
-    records: int = 0
-    sent: int | None = None  # records the host says it sent (its last status): `records` should reach it
-    batches_sent: int = 0  # record batches the host says it sent (its last status)
-    refused: int = 0  # messages on this host's subjects that were refused (a body naming another host, ...)
-    seqs: set[int] = field(default_factory=set, repr=False)  # the record batches received (each once)
-    missed_pings: int = 0
-    unreachable_since: float | None = None  # monotonic: the first "no responders" of a run of them
-    task_id: str = ""
-    last_seen: float = 0.0  # monotonic: the last status, records or ping answer from this host
-    # Set on each status of this host: its prepare waits on it (one waiter per host, not one per event).
-    progressed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-
-    @property
-    def batch_gaps(self) -> int:
-        """Record batches the host sent (or numbered past) that never arrived: their records are unknown."""
-        expected = max(self.batches_sent, max(self.seqs) + 1 if self.seqs else 0)
-        return expected - len(self.seqs)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "reason": self.reason,
-            "offset_ns": self.offset_ns,
-            "rtt_ns": self.rtt_ns,
-            "start_skew_ns": self.start_skew_ns,
-            "totals": self.totals,
-            "lost": self.lost,
-            "sampled": self.sampled,
-            "records": self.records,
-            "sent": self.sent,
-            "batch_gaps": self.batch_gaps,
-            "refused": self.refused,
-        }
-
-
-class FleetSession:
-    def __init__(
-        self,
-        session_id: str,
-        spec: SessionSpec,
-        hostnames: dict[str, str],
-        max_timeline: int,
-        netns_owner: dict[str, str] | None = None,
-        runs: dict[str, str] | None = None,
-    ) -> None:
-        self.id = session_id
-        self.spec = spec
-        self.runs = runs or {}  # host -> the agent run its task is signed for (the registry's run_id)
-        self.state = "preparing"
-        self.created_ns = time.time_ns()
-        self.t0_ns: int | None = None
-        self.ended_ns: int | None = None
-        self.hosts = {host: HostView() for host in spec.hosts}
-        self.merged = MergedTimeline(hostnames, max_entries=max_timeline, netns_owner=netns_owner)
-        self.verdicts: list[dict[str, Any]] = []
-        self.cancel_requested = False
-        self.interrupted = False  # the controller is stopping: the agents end the session on their own
-        self.refusals_recorded: set[tuple[str, str, str]] = set()  # (sender, kind, reason) logged and audited
-        self.final_json: bytes | None = None  # the whole ended session, serialised once for every reader
-        self.status_events = 0
-        self._live_cache: tuple[tuple[int, int, str], bytes] | None = None
-        self.changed = asyncio.Event()
-        self.done = asyncio.Event()
-        self._listeners: list[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = []
-
-    # -- events for SSE ---------------------------------------------------------------------------------
-    def listen(self) -> asyncio.Queue[tuple[str, dict[str, Any]] | None]:
-        queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue(_SUBSCRIBER_QUEUE)
-        self._listeners.append(queue)
-        return queue
-
-    def unlisten(self, queue: asyncio.Queue[tuple[str, dict[str, Any]] | None]) -> None:
-        with contextlib.suppress(ValueError):
-            self._listeners.remove(queue)
-
-    def emit(self, event: str, data: dict[str, Any]) -> None:
-        for queue in list(self._listeners):
-            try:
-                queue.put_nowait((event, data))
-            except asyncio.QueueFull:
-                # A client that reads slower than the session produces is cut off (it can fetch the
-                # whole timeline afterwards) rather than letting the controller's memory grow.
-                self._listeners.remove(queue)
-                with contextlib.suppress(asyncio.QueueFull):
-                    queue.put_nowait(None)
-        if event != "record":
-            self.status_events += 1
-            self.changed.set()  # records change no host's state: the supervisor need not wake for each
-
-    def close_listeners(self) -> None:
-        for queue in self._listeners:
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)
-        self._listeners.clear()
-
-    # -- views ------------------------------------------------------------------------------------------
-    @property
-    def active(self) -> bool:
-        return self.state in _ACTIVE
-
-    @property
-    def partial(self) -> bool:
-        return any(view.state != "ended" for view in self.hosts.values()) and not self.active
-
-    def start_spread_ns(self) -> int | None:
-        skews = [v.start_skew_ns for v in self.hosts.values() if v.start_skew_ns is not None]
-        return max(skews) - min(skews) if skews else None
-
-    def host_states(self) -> dict[str, dict[str, Any]]:
-        return {host: view.to_json() for host, view in self.hosts.items()}
-
-    def live_json(self) -> bytes:
-        """The running session as JSON, serialised again only when a record or a status came in since."""
-        version = (self.merged.records, self.status_events, self.state)
-        if self._live_cache is None or self._live_cache[0] != version:
-            self._live_cache = (version, json.dumps(self.snapshot(timeline=True)).encode())
-        return self._live_cache[1]
-
-    def snapshot(self, timeline: bool) -> dict[str, Any]:
-        spread = self.start_spread_ns()
-        body: dict[str, Any] = {
-            "id": self.id,
-            "user": self.spec.user,
-            "diagnostic": self.spec.diagnostic,
-            "config": self.spec.config,
-            "duration": self.spec.duration,
-            "scope": self.spec.scope.to_json(),
-            "state": self.state,
-            "created": _iso(self.created_ns),
-            "t0": _iso(self.t0_ns),
-            "ended": _iso(self.ended_ns),
-            "start_spread_ms": None if spread is None else spread / 1e6,
-            "hosts": self.host_states(),
-            "partial": self.partial,
-            "verdicts": self.verdicts,
-            "timeline_length": sum(view.records for view in self.hosts.values()),
-            "timeline_dropped": self.merged.dropped_entries,
-        }
-        if timeline:
-            body["timeline"] = self.merged.timeline()
-        return body
-
-
-def session_result(state: str, partial: bool) -> str:
-    """A finished session in one word: `partial` when it ended with some host not ended (failed, rejected),
-    else its state (`ended`, `failed` when no host ended, `cancelled`)."""
-    return "partial" if state == "ended" and partial else state
+def listing_entry(body: dict[str, Any]) -> dict[str, Any]:
+    """A session for lists: no timeline, the verdicts counted rather than included, big host sets capped."""
+    return summary_of(body)
 
 
 def _interrupted(body: dict[str, Any]) -> dict[str, Any]:
-    """A session the history says is still running, read by a controller that does not run it: the
-    controller that did stopped mid-session (the agents ended it at its deadline on their own)."""
-    if body.get("state") not in _ACTIVE:
+    """A session an older controller left running in the history (it kept no spec to take it over from):
+    it stopped mid-session, and the agents ended it at its deadline on their own."""
+    if body.get("state") not in ACTIVE:
         return body
     return {
         **body,
@@ -294,20 +137,13 @@ def _with_statuses(body: dict[str, Any], messages: Iterable[Msg]) -> dict[str, A
         except ProtocolError:
             continue
         view = hosts[sender]
-        if status.host != sender or status.session != session_id or view.get("state") in _FINAL:
+        if status.host != sender or status.session != session_id or view.get("state") in FINAL:
             continue  # the subject names the sender; a body that disagrees is not believed here either
         view.update(state=status.state, reason=status.reason, totals=dict(status.totals), lost=status.lost,
                     sampled=status.sampled)  # fmt: skip
         if status.start_skew_ns is not None:
             view["start_skew_ns"] = status.start_skew_ns
     return {**body, "hosts": hosts}
-
-
-def listing_entry(body: dict[str, Any]) -> dict[str, Any]:
-    """A session for lists: no timeline, and the verdicts counted rather than included."""
-    entry = {key: value for key, value in body.items() if key not in ("timeline", "verdicts")}
-    entry["verdicts_count"] = len(body.get("verdicts") or [])
-    return entry
 
 
 class SessionManager:
@@ -323,6 +159,10 @@ class SessionManager:
         netns_owners: Callable[[Iterable[str]], dict[str, str]] | None = None,
         run_ids: Callable[[Iterable[str]], dict[str, str]] | None = None,
         metrics: ControllerMetrics | None = None,
+        *,
+        store: SessionStore,
+        leases: Leases,
+        index: SessionIndex,
     ) -> None:
         self._nc = nc
         self._js = js
@@ -334,12 +174,34 @@ class SessionManager:
         self._netns_owners = netns_owners
         self._run_ids = run_ids
         self.metrics = metrics or ControllerMetrics()
+        self._store = store
+        self._leases = leases
+        self._index = index
         self._sessions: OrderedDict[str, FleetSession] = OrderedDict()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._subscriptions: dict[str, list[Subscription]] = {}
+        self._runs: dict[str, asyncio.Task[None]] = {}
+        self._following: dict[str, asyncio.Future[FleetSession | None]] = {}
+        self._results: OrderedDict[str, tuple[str, bytes, bytes]] = (
+            OrderedDict()
+        )  # id -> user, json, no timeline
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def _background(self, coroutine: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def start_background(self) -> None:
+        """Take over the running sessions whose controller's lease runs out (one that died or stopped)."""
+        self._background(self._watch_orphans(), "orphan-sessions")
 
     # -- queries ----------------------------------------------------------------------------------------
     def active_count(self, user: str) -> int:
-        return sum(1 for s in self._sessions.values() if s.spec.user == user and s.active)
+        """The user's running sessions on every controller (the index), and here (not yet in the index)."""
+        running = {s["id"] for s in self._index.active() if s.get("user") == user}
+        running |= {s.id for s in self._sessions.values() if s.spec.user == user and s.active}
+        return len(running)
 
     def get_live(self, session_id: str) -> FleetSession | None:
         return self._sessions.get(session_id)
@@ -352,28 +214,45 @@ class SessionManager:
         return body
 
     async def get_json(self, session_id: str, timeline: bool = True) -> tuple[str, bytes] | None:
-        """(owner, the whole session as JSON): from memory, or from the history stream once forgotten. An
-        ended session is serialised once, however often clients poll it; without the timeline (a client
-        polling for the state) it costs nothing that grows with the records."""
+        """(owner, the whole session as JSON): from memory (run or followed here), a running session of
+        another controller (followed from now on), or the ended session from the store. An ended session is
+        serialised once, however often clients poll it; without the timeline (a client polling for the
+        state) it costs nothing that grows with the records."""
         live = self._sessions.get(session_id)
+        if live is None:
+            summary = self._index.get(session_id) or await self._store.summary(session_id)
+            if summary is not None and summary.get("state") in ACTIVE:
+                live = await self._follow(session_id)
         if live is not None:
             if not timeline:
                 return live.spec.user, json.dumps(live.snapshot(timeline=False)).encode()
             if live.final_json is not None:
                 return live.spec.user, live.final_json
             return live.spec.user, live.live_json()
-        for kind in ("full", "summary"):  # an interrupted session never got its full snapshot
-            with contextlib.suppress(Exception):
-                message = await self._js.get_last_msg(
-                    SESSIONS_STREAM, f"netsleuth.history.{session_id}.{kind}"
-                )
-                if message.data:
-                    body = await self._recovered(json.loads(message.data))
-                    return str(body.get("user")), json.dumps(body).encode()
+        return await self._ended(session_id, timeline)
+
+    async def _ended(self, session_id: str, timeline: bool) -> tuple[str, bytes] | None:
+        """An ended session from the store (kept here for the next reader), or an older controller's."""
+        cached = self._results.get(session_id)
+        if cached is None:
+            data = await self._store.result(session_id)
+            if data is not None:
+                body = json.loads(data)
+                without = json.dumps({k: v for k, v in body.items() if k != "timeline"}).encode()
+                cached = (str(body.get("user")), data, without)
+                self._results[session_id] = cached
+                while len(self._results) > 20:
+                    self._results.popitem(last=False)
+        if cached is not None:
+            return cached[0], cached[1] if timeline else cached[2]
+        for body in (await self._store.legacy(session_id), await self._store.summary(session_id)):
+            if body is not None:
+                body = await self._recovered(body)
+                return str(body.get("user")), json.dumps(body).encode()
         return None
 
     async def _recovered(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A session from the history: if a controller stopped during it, each host's final status."""
+        """A session from an older controller's history: if it stopped during it, each host's last status."""
         body = _interrupted(body)
         if body.get("state") != _INTERRUPTED or not isinstance(body.get("id"), str):
             return body
@@ -387,15 +266,9 @@ class SessionManager:
         return _with_statuses(body, statuses)
 
     async def listing(self, user: str | None) -> list[dict[str, Any]]:
-        """Newest first; `user` None: everyone's."""
-        found: dict[str, dict[str, Any]] = {}
-        with contextlib.suppress(Exception):
-            for message in await read_stream(
-                self._js, SESSIONS_STREAM, "netsleuth.history.*.summary", last_per_subject=True
-            ):
-                body = json.loads(message.data)
-                if isinstance(body, dict) and isinstance(body.get("id"), str):
-                    found[body["id"]] = await self._recovered(body)
+        """Newest first; `user` None: everyone's. Every controller's sessions (the index), the ones held
+        here as they are now."""
+        found = {summary["id"]: summary for summary in self._index.all()}
         for session in self._sessions.values():
             found[session.id] = listing_entry(session.snapshot(timeline=False))
         sessions = [s for s in found.values() if user is None or s.get("user") == user]
@@ -406,20 +279,30 @@ class SessionManager:
     def new_id(self) -> str:
         return secrets.token_hex(8)
 
-    async def start(self, session_id: str, spec: SessionSpec) -> FleetSession:
-        """Creates the session and starts it in the background (the caller has authorised and audited it)."""
+    def _new_session(
+        self, session_id: str, spec: SessionSpec, owned: bool, created_ns: int | None
+    ) -> FleetSession:
         hostnames = self._hostnames()
         owners = self._netns_owners(spec.hosts) if self._netns_owners is not None else {}
         runs = self._run_ids(spec.hosts) if self._run_ids is not None else {}
-        session = FleetSession(session_id, spec, hostnames, self._config.max_timeline, owners, runs)
+        session = FleetSession(
+            session_id, spec, hostnames, self._config.max_timeline, owners, runs, created_ns, owned
+        )
         self._sessions[session_id] = session
         self._forget_old()
+        return session
+
+    async def start(self, session_id: str, spec: SessionSpec) -> FleetSession:
+        """Creates the session and starts it in the background (the caller has authorised and audited it):
+        its spec and summary are stored and its lease taken before any host hears of it."""
+        session = self._new_session(session_id, spec, owned=True, created_ns=None)
         # Subscribed before any task goes out: a fast agent's "ready" cannot arrive before we listen.
-        subscription = await self._nc.subscribe(session_subjects(session_id), cb=self._on_message(session))
-        await self._save(session)
-        task = asyncio.create_task(self._run(session, subscription), name=f"session-{session_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        await self._subscribe(session)
+        await self._store.save_spec(StoredSpec(session_id, spec, session.created_ns))
+        if not await self._leases.take(session_id):
+            raise RuntimeError(f"session {session_id}: its lease is already taken")
+        await self._save_summary(session)
+        self._runs[session_id] = self._background(self._run(session), f"session-{session_id}")
         return session
 
     def _forget_old(self) -> None:
@@ -428,20 +311,47 @@ class SessionManager:
             del self._sessions[session_id]
 
     async def cancel(self, session: FleetSession) -> None:
+        """Asked of this controller, whichever runs the session: the hosts are told at once, and the cancel
+        is stored, where the controller running it (this one or another) reads it."""
         session.cancel_requested = True
-        await self._send_control(
-            session, [h for h, v in session.hosts.items() if v.state not in _FINAL], "cancel"
-        )
+        await self._send_control(session, [h for h in session.open_hosts], "cancel")
+        with contextlib.suppress(Exception):
+            await self._store.request_cancel(session.id, session.spec.user)
         session.changed.set()
+
+    async def stop(self) -> None:
+        """Stopping (a restart, an upgrade): the sessions run here are left to another controller - their
+        leases are given back, nothing is finished or failed; the agents go on to their deadlines."""
+        for run in list(self._runs.values()):
+            run.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for session_id in list(self._subscriptions):
+            await self._unsubscribe(session_id)
+
+    # -- subscriptions ----------------------------------------------------------------------------------
+    async def _subscribe(self, session: FleetSession) -> None:
+        """The hosts' statuses and records, and what the controllers store about the session."""
+        self._subscriptions[session.id] = [
+            await self._nc.subscribe(session_subjects(session.id), cb=self._on_message(session)),
+            await self._nc.subscribe(history_subject(session.id, ">"), cb=self._on_history(session)),
+        ]
+
+    async def _unsubscribe(self, session_id: str) -> None:
+        for subscription in self._subscriptions.pop(session_id, []):
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
 
     def resync(self) -> None:
         """NATS is back (the controller's server died, or the connection dropped): what the hosts said
-        meanwhile was stored by the streams; every running session reads it back."""
+        meanwhile was stored by the streams; every running session held here reads it back."""
+        self._index.renew()
         for session in list(self._sessions.values()):
             if session.active:
-                task = asyncio.create_task(self._resync(session), name=f"resync-{session.id}")
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._background(self._resync(session), f"resync-{session.id}")
 
     async def _resync(self, session: FleetSession, patience: float = 15.0) -> None:
         give_up = time.monotonic() + patience
@@ -484,12 +394,175 @@ class SessionManager:
                 return
             await asyncio.sleep(0.5)
 
-    async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+    # -- a session another controller started: followed, or taken over ------------------------------------
+    async def _rehydrate(self, session: FleetSession) -> None:
+        """Everything the store and the streams hold of a session: T0 and the offsets, the hosts the
+        controller decided, a cancel, then every host's statuses and record batches."""
+        t0 = await self._store.t0(session.id)
+        if t0 is not None:
+            self._apply_t0(session, t0)
+        for host, (state, reason) in (await self._store.decisions(session.id)).items():
+            if host in session.hosts:
+                session.set_host(host, state, reason)
+        session.cancel_requested = await self._store.cancel_requested(session.id)
+        await self._replay(session, statuses=True, records=True)
+
+    def _apply_t0(self, session: FleetSession, t0: StoredT0) -> None:
+        session.t0_ns = t0.t0_ns
+        session.state = "running" if session.state == "preparing" else session.state
+        for host, (offset, rtt) in t0.offsets.items():
+            view = session.hosts.get(host)
+            if view is not None and offset is not None:
+                view.offset_ns, view.rtt_ns = offset, rtt
+                session.merged.set_offset(host, offset)
+
+    async def _follow(self, session_id: str) -> FleetSession | None:
+        """A running session of another controller, for this controller's readers (once per session)."""
+        pending = self._following.get(session_id)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._following[session_id] = pending
+            try:
+                pending.set_result(await self._load(session_id, owned=False))
+            except Exception as error:
+                _log.warning("session %s: not followed: %s", session_id, error)
+                pending.set_result(None)
+            finally:
+                self._following.pop(session_id, None)
+        return await asyncio.shield(pending)
+
+    async def _load(self, session_id: str, owned: bool) -> FleetSession | None:
+        spec = await self._store.spec(session_id)
+        if spec is None:
+            return None
+        session = self._new_session(session_id, spec.request, owned=owned, created_ns=spec.created_ns)
+        await self._subscribe(session)
+        await self._rehydrate(session)
+        return session
+
+    async def _watch_orphans(self) -> None:
+        while True:
+            await asyncio.sleep(_ORPHAN_SCAN_S)
+            for summary in self._index.active():
+                session_id = str(summary.get("id"))
+                held = self._sessions.get(session_id)
+                if held is not None and held.owned:
+                    continue
+                with contextlib.suppress(Exception):
+                    if await self._leases.take(session_id):
+                        await self._adopt(session_id, held)
+
+    async def _adopt(self, session_id: str, followed: FleetSession | None) -> None:
+        """This controller holds the lease of a session whose controller stopped or died: run it from where
+        it is (checked against the stream's leader: the index may be behind)."""
+        try:
+            summary = await self._store.summary(session_id)
+            if summary is None or summary.get("state") not in ACTIVE:
+                if summary is not None:
+                    self._index.note(summary)
+                await self._leases.release(session_id)
+                return
+            if await self._store.spec(session_id) is None:
+                # An older controller's session (no spec to run it from): written down as interrupted.
+                body = summary_of(await self._recovered(summary))
+                await self._store.save_summary(body)
+                self._index.note(body)
+                await self._leases.release(session_id)
+                return
+            session = followed if followed is not None else await self._load(session_id, owned=True)
+            if session is None:
+                await self._leases.release(session_id)
+                return
+            session.owned = True
+            session.taken_over = True
+            self.metrics.taken_over.inc()
+            _log.warning(
+                "session %s: taken over (its controller's lease ran out: it stopped or died); %s",
+                session_id, "T0 was set" if session.t0_ns else "it was preparing",
+            )  # fmt: skip
+            self._runs[session_id] = self._background(self._run(session), f"session-{session_id}")
+        except Exception as error:
+            _log.warning("session %s: not taken over: %s", session_id, error)
+            await self._leases.release(session_id)
+
+    def _on_history(self, session: FleetSession) -> Callable[[Msg], Any]:
+        """What controllers store about the session as it is written: the running one reads the cancels
+        asked of others; a follower also T0, the controller's decisions and the end."""
+
+        async def handle(message: Msg) -> None:
+            part = message.subject[len(history_subject(session.id, "")) :]
+            if part == "cancel":
+                if not session.cancel_requested and session.active:
+                    session.cancel_requested = True
+                    session.changed.set()
+                return
+            if session.owned:
+                return  # its own writes
+            try:
+                body = json.loads(message.data)
+            except ValueError:
+                return
+            if part == "t0":
+                t0 = {str(h): (p[0], p[1]) for h, p in (body.get("offsets") or {}).items()}
+                self._apply_t0(session, StoredT0(int(body["t0_ns"]), t0))
+                session.emit("session", session.snapshot(timeline=False))
+            elif part.startswith("decided.") and part[8:] in session.hosts:
+                view = session.set_host(part[8:], str(body.get("state")), str(body.get("reason")))
+                session.emit("status", {"host": part[8:], **view.to_json()})
+            elif part == "summary" and body.get("state") not in ACTIVE:
+                self._background(self._followed_end(session), f"end-{session.id}")
+
+        return handle
+
+    async def _followed_end(self, session: FleetSession) -> None:
+        """The controller running a followed session ended it: its readers here get its end as it was."""
+        await self._unsubscribe(session.id)
+        data: bytes | None = None
+        for _attempt in range(20):
+            with contextlib.suppress(Exception):
+                data = await self._store.result(session.id)
+            if data is not None:
+                break
+            await asyncio.sleep(0.25)
+        if data is None:
+            _log.warning("session %s: ended by another controller, its result not read", session.id)
+            session.state = "ended"
+            session.close_listeners()
+            session.done.set()
+            return
+        body = json.loads(data)
+        session.state, session.verdicts, session.final_json = (
+            str(body.get("state")),
+            body.get("verdicts") or [],
+            data,
+        )
+        for verdict in session.verdicts:
+            session.emit("verdict", verdict)
+        session.emit(
+            "end", {key: body.get(key) for key in ("id", "state", "partial", "hosts", "start_spread_ms")}
+        )
+        session.close_listeners()
+        session.done.set()
+
+    async def _keep_lease(self, session: FleetSession, run: asyncio.Task[None]) -> None:
+        while True:
+            await asyncio.sleep(self._config.lease_seconds / 4)
+            try:
+                await self._leases.renew(session.id)
+            except LeaseLost as lost:
+                _log.warning("%s: this controller stops running it", lost)
+                run.cancel()
+                return
+            except Exception as error:  # NATS away: the lease may run out; the next renewal says
+                _log.warning("session %s: lease not renewed: %s", session.id, error)
+
+    async def _save_summary(self, session: FleetSession, body: dict[str, Any] | None = None) -> None:
+        summary = summary_of(body or session.snapshot(timeline=False))
+        self._index.note(summary)
+        try:
+            await self._store.save_summary(summary)
+        except Exception as error:  # the lease and the spec are what a takeover needs; this is for lists
+            _log.warning("session %s: summary not saved: %s", session.id, error)
 
     # -- messages from agents -------------------------------------------------------------------------
     def _on_message(self, session: FleetSession, replayed: bool = False) -> Callable[[Msg], Any]:
@@ -536,8 +609,9 @@ class SessionManager:
     async def _refuse(
         self, session: FleetSession, sender: str, kind: str, reason: str, what: str, replayed: bool = False
     ) -> None:
-        """Count every refused message; log and audit the first of each (sender, kind, reason) per session."""
-        if replayed:
+        """Count every refused message; log and audit the first of each (sender, kind, reason) per session.
+        By the controller running the session only (a follower's would be a second count and record)."""
+        if replayed or not session.owned:
             return
         self.metrics.refused(kind, reason)
         view = session.hosts.get(sender)
@@ -563,13 +637,13 @@ class SessionManager:
 
     def _on_status(self, session: FleetSession, sender: str, status: HostStatus) -> None:
         view = session.hosts[sender]
-        if view.state in _FINAL:
+        if view.state in FINAL:
             return  # already decided (a late "ended" after we failed it changes nothing)
         if _RANK.get(status.state, 0) < _RANK.get(view.state, 0):
             return  # an older status, read back from the stream after a newer one came
         view.sent, view.batches_sent = status.events, max(view.batches_sent, status.batches)
-        view.state = status.state
-        view.reason = status.reason
+        view.heard = True
+        session.set_host(sender, status.state, status.reason)
         view.totals = dict(status.totals)
         view.lost, view.sampled = status.lost, status.sampled
         if status.start_skew_ns is not None:
@@ -577,7 +651,6 @@ class SessionManager:
         view.missed_pings = 0
         view.unreachable_since = None
         view.last_seen = time.monotonic()
-        view.progressed.set()
         session.emit("status", {"host": sender, **view.to_json()})
 
     def _on_records(self, session: FleetSession, sender: str, batch: RecordBatch) -> None:
@@ -593,37 +666,60 @@ class SessionManager:
             for entry in session.merged.add(sender, record):
                 session.emit("record", entry)
 
-    # -- orchestration ----------------------------------------------------------------------------------
-    async def _run(self, session: FleetSession, subscription: Any) -> None:
+    # -- orchestration (the controller that runs the session) -------------------------------------------
+    async def _run(self, session: FleetSession) -> None:
+        """From where the session is: a new one from its prepare, one taken over from its prepare (tasks
+        only to the hosts never heard of) or after T0 (started again where the start may not have come)."""
+        run = asyncio.current_task()
+        assert run is not None
+        keeper = asyncio.create_task(self._keep_lease(session, run))
+        abandoned = False
         try:
-            await self._prepare_all(session)
-            ready = [host for host, view in session.hosts.items() if view.state == "ready"]
-            _log.info(
-                "session %s: %d of %d hosts ready %.3f s after creation",
-                session.id, len(ready), len(session.hosts), (time.time_ns() - session.created_ns) / 1e9,
-            )  # fmt: skip
-            if ready and not session.cancel_requested:
-                t0 = time.time_ns() + int(self._config.start_margin * 1e9)
-                session.t0_ns = t0
-                session.state = "running"
-                await asyncio.gather(*(self._start(session, host, t0) for host in ready))
-                session.emit("session", session.snapshot(timeline=False))
-                await self._supervise(session, t0 + int(session.spec.duration * 1e9))
+            if session.t0_ns is None:
+                await self._prepare_all(session)
+                ready = [host for host, view in session.hosts.items() if view.state == "ready"]
+                _log.info(
+                    "session %s: %d of %d hosts ready %.3f s after creation",
+                    session.id, len(ready), len(session.hosts), (time.time_ns() - session.created_ns) / 1e9,
+                )  # fmt: skip
+                if ready and not session.cancel_requested:
+                    t0 = time.time_ns() + int(self._config.start_margin * 1e9)
+                    session.t0_ns = t0
+                    session.state = "running"
+                    offsets = {host: (v.offset_ns, v.rtt_ns) for host, v in session.hosts.items()}
+                    # Stored before any host starts: a controller taking over starts the others at this T0.
+                    await self._store.save_t0(session.id, StoredT0(t0, offsets))
+                    await asyncio.gather(*(self._start(session, host, t0) for host in ready))
+                    session.emit("session", session.snapshot(timeline=False))
+                    await self._save_summary(session)
+            else:
+                waiting = [h for h, v in session.hosts.items() if v.state in ("preparing", "ready")]
+                await asyncio.gather(*(self._start(session, host, session.t0_ns) for host in waiting))
+            if session.t0_ns is not None:
+                await self._supervise(session, session.t0_ns + int(session.spec.duration * 1e9))
         except asyncio.CancelledError:
-            # The controller is stopping (a restart, an upgrade): the agents end the session at its deadline
-            # on their own and their statuses are kept by the server, so the hosts are not failed here; the
-            # controller that reads it back shows each host's end (_recovered).
-            session.interrupted = True
+            # The controller is stopping, or another took the session over: not finished here - the agents
+            # end it at its deadline on their own, and the controller that holds the lease finishes it.
+            abandoned = True
             raise
         except Exception as error:  # a bug must end the session visibly, not hang it
             _log.exception("session %s", session.id)
-            for view in session.hosts.values():
-                if view.state not in _FINAL:
-                    view.state, view.reason = "failed", f"controller error: {error}"
+            for host in list(session.open_hosts):
+                self._fail(session, host, f"controller error: {error}")
         finally:
-            with contextlib.suppress(Exception):
-                await subscription.unsubscribe()
-            await self._finish(session)
+            self._runs.pop(session.id, None)
+            await self._unsubscribe(session.id)
+            if abandoned:
+                keeper.cancel()
+                session.owned = False
+                session.close_listeners()
+                self._sessions.pop(session.id, None)
+                await self._leases.release(session.id)  # (a no-op when another took it over)
+            else:
+                try:
+                    await self._finish(session)  # the lease is kept meanwhile: verdicts may take a while
+                finally:
+                    keeper.cancel()
 
     async def _request(self, subject: str, data: bytes, timeout: float) -> Msg:
         """A request to an agent; "no responders" is believed only when it lasts _GONE_S (an agent whose
@@ -654,12 +750,23 @@ class SessionManager:
     async def _prepare_all(self, session: FleetSession) -> None:
         """Every host's task first, then the clock pings, all concurrently: the tasks are what the agents
         need to start loading, and the offsets are needed only at T0. (Tasks created in this order run
-        their first steps in this order, so 1,000 tasks leave before the first ping.)"""
-        hosts = session.spec.hosts
-        dispatches = [asyncio.create_task(self._dispatch(session, host)) for host in hosts]
-        clocks = [asyncio.create_task(self._clock(session, host)) for host in hosts]
+        their first steps in this order, so 1,000 tasks leave before the first ping.) A session taken over
+        sends tasks only to the hosts it never heard of, and waits for the others."""
+        views = session.hosts
+        dispatches = [
+            asyncio.create_task(
+                self._dispatch(session, host) if not views[host].heard else self._await_ready(session, host)
+            )
+            for host in session.spec.hosts
+            if views[host].state == "preparing"
+        ]
+        clocks = [
+            asyncio.create_task(self._clock(session, host))
+            for host in session.spec.hosts
+            if views[host].offset_ns is None and views[host].state not in FINAL
+        ]
         await asyncio.gather(*dispatches, *clocks)
-        failed = [host for host in hosts if session.hosts[host].state == "failed"]
+        failed = [host for host in session.spec.hosts if views[host].state == "failed"]
         await self._send_control(session, failed, "cancel")  # a failed host may have attached meanwhile
 
     async def _clock(self, session: FleetSession, host: str) -> None:
@@ -719,8 +826,9 @@ class SessionManager:
             self._fail(session, host, f"bad task reply: {error}")
             return
         if not reply.accepted:
-            view.state, view.reason = "rejected", reply.reason or "refused"
+            view = session.set_host(host, "rejected", reply.reason or "refused")
             session.emit("status", {"host": host, **view.to_json()})
+            self._decided(session, host)
             with contextlib.suppress(AuditUnavailable):
                 await self._audit.record(
                     user=spec.user,
@@ -735,6 +843,10 @@ class SessionManager:
                     extra={"task_id": task.id, "source": "controller"},
                 )
             return
+        await self._await_ready(session, host)
+
+    async def _await_ready(self, session: FleetSession, host: str) -> None:
+        view = session.hosts[host]
         deadline = time.monotonic() + self._config.prepare_timeout
         while view.state == "preparing" and time.monotonic() < deadline and not session.cancel_requested:
             view.progressed.clear()
@@ -743,7 +855,7 @@ class SessionManager:
                 await asyncio.wait_for(
                     view.progressed.wait(), timeout=min(0.5, max(0.01, deadline - time.monotonic()))
                 )
-        if view.state == "preparing":
+        if view.state == "preparing" and not session.cancel_requested:
             self._fail(session, host, f"not ready within {self._config.prepare_timeout:g} s")
             await self._send_control(session, [host], "cancel")
 
@@ -764,12 +876,18 @@ class SessionManager:
             await self._nc.flush(timeout=2)
 
     def _fail(self, session: FleetSession, host: str, reason: str) -> None:
-        view = session.hosts[host]
-        if view.state in _FINAL:
+        if session.hosts[host].state in FINAL:
             return
-        view.state, view.reason = "failed", reason
-        view.progressed.set()
+        view = session.set_host(host, "failed", reason)
         session.emit("status", {"host": host, **view.to_json()})
+        self._decided(session, host)
+
+    def _decided(self, session: FleetSession, host: str) -> None:
+        """A host this controller decided: stored, so a controller taking the session over keeps it."""
+        view = session.hosts[host]
+        self._background(
+            self._store.save_decision(session.id, host, view.state, view.reason), f"decided-{session.id}"
+        )
 
     async def _supervise(self, session: FleetSession, deadline_ns: int) -> None:
         """Until every host is final. Beside it, `_watch_liveness` pings the hosts that have gone quiet (a
@@ -783,8 +901,7 @@ class SessionManager:
         next_replay_ns = deadline_ns + int(_QUIET_S * 1e9)
         try:
             while True:
-                pending = [host for host, view in session.hosts.items() if view.state not in _FINAL]
-                if not pending:
+                if not session.open_hosts:
                     return
                 if time.time_ns() >= next_replay_ns:
                     # Past the deadline and some host has not said it ended: its end may have been stored
@@ -796,8 +913,10 @@ class SessionManager:
                 if session.cancel_requested and not cancelled:
                     cancelled = True
                     limit_ns = min(limit_ns, time.time_ns() + grace_ns)
+                    await self._send_control(session, list(session.open_hosts), "cancel")
                 if time.time_ns() >= limit_ns:
                     what = "the cancel" if cancelled else "the deadline"
+                    pending = list(session.open_hosts)
                     for host in pending:
                         self._fail(session, host, f"no end status {self._config.end_grace:g} s after {what}")
                     await self._send_control(session, pending, "cancel")
@@ -817,11 +936,16 @@ class SessionManager:
             now = time.monotonic()
             quiet = [
                 host
-                for host, view in session.hosts.items()
-                if view.state not in _FINAL
-                and now - view.last_seen >= _QUIET_S
-                and (view.unreachable_since is not None or now - last_round.get(host, 0.0) >= _QUIET_S)
+                for host in session.open_hosts
+                if now - session.hosts[host].last_seen >= _QUIET_S
+                and (
+                    session.hosts[host].unreachable_since is not None
+                    or now - last_round.get(host, 0.0) >= _QUIET_S
+                )
             ]
+            # The longest quiet first, and a bounded number a round: a wide window is not a ping storm.
+            quiet.sort(key=lambda host: session.hosts[host].last_seen)
+            quiet = quiet[:_PINGS_PER_ROUND]
             for host in quiet:
                 last_round[host] = now
             # Concurrently, and without holding up the end of the session (_supervise does not await this).
@@ -851,44 +975,60 @@ class SessionManager:
 
     async def _finish(self, session: FleetSession) -> None:
         """Verdicts, the audit record of the outcome, then the ended state, all before anyone can read the
-        session as ended: a client polling for `ended` always finds the verdicts with it."""
+        session as ended: a client polling for `ended` always finds the verdicts with it. Then the result
+        is stored (any controller reads it from there), the summary says ended, and the lease goes."""
         ended_ns = time.time_ns()
         _log.info(
             "session %s: every host final %.3f s after creation",
             session.id,
             (ended_ns - session.created_ns) / 1e9,
         )
-        if session.interrupted:
-            state = _INTERRUPTED
-        elif session.cancel_requested:
+        if session.cancel_requested:
             state = "cancelled"
         else:
             state = "ended" if any(view.state == "ended" for view in session.hosts.values()) else "failed"
         partial = any(view.state != "ended" for view in session.hosts.values())
-        if not session.interrupted:
-            await self._reconcile(session)
-        session.verdicts = session.merged.verdicts(session.host_states())
-        outcome = ", ".join(f"{host}: {view.state}" for host, view in session.hosts.items())
-        with contextlib.suppress(AuditUnavailable):
-            await self._audit.record(
-                patience=0 if session.interrupted else 30,  # the end happened: worth a leader election
-                user=session.spec.user,
-                action="session.end",
-                decision="allow",
-                session=session.id,
-                diagnostic=session.spec.diagnostic,
-                hosts=list(session.spec.hosts),
-                scope=session.spec.scope.to_json(),
-                outcome=f"{state}{' (partial)' if partial else ''}; {outcome}",
-                extra={
-                    # What came of it, as one word (ended, partial, failed, cancelled): an end is no decision,
-                    # and its "allow" says nothing about the hosts that failed.
-                    "result": session_result(state, partial),
-                    "host_states": {
-                        h: {"state": v.state, "reason": v.reason} for h, v in session.hosts.items()
-                    },
-                },
+        await self._reconcile(session)
+        # On a thread: a 10,000-host session's verdicts take a while, and the lease must be renewed meanwhile.
+        session.verdicts = await asyncio.to_thread(session.merged.verdicts, session.host_states())
+        not_ended = {
+            h: {"state": v.state, "reason": v.reason} for h, v in session.hosts.items() if v.state != "ended"
+        }
+        counts: dict[str, int] = {}
+        for view in session.hosts.values():
+            counts[view.state] = counts.get(view.state, 0) + 1
+        outcome = ", ".join(f"{host}: {view.state}" for host, view in list(session.hosts.items())[:50])
+        if len(session.hosts) > 50:
+            outcome += (
+                ", ... (" + ", ".join(f"{count} {state}" for state, count in sorted(counts.items())) + ")"
             )
+        record: dict[str, Any] = {
+            "user": session.spec.user,
+            "action": "session.end",
+            "decision": "allow",
+            "session": session.id,
+            "diagnostic": session.spec.diagnostic,
+            "hosts": list(session.spec.hosts),
+            "scope": session.spec.scope.to_json(),
+            "outcome": f"{state}{' (partial)' if partial else ''}; {outcome}",
+            "extra": {
+                # What came of it, as one word (ended, partial, failed, cancelled): an end is no decision,
+                # and its "allow" says nothing about the hosts that failed. Every host that did not end is
+                # named with why (bounded: a message is at most a MiB), the rest counted.
+                "result": session_result(state, partial),
+                "host_states": dict(list(not_ended.items())[:1000]),
+                "host_counts": counts,
+                **({"taken_over": True} if session.taken_over else {}),
+            },
+        }
+        recorded = True
+        try:
+            await self._audit.record(patience=5, **record)  # a stream electing its leader: worth waiting for
+        except AuditUnavailable as error:
+            # The end happened whether or not it is on record yet (JetStream without a quorum): the session
+            # ends for its readers now, and the record is written as soon as the stream takes it (below).
+            _log.warning("session %s: its end is not in the audit yet: %s", session.id, error)
+            recorded = False
         # No await from here to final_json: readers see either the running session or the finished one.
         session.state, session.ended_ns = state, ended_ns
         body = session.snapshot(timeline=True)
@@ -904,24 +1044,54 @@ class SessionManager:
             session.id, state, session.merged.records, len(session.verdicts),
             (time.time_ns() - session.created_ns) / 1e9,
         )  # fmt: skip
-        await self._save(session, body, session.final_json)
+        summary = summary_of(body)
+        self._index.note(summary)
+        if recorded and await self._store_end(session.id, session.final_json, summary):
+            await self._leases.release(session.id)
+            return
+        self._background(
+            self._persist_end(session.id, record, recorded, session.final_json, summary), f"end-{session.id}"
+        )
 
-    async def _save(
-        self, session: FleetSession, body: dict[str, Any] | None = None, data: bytes | None = None
-    ) -> None:
-        """History: a small summary (for listing) and, at the end, the whole session (for reading back),
-        each under NATS's message size: a big session keeps its first records and verdicts there, and says
-        how many it left out (the whole of it stays in memory for the last sessions)."""
-        summary = listing_entry(body or session.snapshot(timeline=False))
+    async def _store_end(self, session_id: str, final: bytes, summary: dict[str, Any]) -> bool:
+        """The result first: a summary saying ended is what other controllers read the result after."""
         try:
-            await self._js.publish(f"netsleuth.history.{session.id}.summary", json.dumps(summary).encode())
-            if body is not None and data is not None:
-                for key in ("timeline", "verdicts"):
-                    items, keep = body[key], len(body[key])
-                    while len(data) > _HISTORY_BYTES and keep > 0:
-                        keep //= 2
-                        body = {**body, key: items[:keep], f"{key}_truncated": len(items) - keep}
-                        data = json.dumps(body).encode()
-                await self._js.publish(f"netsleuth.history.{session.id}.full", data)
-        except Exception as error:  # history is best effort; the audit is not
-            _log.warning("session %s: history not saved: %s", session.id, error)
+            await self._store.save_result(session_id, final)
+            await self._store.save_summary(summary)
+        except Exception as error:
+            _log.warning("session %s: its result is not stored yet: %s", session_id, error)
+            return False
+        return True
+
+    async def _persist_end(
+        self, session_id: str, record: dict[str, Any], recorded: bool, final: bytes, summary: dict[str, Any]
+    ) -> None:
+        """An ended session's audit record and result, written once JetStream takes them again (its servers
+        lost their quorum): tried every half second for at most _STORE_PATIENCE_S, each time after renewing
+        the session's lease - if another controller took the session over meanwhile (the lease ran out while
+        nothing could be written), that one records its end, and this one stops: one end per session."""
+        give_up = time.monotonic() + _STORE_PATIENCE_S
+        stored = False
+        while time.monotonic() < give_up:
+            await asyncio.sleep(0.5)
+            try:
+                await self._leases.renew(session_id)
+            except LeaseLost:
+                _log.warning(
+                    "session %s: taken over before its end was stored; the other controller records it",
+                    session_id,
+                )
+                return
+            except Exception:
+                continue  # no quorum yet
+            if not recorded:
+                with contextlib.suppress(AuditUnavailable):
+                    await self._audit.record(**record)
+                    recorded = True
+                    _log.info("session %s: the audit record of its end stored", session_id)
+            if recorded and not stored:
+                stored = await self._store_end(session_id, final, summary)
+            if recorded and stored:
+                await self._leases.release(session_id)
+                return
+        _log.error("session %s: its end was not stored within %g s", session_id, _STORE_PATIENCE_S)

@@ -23,6 +23,8 @@ permission to create anything and no admin has to:
   mid-session or it took a session over from another controller. Bounded in bytes (reserved in the store,
   `sessions.records_max_bytes`), the oldest go first; a batch sent twice is stored once (Nats-Msg-Id).
 - the host registry bucket the agents write their heartbeats to.
+- the session leases (`netsleuth_session_owners`, a KV bucket whose max age is `sessions.lease_seconds`):
+  which controller runs each session (leases.py).
 
 Each is created with `nats.replicas` copies (3 on a three-server cluster: a server and its disk may be lost).
 
@@ -50,6 +52,7 @@ from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError, ServerError
 
 from netsleuth.controller.config import ControllerConfig
+from netsleuth.controller.leases import ensure_owners_bucket
 from netsleuth.fleet.host_registry import ensure_hosts_bucket
 from netsleuth.fleet.link_config import login_identity, login_refused, lone_reset
 from netsleuth.fleet.protocol import (
@@ -69,6 +72,7 @@ from netsleuth.fleet.protocol import (
 
 __all__ = [
     "LoginRefused",
+    "RenewableWatch",
     "StreamProblem",
     "connect_nats",
     "ensure_streams",
@@ -313,6 +317,7 @@ async def ensure_streams(js: JetStreamContext, config: ControllerConfig) -> None
         ),
         (_bounded,),
     )
+    await ensure_owners_bucket(js, config.sessions.lease_seconds, replicas)
     try:
         _check_replicas(await js.stream_info(f"KV_{HOSTS_BUCKET}"), replicas)
     except NotFoundError:
@@ -332,6 +337,54 @@ async def read_stream(js: JetStreamContext, stream: str, subject: str, **options
 
 
 _T = TypeVar("_T")
+
+
+class RenewableWatch:
+    """A watch that runs for ever (`_follow`, a subclass's), again from the start whenever `renew()` is
+    called (NATS reconnected: a restarted server lost the watch's consumer, which nats-py would notice only
+    after missed heartbeats), and again after a second when it fails (NATS down, JetStream not back yet).
+    `start` waits up to `timeout` for the first full read (`synced`)."""
+
+    what = "watch"
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+        self._renew = asyncio.Event()
+        self.synced = asyncio.Event()
+
+    async def _follow(self) -> None:
+        raise NotImplementedError
+
+    async def start(self, timeout: float = 5.0) -> None:
+        self._task = asyncio.create_task(self._watch(), name=self.what)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.synced.wait(), timeout=timeout)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def renew(self) -> None:
+        self._renew.set()
+
+    async def _watch(self) -> None:
+        while True:
+            self._renew.clear()
+            following = asyncio.create_task(self._follow())
+            renewing = asyncio.create_task(self._renew.wait())
+            try:
+                await asyncio.wait({following, renewing}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (following, renewing):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            if following.done() and not following.cancelled() and following.exception() is not None:
+                _log.warning("%s: %s; watching again", self.what, following.exception() or "failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._renew.wait(), timeout=1)
 
 
 async def patiently(call: Callable[[], Awaitable[_T]], give_up: float) -> _T:

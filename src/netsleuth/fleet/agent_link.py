@@ -399,27 +399,36 @@ class FleetLink:
                     accepted.task,
                 )
             with self._lock:
-                if accepted.task.session in self._sessions:
+                running = self._sessions.get(accepted.task.session)
+                if running is not None and running.task.user != accepted.task.user:
                     raise TaskRefused(f"session {accepted.task.session} already runs here", accepted.task)
-                if len(self._sessions) >= self._limits.max_concurrent:
+                if running is None and len(self._sessions) >= self._limits.max_concurrent:
                     raise TaskRefused(
                         f"{self._limits.max_concurrent} fleet sessions are running, this agent's maximum",
                         accepted.task,
                     )
-                session = FleetSession(
-                    accepted,
-                    self.config.host_id,
-                    lambda: open_diagnostic(
-                        accepted.task.diagnostic, accepted.config, self._context, accepted.scope
-                    ),
-                    self.publisher(accepted.task.stored),
-                    self._ledger,
-                    lambda: self._clock.offset_ns,
-                    self._session_ended,
-                )
-                self._sessions[session.id] = session
+                if running is None:
+                    session = FleetSession(
+                        accepted,
+                        self.config.host_id,
+                        lambda: open_diagnostic(
+                            accepted.task.diagnostic, accepted.config, self._context, accepted.scope
+                        ),
+                        self.publisher(accepted.task.stored),
+                        self._ledger,
+                        lambda: self._clock.offset_ns,
+                        self._session_ended,
+                    )
+                    self._sessions[session.id] = session
         except TaskRefused as refused:
             await self._refuse(msg, refused)
+            return
+        if running is not None:
+            # A second signed task (a new id) for a session that runs here: a controller that took the session
+            # over while it was preparing and had not heard from this host yet. Nothing new runs.
+            if msg.reply:
+                await msg.respond(TaskReply(True, "", self._clock.offset_ns).encode())
+            _LOG.info("fleet: task %s: session %s already runs here", accepted.task.id, running.id)
             return
         self.accepted += 1
         if msg.reply:

@@ -31,6 +31,7 @@ from netsleuth.fleet.protocol import (
     AGENT_AUDIT_STREAM,
     AUDIT_STREAM,
     HOSTS_BUCKET,
+    OWNERS_BUCKET,
     PREFIX,
     RECORDS_STREAM,
     SESSIONS_STREAM,
@@ -81,6 +82,7 @@ CONTROLLER_STREAMS = (
     STATUS_STREAM,
     RECORDS_STREAM,
     f"KV_{HOSTS_BUCKET}",
+    f"KV_{OWNERS_BUCKET}",
 )
 
 
@@ -91,6 +93,7 @@ def controller_permissions() -> dict[str, Any]:
                 f"{PREFIX}.host.>",  # tasks, control, pings
                 f"{PREFIX}.audit.controller.>",
                 f"{PREFIX}.history.>",
+                f"$KV.{OWNERS_BUCKET}.>",  # the leases of the sessions it runs (controller/leases.py)
                 "_INBOX.>",
                 "$JS.API.INFO",
                 "$JS.API.STREAM.INFO.*",
@@ -226,9 +229,9 @@ _EXAMPLE_HEADER = """\
 #                deny purge and delete even to it). Used by no service; keep it for an operator.
 #   controller   publishes as itself only (netsleuth.host.>, netsleuth.audit.controller.>, history); creates
 #                its streams and the registry bucket at start (NETSLEUTH_AUDIT, NETSLEUTH_AUDIT_AGENTS,
-#                NETSLEUTH_SESSIONS, NETSLEUTH_STATUS, NETSLEUTH_RECORDS, KV_netsleuth_hosts: nothing to
-#                create by hand) and reads them; may not create any other stream, nor update, purge or
-#                delete one.
+#                NETSLEUTH_SESSIONS, NETSLEUTH_STATUS, NETSLEUTH_RECORDS, KV_netsleuth_hosts,
+#                KV_netsleuth_session_owners: nothing to create by hand) and reads them; writes the leases of
+#                the sessions it runs; may not create any other stream, nor update, purge or delete one.
 #   agent-<host> only its own host: subscribe netsleuth.host.<host>.> and its reply inbox _INBOX_<host>.>;
 #                publish its sessions' status/records (netsleuth.session.*.<host>.>), its refusals
 #                (netsleuth.audit.agent.<host>), its registry key ($KV.netsleuth_hosts.<host>) and the

@@ -47,6 +47,7 @@ __all__ = [
     "HOSTS_BUCKET",
     "HOST_ID_PATTERN",
     "HOST_STATES",
+    "OWNERS_BUCKET",
     "PROTOCOL_VERSION",
     "RECORDS_STREAM",
     "RECORDS_SUBJECTS",
@@ -107,6 +108,9 @@ STATUS_SUBJECTS: Final = "netsleuth.session.*.*.status"
 # died, it took the session over from another controller) merges from.
 RECORDS_STREAM: Final = "NETSLEUTH_RECORDS"
 RECORDS_SUBJECTS: Final = "netsleuth.session.*.*.records"
+# Which controller runs each session: a lease per session, in a KV bucket whose max age expires it
+# (controller/leases.py).
+OWNERS_BUCKET: Final = "netsleuth_session_owners"
 # One NATS subject token that is also a KV key and a DNS-label-like name: no dots, wildcards or spaces.
 HOST_ID_PATTERN: Final = r"[a-z0-9][a-z0-9-]{0,62}"
 _HOST_ID = re.compile(HOST_ID_PATTERN)
