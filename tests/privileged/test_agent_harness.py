@@ -62,8 +62,13 @@ def loaded_ids() -> tuple[set[int], set[int]]:
     """Every program and link id the kernel has right now."""
 
     def ids(kind: str) -> set[int]:
-        output = subprocess.run(["bpftool", "-j", kind, "show"], capture_output=True, text=True, check=True)
-        return {int(item["id"]) for item in json.loads(output.stdout or "[]")}
+        # bpftool lists the ids, then opens each: one freed in between (another process's, on a shared
+        # machine) makes it fail ("can't get link by id"). Listed again, a few times.
+        for _attempt in range(5):
+            output = subprocess.run(["bpftool", "-j", kind, "show"], capture_output=True, text=True)
+            if output.returncode == 0:
+                return {int(item["id"]) for item in json.loads(output.stdout or "[]")}
+        raise RuntimeError(f"bpftool {kind} show failed 5 times: {output.stderr.strip()}")
 
     return ids("prog"), ids("link")
 
