@@ -114,6 +114,7 @@ def start(tmp_path: Path, token: str | None = None, max_concurrent: int = 4) -> 
         ProgramLedger(lambda fd: ProgramStats(0, 0)),
         lambda: True,
         diagnostics={"tick": Ticking},
+        read_config=lambda _name, config: config,  # the ticking diagnostic reads its own config
     )
     endpoints = Endpoints(sessions)
     endpoints.registry.register(Counting())
@@ -182,7 +183,7 @@ def test_tcp_sessions_need_the_exact_token(tmp_path: Path) -> None:
 def test_bad_requests_are_refused_with_one_sentence(servers: Servers) -> None:
     cases: list[tuple[dict[str, Any], int, str]] = [
         ({"diagnostic": "tick", "duration": 61}, 400, "exceeds this agent's limit of 60 seconds"),
-        ({"diagnostic": "nope"}, 400, "diagnostic must be one of tick"),
+        ({"diagnostic": "nope"}, 400, "unknown diagnostic 'nope' (known: tick)."),
     ]
     for request, status, text in cases:
         with pytest.raises(AgentError) as refused:

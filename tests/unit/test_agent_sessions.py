@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -141,6 +142,7 @@ def manager(
         lambda: accounting,
         clock=clock,
         diagnostics={"fake": lambda config, _context: Scripted(config, clock)},
+        read_config=lambda _name, config: config,  # the scripted diagnostic reads its own config
     )
     return sessions, kernel
 
@@ -167,9 +169,9 @@ def test_request_defaults_and_refusals() -> None:
         5,
     )
     bad = [
-        (b"{", "not JSON"),
+        (b"{", "the request body is not valid JSON"),
         (b"[]", "JSON object"),
-        (b'{"diagnostic": "nope"}', "diagnostic must be one of drops"),
+        (b'{"diagnostic": "nope"}', "unknown diagnostic 'nope' (known: drops)"),
         (b'{"diagnostic": "drops", "duration": 61}', "duration 61 exceeds this agent's limit of 60 seconds"),
         (b'{"diagnostic": "drops", "duration": -1}', "duration must be a positive number"),
         (b'{"diagnostic": "drops", "max_events": 1001}', "max_events 1001 exceeds"),
@@ -180,7 +182,7 @@ def test_request_defaults_and_refusals() -> None:
         (b'{"diagnostic": "drops", "durration": 1}', "unknown field 'durration'"),
     ]
     for raw, expected in bad:
-        with pytest.raises(UsageError, match=expected.replace("(", r"\(")):
+        with pytest.raises(UsageError, match=re.escape(expected)):
             parse_session_request(raw, LIMITS, ("drops",))
 
 

@@ -32,6 +32,7 @@ def _config(tmp_path: Path, extra: dict[str, Any] | None = None) -> ControllerCo
             "web": {"diagnostics": ["drops", "conn"], "hosts": ["web-*", "label:tier=web"], "netns": ["web"]},
             "ops": {"diagnostics": ["*"], "hosts": ["*"], "netns": ["host"], "max_duration": 120},
             "admins": {"admin": True, "diagnostics": ["*"], "hosts": ["*"], "netns": ["*"]},
+            "team-a": {"diagnostics": ["drops"], "hosts": ["*"], "k8s_namespaces": ["team-a"]},
         },
         "users": [
             {"name": "alice", "token_hash": hash_token(TOKEN), "roles": ["web"]},
@@ -220,6 +221,32 @@ def test_roles_allow_only_what_one_role_grants(tmp_path: Path) -> None:
     assert rbac.limits(Principal("o", ("ops", "web"), "token")).max_duration == 120
 
 
+def test_a_role_scoped_by_kubernetes_namespace_grants_that_namespaces_pods_only(tmp_path: Path) -> None:
+    from netsleuth.controller.app import _asked_scope
+    from netsleuth.controller.requests import SessionRequest
+    from netsleuth.fleet.protocol import Scope
+
+    rbac = Rbac(_config(tmp_path))
+    amy = Principal("amy", ("team-a",), "token")
+    node = {"host": "node-1", "labels": {}}
+    rbac.check_session(amy, "drops", [node], None, "team-a")
+    assert rbac.allowed(amy)["k8s_namespaces"] == ["team-a"]
+    with pytest.raises(Denied, match="do not allow Kubernetes namespace team-b on host node-1"):
+        rbac.check_session(amy, "drops", [node], None, "team-b")
+    # No namespace chosen is the host's own: not hers, and the sentence says what her roles do allow.
+    with pytest.raises(Denied, match=r"network namespace host on host node-1.*Kubernetes namespace team-a"):
+        rbac.check_session(amy, "drops", [node], None)
+    # netns "*" grants every namespace, pods' included.
+    rbac.check_session(Principal("root", ("admins",), "token"), "drops", [node], None, "team-b")
+    # What the request chooses is the task's scope: by its k8s_namespace, or its pod's namespace.
+    asked = SessionRequest(("node-1",), None, "drops", {"pod": "team-a/web-1"}, 5.0)
+    assert asked.k8s_namespace == "team-a" and _asked_scope(asked) == Scope(k8s_namespaces=("team-a",))
+    plain = SessionRequest(("node-1",), None, "drops", {"netns": "web"}, 5.0)
+    assert plain.k8s_namespace is None and _asked_scope(plain) == Scope(netns=("web",))
+    assert Scope(k8s_namespaces=("team-a",)).to_json()["k8s_namespaces"] == ["team-a"]
+    assert "k8s_namespaces" not in Scope(netns=("web",)).to_json()  # older tasks sign the same bytes
+
+
 @pytest.mark.parametrize(
     ("body", "status", "words"),
     [
@@ -238,7 +265,7 @@ def test_roles_allow_only_what_one_role_grants(tmp_path: Path) -> None:
         (
             b'{"hosts": ["a"], "diagnostic": "drops", "duration": 1, "config": {"Bad": 1}}',
             400,
-            "not a filter",
+            "is not an option name",
         ),
         (b'{"hosts": ["a"], "diagnostic": "drops", "duration": 1, "config": {"netns": ""}}', 400, "netns"),
         (

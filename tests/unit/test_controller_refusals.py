@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from netsleuth.controller.app import ApiError, _config_problem, _error
-from netsleuth.controller.requests import SessionRequest
+from netsleuth.controller.app import _error
+from netsleuth.controller.requests import BadRequest, SessionRequest, read_config
 from netsleuth.controller.sessions import session_result
 
 
-def _refusal(diagnostic: str, config: dict[str, Any]) -> ApiError:
-    problem = _config_problem(SessionRequest(("client",), None, diagnostic, config, 5))
-    assert problem is not None, config
-    return problem
+def _refusal(diagnostic: str, config: dict[str, Any]) -> BadRequest:
+    with pytest.raises(BadRequest) as refused:
+        read_config(SessionRequest(("client",), None, diagnostic, config, 5))
+    return refused.value
 
 
 @pytest.mark.parametrize(
@@ -50,15 +50,15 @@ def test_a_refused_field_is_named_apart_from_the_clis_sentence(
     assert refusal.field == field
     assert refusal.problem is not None and refusal.problem.startswith(problem)
     # The sentence is still the CLI's (`netsleuth fleet run` prints it): it names the flag.
-    assert refusal.message.startswith(f"invalid config for {diagnostic}: {flag} ")
-    body = _error(refusal.status, refusal.message, refusal.field, refusal.problem).body
+    assert str(refusal).startswith(f"invalid config for {diagnostic}: {flag} ")
+    body = _error(refusal.status, str(refusal), refusal.field, refusal.problem).body
     assert b'"field":"' + field.encode() + b'"' in body
 
 
 def test_a_refusal_of_the_config_as_a_whole_names_no_field() -> None:
     refusal = _refusal("drops", {"nosuch": 1})
     assert refusal.field is None
-    assert b'"field"' not in _error(refusal.status, refusal.message).body
+    assert b'"field"' not in _error(refusal.status, str(refusal)).body
 
 
 @pytest.mark.parametrize(

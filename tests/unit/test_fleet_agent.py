@@ -21,7 +21,7 @@ from netsleuth.bpf.stats import ProgramStats
 from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
-from netsleuth.fleet.admission import HOST_NETNS, AcceptedTask, ReplayGuard, TaskAdmission, TaskRefused
+from netsleuth.fleet.admission import AcceptedTask, ReplayGuard, TaskAdmission, TaskRefused
 from netsleuth.fleet.clock import OffsetEstimator, parse_nats_time
 from netsleuth.fleet.conntrack_records import entry_matches
 from netsleuth.fleet.nats_config import example_cluster_configs, example_server_config
@@ -36,13 +36,16 @@ from netsleuth.fleet.protocol import (
     new_task_id,
     public_key_to_text,
 )
-from netsleuth.fleet.scope_filter import EnforcedScope
 from netsleuth.fleet.session_runner import FleetSession, record_wall_ns
+from netsleuth.spec.scope import Netns
+from netsleuth.spec.scope import Scope as HeldScope
+from tests.unit.fleet_fakes import DB, OWN, WEB, FakeNamespaces
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = generate_private_key()
 NOW = 1_800_000_000.0
 RUN = "run-0001"  # the run id of the agent under test (its registry entry's)
+LAB = Netns(4026532199, "lab-client")  # the one namespace of an agent confined to it (fleet.netns)
 
 
 def _task(**changes: Any) -> Task:
@@ -73,7 +76,7 @@ def _admission(host_netns: str = "", clock: list[float] | None = None) -> TaskAd
         catalogue=lambda: ("drops", "conn"),
         limits=SessionLimits(max_events=5, max_duration=60, cpu_budget_percent=2),
         host_netns=host_netns,
-        known_netns=lambda name: name in ("web", "db"),
+        namespaces=FakeNamespaces((WEB, DB, LAB)),
         clock=lambda: now[0],
     )
 
@@ -85,19 +88,20 @@ def _signed(task: Task) -> bytes:
 # -- admission -------------------------------------------------------------------------------------------
 def test_accepted_task_has_scope_pushed_into_its_config_and_budgets_capped() -> None:
     accepted = _admission().admit(_signed(_task(scope=Scope(netns=("web",), addresses=("198.18.0.0/16",)))))
-    assert accepted.config == {"proto": "tcp", "netns": "web", "host": ["198.18.0.0/16"]}
+    # The namespace as the inode resolved at admission: a name re-pointed later changes nothing.
+    assert accepted.config == {"proto": "tcp", "netns": str(WEB.inode), "host": ["198.18.0.0/16"]}
     assert accepted.budgets == Budgets(max_events=5, max_bytes=10_000, cpu_percent=2)
 
 
 def test_empty_scope_means_the_hosts_own_namespace() -> None:
-    assert _admission().admit(_signed(_task(scope=Scope()))).config["netns"] == HOST_NETNS
+    assert _admission().admit(_signed(_task(scope=Scope()))).config["netns"] == str(OWN)
     with pytest.raises(TaskRefused, match="outside the task's scope"):
         _admission().admit(_signed(_task(scope=Scope(), config={"netns": "web"})))
 
 
 def test_a_namespaced_agent_forces_its_namespace() -> None:
     admission = _admission(host_netns="lab-client")
-    assert admission.admit(_signed(_task(scope=Scope()))).config["netns"] == "lab-client"
+    assert admission.admit(_signed(_task(scope=Scope()))).config["netns"] == str(LAB.inode)
     with pytest.raises(TaskRefused, match="outside this host"):
         admission.admit(_signed(_task(scope=Scope(netns=("web",)))))
 
@@ -141,8 +145,8 @@ def test_config_is_validated_by_the_diagnostic_before_acceptance() -> None:
         controller_key=KEY.public_key(),
         catalogue=lambda: ("drops",),
         limits=SessionLimits(),
-        host_netns="lab",
-        known_netns=lambda name: True,
+        host_netns="lab-client",
+        namespaces=FakeNamespaces((LAB,)),
         clock=lambda: NOW,
         validate_config=validate,
     )
@@ -288,9 +292,7 @@ def _run_session(
     published: list[tuple[str, bytes]] = []
     ended = threading.Event()
     # Host-wide: these sessions test the window and the caps, not the scope (test_fleet_scope.py does).
-    accepted = AcceptedTask(
-        _task(deadline_s=deadline_s, **task), {}, budgets, deadline_s, EnforcedScope(True, None)
-    )
+    accepted = AcceptedTask(_task(deadline_s=deadline_s, **task), {}, budgets, deadline_s, HeldScope(True))
     session = FleetSession(
         accepted,
         "node-a",

@@ -12,8 +12,9 @@ from pathlib import Path
 from netsleuth.diagnostics.drop_batch import DropBatcher
 from netsleuth.diagnostics.drops_decode import decode_records
 from netsleuth.fleet.diagnostic_source import EncodedRecords
-from netsleuth.fleet.scope_filter import EnforcedScope, ScopeFilter
+from netsleuth.fleet.scope_filter import ScopeFilter
 from netsleuth.fleet.session_runner import record_wall_ns
+from netsleuth.spec.scope import Netns, Scope
 from tests.unit.test_drop_batch import storm
 from tests.unit.test_drops_decode import enricher, make_event
 
@@ -38,7 +39,7 @@ def test_the_window_and_the_scope_per_kind_give_the_per_record_paths_records(tmp
     plain = [dict(record.to_json()) for record in batch]
     walls = sorted(record_wall_ns(record, 0) or 0 for record in plain)
     t0 = walls[len(walls) // 2] + 1  # half the drops before T0
-    scope = EnforcedScope(host_wide=False, netns="/proc/self/ns/net")
+    scope = Scope(False, Netns(OWN, None))
 
     by_record, by_kind = ScopeFilter(scope), ScopeFilter(scope)
     expected = by_record.keep([record for record in plain if (record_wall_ns(record, 0) or 0) >= t0])

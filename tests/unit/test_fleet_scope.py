@@ -7,11 +7,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from netsleuth.agent.config import SessionLimits
@@ -20,8 +22,9 @@ from netsleuth.bpf.stats import ProgramStats
 from netsleuth.diagnostics.model import ConfigInput
 from netsleuth.diagnostics.registry import get_diagnostic
 from netsleuth.diagnostics.totals import EventTotals
-from netsleuth.fleet.admission import HOST_NETNS, AcceptedTask, TaskAdmission, TaskRefused
-from netsleuth.fleet.diagnostic_source import for_the_fleet, narrow_to_scope
+from netsleuth.errors import UsageError
+from netsleuth.fleet.admission import AcceptedTask, TaskAdmission, TaskRefused
+from netsleuth.fleet.diagnostic_source import for_the_fleet
 from netsleuth.fleet.protocol import (
     Budgets,
     HostStatus,
@@ -31,15 +34,24 @@ from netsleuth.fleet.protocol import (
     Task,
     generate_private_key,
 )
-from netsleuth.fleet.scope_filter import EnforcedScope, ScopeFilter
+from netsleuth.fleet.scope_filter import ScopeFilter
 from netsleuth.fleet.session_runner import FleetSession
+from netsleuth.fleet.untyped import narrow_to_scope
 from netsleuth.kernel.netns import NetnsNames
+from netsleuth.spec.parts import PodRef
+from netsleuth.spec.records import Record
+from netsleuth.spec.scope import AddressField, Netns, NetnsField
+from netsleuth.spec.scope import Scope as HeldScope
+from netsleuth.spec.summary import ClockPart, Summary
+from tests.unit.fleet_fakes import DB, OWN_NETNS, WEB, FakeNamespaces
 
 KEY = generate_private_key()
 NOW = 1_800_000_000.0
 RUN = "run-0001"  # the run id of the agent under test (its registry entry's)
+HOST_NETNS = "/proc/self/ns/net"
 OWN = os.stat(HOST_NETNS).st_ino  # the scope's namespace in these tests: the one the test runs in
 OTHER = OWN + 7
+SCOPE = HeldScope(False, Netns(OWN, "web"))  # held to the test's own namespace, named "web"
 
 
 class _Names(NetnsNames):
@@ -50,7 +62,7 @@ class _Names(NetnsNames):
 
 
 def _filter(networks: tuple[str, ...] = ()) -> ScopeFilter:
-    scope = EnforcedScope(False, HOST_NETNS, tuple(ipaddress.ip_network(n) for n in networks))
+    scope = HeldScope(False, SCOPE.netns, tuple(ipaddress.ip_network(n) for n in networks))
     return ScopeFilter(scope, _Names())
 
 
@@ -103,7 +115,7 @@ def test_records_of_other_namespaces_are_withheld_and_counted() -> None:
     )
     assert [(r["type"], r.get("netns")) for r in kept] == [("drop", OWN), ("drop", 0), ("conntrack", "host")]
     assert scope.withheld_records == 4 and scope.withheld == 4
-    assert scope.note() == "withheld 4 out-of-scope (4 record(s); scope: this host's own namespace)"
+    assert scope.note() == "withheld 4 out-of-scope (4 record(s); scope: netns web)"
 
 
 def test_a_conn_report_keeps_only_its_entries_inside_the_scope() -> None:
@@ -158,7 +170,7 @@ def test_an_address_scope_keeps_either_address_inside() -> None:
 
 
 def test_a_host_wide_scope_withholds_nothing() -> None:
-    scope = ScopeFilter(EnforcedScope(True, None))
+    scope = ScopeFilter(HeldScope(True))
     records = [_drop(OTHER, "db"), {"type": "stack"}, _conn()]
     assert scope.keep(records) == records and scope.withheld == 0 and scope.note() is None
 
@@ -191,7 +203,7 @@ def _admit(task: Task, host_netns: str = "") -> AcceptedTask:
         catalogue=lambda: ("drops", "conn", "softirq", "profile", "snoop.exec"),
         limits=SessionLimits(),
         host_netns=host_netns,
-        known_netns=lambda name: name in ("web", "db"),
+        namespaces=FakeNamespaces(),
         clock=lambda: NOW,
     )
     return admission.admit(SignedTask.sign(task, KEY, "k").encode())
@@ -199,9 +211,9 @@ def _admit(task: Task, host_netns: str = "") -> AcceptedTask:
 
 def test_the_accepted_task_carries_the_scope_it_is_held_to() -> None:
     accepted = _admit(_task(scope=Scope(netns=("web",), addresses=("198.18.0.0/24",))))
-    assert accepted.scope.netns == "web" and not accepted.scope.host_wide
+    assert accepted.scope.netns == WEB and not accepted.scope.host_wide
     assert [str(n) for n in accepted.scope.networks] == ["198.18.0.0/24"]
-    assert _admit(_task(scope=Scope())).scope == EnforcedScope(False, HOST_NETNS)
+    assert _admit(_task(scope=Scope())).scope == HeldScope(False, OWN_NETNS)
 
 
 @pytest.mark.parametrize("diagnostic", ["softirq", "profile"])
@@ -210,11 +222,13 @@ def test_diagnostics_that_cannot_say_their_namespace_need_a_host_wide_scope(diag
         with pytest.raises(TaskRefused, match="needs a host-wide scope"):
             _admit(_task(diagnostic=diagnostic, scope=scope))
     accepted = _admit(_task(diagnostic=diagnostic, scope=Scope(netns=("*",)), config={"netns": "*"}))
-    assert accepted.scope.host_wide and "netns" not in accepted.config
+    assert accepted.scope.host_wide and accepted.config_json.get("netns") is None
 
 
 def test_host_wide_scope_rules() -> None:
-    assert _admit(_task(scope=Scope(netns=("*",)), config={"netns": "db"})).config["netns"] == "db"
+    assert _admit(_task(scope=Scope(netns=("*",)), config={"netns": "db"})).config_json["netns"] == str(
+        DB.inode
+    )
     with pytest.raises(TaskRefused, match="outside this host"):
         _admit(_task(scope=Scope(netns=("*",))), host_netns="lab-client")  # an agent confined to one netns
     with pytest.raises(TaskRefused, match="cannot be combined"):
@@ -233,14 +247,14 @@ def test_conn_is_confined_to_the_scope_in_its_drop_filter_and_nat_join() -> None
     spec = get_diagnostic("conn")
     config = spec.read(ConfigInput({"netns": HOST_NETNS, "proto": "tcp"}))
     assert config.drops_filter.netns is None and config.conntrack_namespaces is None  # every namespace
-    narrowed = narrow_to_scope(config, EnforcedScope(False, HOST_NETNS))
+    narrowed = narrow_to_scope(config, HeldScope(False, OWN_NETNS), (HOST_NETNS,))
     assert narrowed.tcp_filter.netns == OWN and narrowed.drops_filter.netns == OWN
     assert narrowed.conntrack_namespaces == (HOST_NETNS,)
-    assert narrow_to_scope(config, EnforcedScope(True, None)) is config
+    assert narrow_to_scope(config, HeldScope(True), ()) is config
     # An address scope: admission made it the `host` filter; the drop program gets it too.
     scoped = spec.read(ConfigInput({"netns": HOST_NETNS, "host": ["198.18.0.0/24"]}))
     networks = (ipaddress.ip_network("198.18.0.0/24"),)
-    narrowed = narrow_to_scope(scoped, EnforcedScope(False, HOST_NETNS, networks))
+    narrowed = narrow_to_scope(scoped, HeldScope(False, OWN_NETNS, networks), (HOST_NETNS,))
     assert narrowed.drops_filter.hosts == networks and narrowed.tcp_filter.hosts == networks
 
 
@@ -286,7 +300,7 @@ def test_the_ended_status_reports_what_was_withheld(monkeypatch: pytest.MonkeyPa
     )
     published: list[tuple[str, bytes]] = []
     ended = threading.Event()
-    accepted = AcceptedTask(_task(deadline_s=0.2), {}, Budgets(), 0.2, EnforcedScope(False, HOST_NETNS))
+    accepted = AcceptedTask(_task(deadline_s=0.2), {}, Budgets(), 0.2, SCOPE)
     session = FleetSession(
         accepted,
         "node-a",
@@ -336,3 +350,138 @@ def test_a_fleet_conn_reports_the_drops_no_connection_here_claimed(tmp_path: Pat
         assert tracker.ready() == [] and tracker.take_unclaimed() == []  # still waiting for its connection
         assert tracker.flush() == []
         assert tracker.take_unclaimed() == ([drop] if keep else [])
+
+
+# -- a typed diagnostic: the scope is one typed value, narrowed on its traits' fields ---------------------
+A1, A2, B1 = Netns(4026532201, "cni-a1"), Netns(4026532202, "cni-a2"), Netns(4026532203, "cni-b1")
+PODS = {"team-a/web-1": A1, "team-a/web-2": A2, "team-b/db-0": B1}
+
+
+def _admit_typed(task: Task, namespaces: FakeNamespaces | None = None) -> AcceptedTask:
+    admission = TaskAdmission(
+        host_id="node-a",
+        run_id=RUN,
+        controller_key=KEY.public_key(),
+        catalogue=lambda: ("route", "snoop.exec"),
+        limits=SessionLimits(),
+        host_netns="",
+        namespaces=namespaces or FakeNamespaces(pods=PODS),
+        clock=lambda: NOW,
+    )
+    return admission.admit(SignedTask.sign(task, KEY, "k").encode())
+
+
+def test_a_typed_config_is_narrowed_on_the_fields_its_traits_name() -> None:
+    from netsleuth.diagnostics.route.records import RouteConfig
+
+    accepted = _admit_typed(
+        _task(diagnostic="route", scope=Scope(netns=("web",), addresses=("198.18.0.0/24",)), config={})
+    )
+    config = accepted.config
+    assert isinstance(config, RouteConfig)
+    # The namespace as the inode resolved at admission; the address scope as the "either address" filter.
+    assert config.netns == str(WEB.inode) and [str(n) for n in config.host] == ["198.18.0.0/24"]
+    assert accepted.scope == HeldScope(False, WEB, (ipaddress.ip_network("198.18.0.0/24"),))
+    # A user's own filters inside the scope stay theirs (their netns named by its inode).
+    inside = _admit_typed(
+        _task(
+            diagnostic="route",
+            scope=Scope(netns=("web",), addresses=("198.18.0.0/16",)),
+            config={"netns": "web", "host": ["198.18.0.7"], "dport": 53},
+        )
+    ).config
+    assert inside.netns == str(WEB.inode) and [str(n) for n in inside.host] == ["198.18.0.7/32"]
+    assert inside.dport == 53
+    for config, words in (
+        ({"netns": "db"}, "config.netns 'db' is outside the task's scope (netns web and 198.18.0.0/24)"),
+        ({"host": ["192.0.2.1"]}, "config.host '192.0.2.1/32' is outside the task's address scope"),
+        ({"pod": "team-b/db-0"}, "config.pod 'team-b/db-0' is outside the task's scope"),
+        ({"dport": 99999}, "invalid config for route: dport 99999 is not a port"),
+        ({"family": 6}, "config.family contradicts the IPv4 address 198.18.0.0/24: drop one of them (with"),
+    ):
+        task = _task(
+            diagnostic="route", scope=Scope(netns=("web",), addresses=("198.18.0.0/24",)), config=config
+        )
+        with pytest.raises(TaskRefused, match=re.escape(words)):
+            _admit_typed(task)
+
+
+def test_a_kubernetes_namespace_scope_is_its_pods_namespaces_resolved_at_task_time() -> None:
+    scope = Scope(k8s_namespaces=("team-a",))
+    accepted = _admit_typed(_task(diagnostic="route", scope=scope, config={}))
+    assert accepted.scope.k8s_namespace == "team-a" and accepted.scope.pod_netns == (A1, A2)
+    assert accepted.config.k8s_namespace == "team-a"  # the kernel filters the set of its pods' namespaces
+    assert accepted.namespace_files == ("cni-a1", "cni-a2")  # conntrack is read in those alone
+    # One of its pods, or its namespace by name: inside. Another team's pod or namespace: refused.
+    assert _admit_typed(_task(diagnostic="route", scope=scope, config={"pod": "team-a/web-2"})).config.pod
+    assert _admit_typed(_task(diagnostic="route", scope=scope, config={"netns": "cni-a1"}))
+    for config in ({"pod": "team-b/db-0"}, {"k8s_namespace": "team-b"}, {"netns": "web"}):
+        with pytest.raises(TaskRefused, match="is outside the task's scope"):
+            _admit_typed(_task(diagnostic="route", scope=scope, config=config))
+    # A namespace with no pod here is refused, never run with an empty (no) filter.
+    with pytest.raises(TaskRefused, match="no pod of Kubernetes namespace team-c runs on this host"):
+        _admit_typed(_task(diagnostic="route", scope=Scope(k8s_namespaces=("team-c",))))
+    # snoop's kernel filter holds one namespace: a namespace whose pods have one here, but not two.
+    only = _admit_typed(_task(diagnostic="snoop.exec", scope=Scope(k8s_namespaces=("team-b",)), config={}))
+    assert only.config.netns == str(B1.inode)
+    with pytest.raises(TaskRefused, match=r"snoop\.exec's kernel filter takes one network namespace"):
+        _admit_typed(_task(diagnostic="snoop.exec", scope=scope, config={}))
+    with pytest.raises(TaskRefused, match="not both"):
+        _admit_typed(_task(diagnostic="route", scope=Scope(netns=("web",), k8s_namespaces=("team-a",))))
+
+
+def test_the_narrowing_hook_reaches_what_the_fields_do_not() -> None:
+    from netsleuth.diagnostics.route.records import RouteConfig
+    from netsleuth.fleet.admission import narrow_config
+    from netsleuth.spec.scope import ScopeTraits
+
+    seen: list[HeldScope] = []
+
+    def narrow(config: RouteConfig, scope: HeldScope) -> RouteConfig:
+        seen.append(scope)
+        return msgspec.structs.replace(config, dport=53)  # e.g. a second program's own filter
+
+    traits = ScopeTraits(narrow=narrow)
+    held = HeldScope(False, WEB)
+    narrowed = narrow_config(RouteConfig(), held, traits, FakeNamespaces(), "route")
+    assert narrowed.netns == str(WEB.inode) and narrowed.dport == 53 and seen == [held]
+    # A trait naming a field the config lacks cannot hold a namespace scope: refused, never left open.
+    with pytest.raises(UsageError, match="has no network namespace filter"):
+        narrow_config(RouteConfig(), held, ScopeTraits(netns_field="nsid"), FakeNamespaces(), "route")
+
+
+class _Lookup(Record, frozen=True, tag="lookup"):
+    netns: NetnsField
+    dst: AddressField
+    pod: PodRef | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Group(msgspec.Struct, frozen=True, kw_only=True):
+    count: int
+    example: _Lookup
+
+
+class _Summary(Summary, frozen=True, tag="summary"):
+    groups: tuple[_Group, ...]
+
+
+def test_typed_records_are_checked_by_their_field_types_and_a_summary_keeps_its_groups_inside() -> None:
+    def lookup(netns: Netns, pod: str | None = None) -> _Lookup:
+        ref = PodRef(namespace=pod, name="x", uid="u") if pod else msgspec.UNSET
+        return _Lookup(netns=netns.inode, dst="198.18.0.9", pod=ref)
+
+    held = HeldScope(False, networks=(), k8s_namespace="team-a", pod_netns=(A1, A2))
+    scope = ScopeFilter(held)
+    # Its pods' namespaces: in; another's; a pod of another Kubernetes namespace, whatever its netns says.
+    records = [lookup(A1, "team-a"), lookup(B1, "team-b"), lookup(A2, "team-b"), lookup(A2)]
+    assert scope.keep(records) == [records[0], records[3]] and scope.withheld_records == 2
+    groups = tuple(_Group(count=1, example=record) for record in records)
+    summary = _Summary(
+        diagnostic="lookups", seen=4, total=4, emitted=4, sampled=0, lost=0, ungrouped=0, attach="tp_btf",
+        interrupted=False, clock=ClockPart(monotonic_ns=0, wall_ns=0, offset_ns=0), groups=groups,
+    )  # fmt: skip
+    (kept,) = scope.keep([summary])
+    assert kept.groups == (groups[0], groups[3]) and kept.total == 4  # a summary's totals stay exact
+    assert scope.withheld_entries == 2
+    assert "withheld 4 out-of-scope (2 record(s) and 2 entr(ies)" in (scope.note() or "")
+    assert "Kubernetes namespace team-a" in (scope.note() or "")

@@ -21,6 +21,7 @@ __all__ = [
     "DiagnosticContext",
     "DiagnosticFactory",
     "open_session",
+    "open_typed",
 ]
 
 
@@ -76,6 +77,22 @@ class _SharedSymbolsSession:
             self._symbols = None
 
 
+def open_typed(spec: Any, config: Any, context: DiagnosticContext) -> DiagnosticSession:
+    """Open the registered diagnostic `spec` with its config already read and checked (nothing attached
+    until start), on a kernel context that borrows the agent's shared symbol table."""
+    from netsleuth.kernel.context import KernelContext
+
+    # No debug-vmlinux source lines in sessions: they stay cheap, and their records are complete without.
+    kernel = KernelContext(kallsyms=context.symbols.acquire(), firewall=True)
+    try:
+        session = spec.open(config, kernel)
+    except BaseException:
+        kernel.close()
+        context.symbols.release()
+        raise
+    return _SharedSymbolsSession(session, context.symbols, kernel.close)
+
+
 def open_session(
     name: str,
     config: Mapping[str, Any],
@@ -84,29 +101,20 @@ def open_session(
 ) -> DiagnosticSession:
     """Validate `config` for the registered diagnostic `name` and open it (nothing attached until start);
     a UsageError with one sentence when the name or the config is not valid. `narrow` may tighten the typed
-    config before it is opened (a fleet task's scope, fleet/diagnostic_source.py)."""
-    from netsleuth.kernel.context import KernelContext
-
+    config before it is opened (an untyped diagnostic's fleet scope, fleet/untyped.py)."""
     spec = get_diagnostic(name)
     parsed = spec.config_from_json(dict(config))
     if narrow is not None:
         parsed = narrow(parsed)
-    # No debug-vmlinux source lines in sessions: they stay cheap, and their records are complete without.
-    kernel = KernelContext(kallsyms=context.symbols.acquire(), firewall=True)
-    try:
-        session = spec.open(parsed, kernel)
-    except BaseException:
-        kernel.close()
-        context.symbols.release()
-        raise
-    return _SharedSymbolsSession(session, context.symbols, kernel.close)
+    return open_typed(spec, parsed, context)
 
 
-DiagnosticFactory = Callable[[Mapping[str, Any], DiagnosticContext], DiagnosticSession]
+# (the config the session request's validator read, the agent's shared context) -> the session, not started.
+DiagnosticFactory = Callable[[Any, DiagnosticContext], DiagnosticSession]
 
 
 def _factory(name: str) -> DiagnosticFactory:
-    return lambda config, context: open_session(name, config, context)
+    return lambda config, context: open_typed(get_diagnostic(name), config, context)
 
 
 # Every registered diagnostic, by name (the diagnostic's module is imported only when a session opens it).

@@ -36,7 +36,7 @@ from netsleuth.agent.session_diagnostics import (
     DiagnosticContext,
     DiagnosticFactory,
 )
-from netsleuth.agent.session_request import SessionRequest, parse_session_request
+from netsleuth.agent.session_request import LocalSession, parse_session_request
 from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.errors import NetsleuthError, UsageError
@@ -100,7 +100,7 @@ class LiveSession:
         self,
         manager: SessionManager,
         session_id: str,
-        request: SessionRequest,
+        request: LocalSession,
         diagnostic: DiagnosticSession,
         peer: str,
         clock: Callable[[], float],
@@ -262,9 +262,12 @@ class SessionManager:
         cpu_accounting: Callable[[], bool],
         clock: Callable[[], float] = time.monotonic,
         diagnostics: Mapping[str, DiagnosticFactory] = SESSION_DIAGNOSTICS,
+        read_config: Callable[[str, dict[str, Any]], Any] | None = None,
     ) -> None:
+        """`diagnostics` and `read_config`: the registry's, unless a test scripts its own."""
         self.limits = limits
         self._diagnostics = diagnostics
+        self._read_config = read_config
         self.ledger = ledger
         self.stats = SessionStats()
         self.stopping = threading.Event()
@@ -296,9 +299,11 @@ class SessionManager:
                 "agent CAP_SYS_ADMIN or set kernel.bpf_stats_enabled=1",
             )
         try:
-            request = parse_session_request(body, self.limits, tuple(self._diagnostics))
+            request = parse_session_request(body, self.limits, tuple(self._diagnostics), self._read_config)
         except UsageError as error:
             raise self._refuse("invalid", 400, str(error)) from None
+        except NetsleuthError as error:  # reading the config needs what this host lacks (BTF, say)
+            raise self._refuse("failed", 500, str(error)) from None
         with self._lock:
             if len(self._sessions) + self._reserved >= self.limits.max_concurrent:
                 raise self._refuse(
@@ -307,7 +312,7 @@ class SessionManager:
             self._reserved += 1
         diagnostic: DiagnosticSession | None = None
         try:
-            diagnostic = self._diagnostics[request.diagnostic](request.config, self._context)
+            diagnostic = self._diagnostics[request.diagnostic](request.typed_config, self._context)
             diagnostic.start()
             session = LiveSession(self, secrets.token_hex(6), request, diagnostic, peer, self._clock)
         except UsageError as error:

@@ -2,10 +2,15 @@
 authentication and authorisation on every request and an audit record for every decision that matters.
 
 Errors are always `{"error": "<one sentence>"}` with a 4xx code; anything a client sends must not produce a
-500, so bodies are parsed by hand (requests.py) rather than by FastAPI's validation, whose 422 answers are
-lists of objects, not sentences. A refused value also names its config field and the problem apart
-(`"field": "dport", "problem": "99999 is not a port: ..."`): the sentence names the CLI's flag for the CLI,
-and a form marks its own field and words it with its own label.
+500, so bodies are read by the session request's own validator (requests.py, netsleuth.spec.session_request:
+msgspec, the diagnostics' typed configs) rather than by FastAPI's, whose 422 answers are lists of objects,
+not sentences. A refused value also names its config field and the problem apart (`"field": "dport",
+"problem": "99999 is not a port: ..."`): the sentence names the CLI's flag for the CLI, and a form marks its
+own field and words it with its own label.
+
+FastAPI serves the routes; the OpenAPI document (/openapi.json) carries every registered diagnostic's config
+schema and the session request as one of them, chosen by `diagnostic` (diagnostic_schemas.py), and
+GET /api/v1/diagnostics gives the web form the same schemas with its labels, groups and flags.
 """
 
 from __future__ import annotations
@@ -32,22 +37,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from netsleuth.controller.audit import AuditLog, AuditQuery, AuditUnavailable
 from netsleuth.controller.auth import Authenticator, AuthError, Principal
 from netsleuth.controller.config import ControllerConfig
+from netsleuth.controller.diagnostic_schemas import catalogue, openapi_components
 from netsleuth.controller.leases import Leases, controller_instance, ensure_owners_bucket
 from netsleuth.controller.metrics import ControllerMetrics
 from netsleuth.controller.rbac import Denied, Rbac, host_matches
 from netsleuth.controller.registry import HostRegistry
-from netsleuth.controller.requests import BadRequest, SessionRequest, parse_session_request
+from netsleuth.controller.requests import BadRequest, SessionRequest, parse_session_request, read_config
 from netsleuth.controller.session_index import SessionIndex
 from netsleuth.controller.session_store import SessionStore
 from netsleuth.controller.sessions import FleetSession, SessionManager, SessionSpec
 from netsleuth.controller.streams import connect_nats, ensure_streams
-from netsleuth.diagnostics.filters import read_for_another_host
-from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
-from netsleuth.errors import UsageError
+from netsleuth.diagnostics.registry import diagnostic_names
 from netsleuth.fleet.host_support import SupportTable, diagnostic_needs
 from netsleuth.fleet.protocol import Scope, private_key_from_text
-from netsleuth.spec.configs import ConfigError, Speaker
-from netsleuth.spec.diagnostic import DiagnosticSpec
 
 __all__ = ["Services", "create_app"]
 
@@ -117,6 +119,7 @@ def create_app(config: ControllerConfig) -> FastAPI:
         # What each diagnostic needs imports every diagnostic (a second, more on a busy machine): here, once,
         # rather than in the first GET /hosts a signed-in page waits for.
         support = SupportTable(await asyncio.to_thread(diagnostic_needs))
+        await asyncio.to_thread(catalogue)  # the form's schemas, from the same specs
         registry = HostRegistry(
             js, config.sessions.stale_after, lambda host: {"support": _support(support, host)}
         )
@@ -152,6 +155,23 @@ def create_app(config: ControllerConfig) -> FastAPI:
 
     app = FastAPI(title="netsleuth controller", lifespan=lifespan, docs_url=None, redoc_url=None)
     metrics = ControllerMetrics()
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's document of the routes, with the session request and every diagnostic's config."""
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            document.setdefault("components", {}).setdefault("schemas", {}).update(openapi_components())
+            create = document["paths"]["/api/v1/sessions"]["post"]
+            create["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SessionRequest"}}},
+            }
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     def services() -> Services:
         return holder["services"]
@@ -243,9 +263,10 @@ def create_app(config: ControllerConfig) -> FastAPI:
         }
 
     @app.get("/api/v1/diagnostics")
-    async def diagnostics(request: Request) -> list[str]:
+    async def diagnostics(request: Request) -> JSONResponse:
+        """Every registered diagnostic: its name, help and config schema, as the web form renders it."""
         await principal(request)
-        return list(diagnostic_names())
+        return JSONResponse(list(await asyncio.to_thread(catalogue)))
 
     @app.get("/api/v1/auth")
     async def auth_methods() -> dict[str, Any]:
@@ -286,7 +307,7 @@ def create_app(config: ControllerConfig) -> FastAPI:
                 status=status,
                 diagnostic=request_data.diagnostic if request_data else None,
                 hosts=list(request_data.hosts or ()) if request_data else [],
-                scope={"netns": [request_data.netns]} if request_data and request_data.netns else {},
+                scope=_asked_scope(request_data).to_json() if request_data else {},
                 remote=_remote(request),
                 outcome="refused",
             )
@@ -333,12 +354,25 @@ def create_app(config: ControllerConfig) -> FastAPI:
         svc = services()
         chosen = await _resolve_hosts(who, data)
         try:
-            svc.rbac.check_session(who, data.diagnostic, chosen, data.netns)
+            svc.rbac.check_session(who, data.diagnostic, chosen, data.netns, data.k8s_namespace)
         except Denied as error:
             raise ApiError(403, str(error)) from None
-        problem = await asyncio.to_thread(_config_problem, data)
-        if problem is not None:
-            raise problem
+        try:
+            await asyncio.to_thread(read_config, data)  # as the agents will read it; its form only
+        except BadRequest as error:
+            raise ApiError(error.status, str(error), error.field, error.problem) from None
+        scope = _asked_scope(data)
+        if scope.k8s_namespaces:
+            # An agent older than this kind of scope would read the task without it, and look wider.
+            unable = [
+                str(host["host"]) for host in chosen if "k8s_namespaces" not in (host.get("scopes") or ())
+            ]
+            if unable:
+                raise ApiError(
+                    422,
+                    f"host {unable[0]}'s agent cannot hold a Kubernetes namespace scope (it is older than "
+                    "this controller): upgrade it, or choose a network namespace.",
+                )
         limits = svc.rbac.limits(who)
         if data.duration > limits.max_duration:
             above = f"{data.duration:g} s is above your maximum of {limits.max_duration:g} s"
@@ -349,7 +383,6 @@ def create_app(config: ControllerConfig) -> FastAPI:
         if running >= limits.max_concurrent:
             raise ApiError(429, f"you already run {running} session(s), the most your roles allow.")
         host_ids = tuple(str(host["host"]) for host in chosen)
-        scope = Scope(netns=(data.netns,) if data.netns else ())
         session_id = svc.sessions.new_id()
         # The allow decision is stored before anything is sent: if the audit stream cannot take it, the
         # AuditUnavailable propagates (503) and no host hears of this session.
@@ -526,30 +559,13 @@ def _support(table: SupportTable, host: dict[str, Any]) -> list[dict[str, Any]]:
     )
 
 
-def _config_problem(data: SessionRequest) -> ApiError | None:
-    """The diagnostic's own sentence for a config it refuses (`--dport '99999' is not a port ...`), read
-    the way the agent will read it, with the field to blame when there is one. `netns` is left out: it names
-    a namespace on the hosts, not here (roles decide who may name which, the agent whether it exists). A
-    check that needs what this machine lacks (BTF for drop reason names) is left to the agents, which refuse
-    the task with the same sentence."""
-    spec = get_diagnostic(data.diagnostic)
-    config = {key: value for key, value in data.config.items() if key != "netns"}
-    if "duration" in spec.keys:
-        config.setdefault("duration", data.duration)
-    try:
-        with read_for_another_host():  # whether a --pid or --dev exists is each agent's to say
-            if isinstance(spec, DiagnosticSpec):  # a typed config: its sentence names the CLI flag too
-                spec.config_from_json(config, Speaker.CLI)
-            else:
-                spec.config_from_json(config)
-    except UsageError as error:
-        sentence = f"invalid config for {data.diagnostic}: {str(error).rstrip('.')}."
-        if isinstance(error, ConfigError) and error.field is not None:
-            return ApiError(422, sentence, field=error.field, problem=error.problem.rstrip("."))
-        return ApiError(422, sentence)
-    except Exception as error:  # not ours to judge here (EnvironmentProblem, ...): the agent will
-        _log.info("config of %s not checked on the controller: %s", data.diagnostic, error)
-    return None
+def _asked_scope(data: SessionRequest) -> Scope:
+    """Where the request looks, as its task's scope: the namespace it names, or the Kubernetes namespace
+    whose pods it chooses (the agent resolves them on its host), or neither (the host's own namespace)."""
+    k8s_namespace = data.k8s_namespace
+    if k8s_namespace is not None:
+        return Scope(k8s_namespaces=(k8s_namespace,))
+    return Scope(netns=(data.netns,) if data.netns else ())
 
 
 def _parse_since(text: str | None) -> datetime.datetime | None:

@@ -67,6 +67,9 @@ class RoleConfig:
     diagnostics: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()  # host-id globs or label:key=value
     netns: tuple[str, ...] = ()  # namespace names/globs; "*" = any, including the host's own
+    # Kubernetes namespaces (names/globs) whose pods on each host the role may see: the agent resolves them
+    # to those pods' network namespaces at task time and holds the task there.
+    k8s_namespaces: tuple[str, ...] = ()
     admin: bool = False
     max_concurrent: int = 1
     max_duration: float = 60.0
@@ -265,7 +268,16 @@ def _audit(data: dict[str, Any]) -> AuditConfig:
 
 def _role(name: str, data: dict[str, Any]) -> RoleConfig:
     where = f"roles.{name}"
-    allowed = {"diagnostics", "hosts", "netns", "admin", "max_concurrent", "max_duration", "max_hosts"}
+    allowed = {
+        "diagnostics",
+        "hosts",
+        "netns",
+        "k8s_namespaces",
+        "admin",
+        "max_concurrent",
+        "max_duration",
+        "max_hosts",
+    }
     _check_keys(data, where, allowed)
     admin = data.get("admin", False)
     if not isinstance(admin, bool):
@@ -279,6 +291,7 @@ def _role(name: str, data: dict[str, Any]) -> RoleConfig:
         diagnostics=_strings(data, "diagnostics", where),
         hosts=_strings(data, "hosts", where),
         netns=_strings(data, "netns", where),
+        k8s_namespaces=_strings(data, "k8s_namespaces", where),
         admin=admin,
         max_concurrent=_count(data, "max_concurrent", where, defaults.max_concurrent),
         max_duration=_number(data, "max_duration", where, defaults.max_duration),

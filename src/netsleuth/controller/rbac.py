@@ -1,9 +1,12 @@
-"""What a principal may do: roles → diagnostics × host selectors × network namespaces, deny by default.
+"""What a principal may do: roles → diagnostics × host selectors × where (network namespaces, or Kubernetes
+namespaces' pods), deny by default.
 
 A request is allowed only when ONE role grants all three for every chosen host (two roles do not combine
 into a permission neither grants). A session without `netns` watches the host's own namespace, which a role
-grants with the name `host` or `*`. The namespaces granted become the task's scope, which the agent enforces
-in the kernel as well: the controller's check is not the only line of defence.
+grants with the name `host` or `*`. A session that chooses pods (`k8s_namespace`, or a `pod` NAMESPACE/NAME)
+needs a role whose `k8s_namespaces` matches that namespace (or whose `netns` is `*`: every namespace). What
+is granted becomes the task's scope, which the agent enforces in the kernel as well: the controller's check
+is not the only line of defence.
 """
 
 from __future__ import annotations
@@ -69,15 +72,21 @@ class Rbac:
             "diagnostics": sorted({d for role in roles for d in role.diagnostics}),
             "hosts": sorted({h for role in roles for h in role.hosts}),
             "netns": sorted({n for role in roles for n in role.netns}),
+            "k8s_namespaces": sorted({n for role in roles for n in role.k8s_namespaces}),
         }
 
     def may_see(self, principal: Principal, host: dict[str, Any]) -> bool:
         return any(host_matches(selector, host) for role in self.roles(principal) for selector in role.hosts)
 
     def check_session(
-        self, principal: Principal, diagnostic: str, hosts: list[dict[str, Any]], netns: str | None
+        self,
+        principal: Principal,
+        diagnostic: str,
+        hosts: list[dict[str, Any]],
+        netns: str | None,
+        k8s_namespace: str | None = None,
     ) -> None:
-        """Raises Denied with the first reason; the most specific sentence wins (diagnostic, host, netns)."""
+        """Raises Denied with the first reason; the most specific sentence wins (diagnostic, host, where)."""
         roles = self.roles(principal)
         if not roles:
             raise Denied(f"user {principal.user} has no role, so may run nothing.")
@@ -93,10 +102,22 @@ class Rbac:
             for_host = [role for role in with_diagnostic if any(host_matches(s, host) for s in role.hosts)]
             if not for_host:
                 raise Denied(f"your roles do not allow diagnostic {diagnostic} on host {host_id}.")
+            if k8s_namespace is not None:
+                if not any(
+                    "*" in role.netns or _netns_matches(role.k8s_namespaces, k8s_namespace)
+                    for role in for_host
+                ):
+                    raise Denied(
+                        f"your roles do not allow Kubernetes namespace {k8s_namespace} on host {host_id}."
+                    )
+                continue
             if not any(_netns_matches(role.netns, wanted_netns) for role in for_host):
+                pods = sorted({n for role in for_host for n in role.k8s_namespaces})
+                hint = f"; they allow the pods of Kubernetes namespace {', '.join(pods)}" if pods else ""
                 raise Denied(
                     f"your roles do not allow network namespace {wanted_netns} on host {host_id}"
                     + ("" if netns else " (no --netns means the host's own namespace)")
+                    + hint
                     + "."
                 )
 

@@ -4,17 +4,20 @@ In order, each refusal one sentence the controller records in its audit: the mes
 signature is the configured controller key's over the task exactly as received; the task is for this host
 and for this run of the agent process; it is not expired, not issued in the future, not longer-lived than
 `fleet.max_task_lifetime`, and its id was not seen before (ids are remembered until their expiry, which is
-what bounds the memory); the diagnostic
-is in this agent's catalogue; the scope can be enforced in the kernel and stays within this host, and the
-diagnostic can be kept inside it. The accepted task comes back with its effective config: the scope pushed
-into the diagnostic's own filters (netns forced to the host's namespace, addresses narrowed), the scope as
-enforced (for the session's last-line filter, scope_filter.py), budgets capped by the agent's [sessions]
-limits.
+what bounds the memory); the diagnostic is in this agent's catalogue; the scope resolves on this host, can be
+enforced in the kernel and stays within this host, and the diagnostic can be kept inside it; its config is
+valid. The accepted task comes back with its effective config - the diagnostic's typed config with the scope
+pushed into the fields its `ScopeTraits` name (netsleuth.spec.scope: the namespace as the inode resolved
+here, the addresses narrowed, a Kubernetes namespace's pods) and its own narrowing hook for what reaches
+further - the scope as one typed value (`spec.scope.Scope`, which the session's last-line filter holds,
+scope_filter.py), and budgets capped by the agent's [sessions] limits.
 
 Scopes: `netns: []` is this host's own namespace (the agent's, or its `fleet.netns`); `netns: [name]` that
 namespace; `netns: ["*"]` every namespace of the host - *host-wide*, the only scope under which a
 diagnostic whose records cannot say their namespace (softirq's per-CPU histograms, profile's stacks) may
-run. A role grants it with `netns = ["*"]` and a user asks for it with `--netns '*'`.
+run; `k8s_namespaces: [ns]` the pods of that Kubernetes namespace on this host (resolved here, at task time,
+through the container runtime). A role grants host-wide with `netns = ["*"]` and a user asks for it with
+`--netns '*'`.
 
 A NATS user who may publish on this host's task subject still cannot make it run anything the controller did
 not sign; the signature, not the transport, is what is trusted.
@@ -35,35 +38,25 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from netsleuth.agent.config import SessionLimits
-from netsleuth.errors import UsageError
+from netsleuth.errors import NetsleuthError, UsageError
+from netsleuth.fleet import untyped
+from netsleuth.fleet.host_namespaces import NamespaceLookup
 from netsleuth.fleet.protocol import Budgets, ProtocolError, SignedTask, Task, decode
-from netsleuth.fleet.scope_filter import EnforcedScope
+from netsleuth.spec.configs import Config, ConfigError
+from netsleuth.spec.options import IpNetwork
+from netsleuth.spec.scope import Scope, ScopeTraits
 
-__all__ = ["HOST_WIDE", "AcceptedTask", "ReplayGuard", "TaskAdmission", "TaskRefused", "host_wide_only"]
+__all__ = ["HOST_WIDE", "AcceptedTask", "ReplayGuard", "TaskAdmission", "TaskRefused", "narrow_config"]
 
-HOST_NETNS = "/proc/self/ns/net"  # the agent runs in the host's own namespace
 HOST_WIDE = "*"  # scope.netns ["*"]: every namespace of this host
 _CLOCK_SKEW_S = 30.0  # a task issued this far in our future is refused: our clock or theirs is wrong
 _MAX_REMEMBERED = 100_000
-
-
-def host_wide_only(diagnostic: str) -> str | None:
-    """Why `diagnostic` can run only host-wide - its records carry no namespace or address, so neither the
-    kernel nor the last-line filter could keep them inside a narrower scope - in the refusal's words, as its
-    spec says (ScopeTraits.host_wide_only); None when it can be kept inside one."""
-    from netsleuth.diagnostics.registry import get_diagnostic
-
-    try:
-        spec = get_diagnostic(diagnostic)
-    except UsageError:
-        return None
-    why: str | None = getattr(getattr(spec, "scope", None), "host_wide_only", None)
-    return why
 
 
 class TaskRefused(Exception):
@@ -79,10 +72,21 @@ class TaskRefused(Exception):
 @dataclass(frozen=True)
 class AcceptedTask:
     task: Task
-    config: dict[str, Any]  # the diagnostic's config with the scope pushed in
+    # The diagnostic's typed config with the scope pushed in; for a diagnostic not yet typed, its JSON
+    # config with the scope pushed into its keys (fleet/untyped.py).
+    config: Any
     budgets: Budgets  # the task's budgets capped by the agent's own limits
     deadline_s: float
-    scope: EnforcedScope  # what the session's last-line filter lets leave the host
+    scope: Scope  # what the session's last-line filter lets leave the host
+    namespace_files: tuple[str, ...] = ()  # files that enter the scope's namespaces (its conntrack tables)
+
+    @property
+    def config_json(self) -> dict[str, Any]:
+        """The effective config as JSON (what conntrack's entries are matched against)."""
+        if isinstance(self.config, dict):
+            return self.config
+        built: dict[str, Any] = msgspec.to_builtins(self.config, enc_hook=str)
+        return built
 
 
 class ReplayGuard:
@@ -113,17 +117,14 @@ class ReplayGuard:
         return len(self._seen)
 
 
-def _network(text: str, where: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+def _network(text: str, where: str) -> IpNetwork:
     try:
         return ipaddress.ip_network(text, strict=False)
     except ValueError:
-        raise TaskRefused(f"{where} {text!r} is not an address or CIDR") from None
+        raise UsageError(f"{where} {text!r} is not an address or CIDR") from None
 
 
-def _within(
-    inner: ipaddress.IPv4Network | ipaddress.IPv6Network,
-    outer: ipaddress.IPv4Network | ipaddress.IPv6Network,
-) -> bool:
+def within(inner: IpNetwork, outer: IpNetwork) -> bool:
     return inner.version == outer.version and inner.subnet_of(outer)  # type: ignore[arg-type]
 
 
@@ -135,19 +136,22 @@ class TaskAdmission:
         catalogue: Callable[[], Collection[str]],
         limits: SessionLimits,
         host_netns: str,
-        known_netns: Callable[[str], bool],
+        namespaces: NamespaceLookup,
         run_id: str,
         max_task_lifetime: float = 300.0,
         clock: Callable[[], float] = time.time,
         validate_config: Callable[[str, dict[str, Any]], object] | None = None,
     ) -> None:
+        """`namespaces` resolves what a scope names on this host (fleet/host_namespaces.py);
+        `validate_config` checks the JSON config of a diagnostic that is not typed yet (fleet/untyped.py:
+        reading it resolves names on the host, so a test without those names leaves it out)."""
         self.host_id = host_id
         self.run_id = run_id
         self._key = controller_key
         self._catalogue = catalogue
         self._limits = limits
         self._host_netns = host_netns
-        self._known_netns = known_netns
+        self._namespaces = namespaces
         self._max_lifetime = max_task_lifetime
         self._clock = clock
         self._validate = validate_config
@@ -203,105 +207,187 @@ class TaskAdmission:
                 f"{self._limits.max_duration:g} s",
                 task,
             )
-        config, scope = self._scoped_config(task)
-        if self._validate is not None:
-            # The diagnostic's own validation of its config (the CLI's flags, as JSON): a bad filter is a
-            # refusal now, not an accepted task that fails in prepare.
-            try:
-                self._validate(task.diagnostic, config)
-            except UsageError as error:
-                raise TaskRefused(f"invalid config for {task.diagnostic}: {error}", task) from None
+        try:
+            scope = self._resolve_scope(task)
+            config = self._scoped_config(task, scope)
+        except TaskRefused:
+            raise
+        except ConfigError as error:
+            raise TaskRefused(f"invalid config for {task.diagnostic}: {error}", task) from None
+        except NetsleuthError as error:  # a scope or filter naming what this host does not have
+            raise TaskRefused(str(error), task) from None
         budgets = Budgets(
             max_events=min(task.budgets.max_events, self._limits.max_events),
             max_bytes=min(task.budgets.max_bytes, self._limits.max_bytes),
             cpu_percent=min(task.budgets.cpu_percent, self._limits.cpu_budget_percent),
         )
-        return AcceptedTask(task, config, budgets, task.deadline_s, scope)
+        files = tuple(self._namespaces.file_of(netns) for netns in scope.namespaces)
+        return AcceptedTask(task, config, budgets, task.deadline_s, scope, files)
 
-    def _scoped_config(self, task: Task) -> tuple[dict[str, Any], EnforcedScope]:
-        """The diagnostic's config with the scope enforced by its kernel-side filters, and the scope as the
-        last-line filter holds it."""
-        scope = task.scope
-        config = dict(task.config)
-        if HOST_WIDE in scope.netns:
-            return self._host_wide_config(task, config)
-        why = host_wide_only(task.diagnostic)
-        if why is not None:
-            raise TaskRefused(
-                f"{task.diagnostic} cannot be kept inside a namespace scope ({why}): it needs a host-wide "
-                f"scope (netns '{HOST_WIDE}')",
-                task,
-            )
-        if scope.cgroups:
+    def _resolve_scope(self, task: Task) -> Scope:
+        """The task's scope as this host's namespaces, resolved once: what the kernel filter and the last
+        line are given."""
+        asked = task.scope
+        if asked.cgroups:
             # The programs filter by netns, addresses, ports and pid; a cgroup filter is not in the kernel
             # side, and a scope the kernel does not enforce would be a promise this agent cannot keep.
             raise TaskRefused("a cgroup scope cannot be enforced in the kernel by this agent", task)
-        asked = config.get("netns")
-        if asked is not None and not isinstance(asked, str):
-            raise TaskRefused("config.netns must be a namespace name", task)
+        networks = tuple(_network(text, "scope address") for text in asked.addresses)
+        if HOST_WIDE in asked.netns:
+            if self._host_netns:
+                raise TaskRefused(
+                    f"a host-wide scope is outside this host (its namespace is {self._host_netns!r})", task
+                )
+            if len(asked.netns) > 1 or networks or asked.k8s_namespaces:
+                raise TaskRefused(
+                    f"a host-wide scope (netns '{HOST_WIDE}') cannot be combined with others", task
+                )
+            return Scope(True)
+        if asked.k8s_namespaces:
+            if asked.netns:
+                raise TaskRefused(
+                    "a scope names network namespaces or a Kubernetes namespace, not both", task
+                )
+            if len(asked.k8s_namespaces) > 1:
+                raise TaskRefused("the kernel filter takes one Kubernetes namespace's pods per task", task)
+            if self._host_netns:
+                raise TaskRefused(
+                    f"a Kubernetes namespace scope is outside this host (its namespace is "
+                    f"{self._host_netns!r})",
+                    task,
+                )
+            (k8s_namespace,) = asked.k8s_namespaces
+            pods = self._namespaces.k8s_namespace(k8s_namespace)
+            return Scope(False, networks=networks, k8s_namespace=k8s_namespace, pod_netns=pods)
         if self._host_netns:
             # This agent's world is one namespace: every task is pinned to it and nothing else is allowed.
-            named = [*scope.netns, *([asked] if asked else [])]
-            outside = [name for name in named if name != self._host_netns]
+            chosen = task.config.get("netns")
+            outside = [
+                name for name in (*asked.netns, chosen) if name is not None and name != self._host_netns
+            ]
+            outside += [str(task.config[key]) for key in ("pod", "k8s_namespace") if task.config.get(key)]
             if outside:
                 raise TaskRefused(
                     f"netns {outside[0]!r} is outside this host (its namespace is {self._host_netns!r})", task
                 )
-            config["netns"] = self._host_netns
-        else:
-            if len(scope.netns) > 1:
-                raise TaskRefused("the kernel filter takes one network namespace per task", task)
-            if scope.netns:
-                (allowed,) = scope.netns
-                if asked and asked != allowed:
-                    raise TaskRefused(f"config.netns {asked!r} is outside the task's scope {allowed!r}", task)
-                config["netns"] = allowed
-            elif asked is not None:
-                raise TaskRefused(
-                    f"config.netns {asked!r} is outside the task's scope (this host's own namespace)", task
-                )
-            else:
-                # No namespace named: "this host's own namespace" (FLEET-CONTRACT.md), the agent's own - the
-                # kernel filter confines it there rather than tracing every container on the host.
-                config["netns"] = HOST_NETNS
-            target = config.get("netns")
-            if isinstance(target, str) and target != HOST_NETNS and not self._known_netns(target):
-                raise TaskRefused(f"network namespace {target!r} does not exist on this host", task)
-        if scope.addresses:
-            from netsleuth.diagnostics.registry import get_diagnostic
+            return Scope(False, self._namespaces.netns(self._host_netns), networks)
+        if len(asked.netns) > 1:
+            raise TaskRefused("the kernel filter takes one network namespace per task", task)
+        if asked.netns:
+            (name,) = asked.netns
+            try:
+                return Scope(False, self._namespaces.netns(name), networks)
+            except UsageError:
+                raise TaskRefused(f"network namespace {name!r} does not exist on this host", task) from None
+        # No namespace named: "this host's own namespace", the agent's own - the kernel filter confines it
+        # there rather than tracing every container on the host.
+        return Scope(False, self._namespaces.own(), networks)
 
-            if "host" not in get_diagnostic(task.diagnostic).keys:
-                # snoop's processes carry no address: nothing in the kernel or after it could narrow them.
-                raise TaskRefused(
-                    f"{task.diagnostic} has no address filter, so an address scope cannot be enforced", task
-                )
-            allowed_networks = [_network(text, "scope address") for text in scope.addresses]
-            hosts = config.get("host") or []
-            if not isinstance(hosts, list) or not all(isinstance(item, str) for item in hosts):
-                raise TaskRefused("config.host must be a list of addresses", task)
-            for text in hosts:
-                network = _network(text, "config.host")
-                if not any(_within(network, outer) for outer in allowed_networks):
-                    raise TaskRefused(f"config.host {text!r} is outside the task's address scope", task)
-            # No address filter asked: the scope itself becomes the filter ("either address" in the kernel).
-            config["host"] = hosts or [str(network) for network in allowed_networks]
-        netns = config.get("netns")
-        networks = tuple(_network(text, "scope address") for text in scope.addresses)
-        return config, EnforcedScope(False, netns if isinstance(netns, str) else HOST_NETNS, networks)
+    def _scoped_config(self, task: Task, scope: Scope) -> Any:
+        """The diagnostic's config with the scope enforced by its kernel-side filters."""
+        from netsleuth.diagnostics.registry import get_diagnostic
 
-    def _host_wide_config(self, task: Task, config: dict[str, Any]) -> tuple[dict[str, Any], EnforcedScope]:
-        """Every namespace of this host: what an operator's role grants with netns '*'. The diagnostic's own
-        netns/address filters are the user's (still checked by the diagnostic); nothing is withheld."""
-        scope = task.scope
-        if self._host_netns:
-            raise TaskRefused(
-                f"a host-wide scope is outside this host (its namespace is {self._host_netns!r})", task
+        spec = get_diagnostic(task.diagnostic)
+        if not untyped.is_typed(spec):
+            return untyped.scoped_config(task, scope, self._namespaces, self._validate, TaskRefused)
+        config = spec.config_from_json(dict(task.config))
+        try:
+            return narrow_config(config, scope, spec.scope, self._namespaces, task.diagnostic)
+        except UsageError as error:
+            raise TaskRefused(str(error), task) from None
+
+
+C = TypeVar("C", bound=Config)
+
+
+def narrow_config(
+    config: C, scope: Scope, traits: ScopeTraits, namespaces: NamespaceLookup, diagnostic: str
+) -> C:
+    """`config` confined to `scope` on the fields `traits` name, then by its own hook: the namespace the
+    kernel filters by is the scope's (as the inode resolved at admission), or the user's own choice when it
+    is inside the scope (then also as its inode); an address scope becomes the "either address" filter, or
+    must contain the user's. UsageError (one sentence) for a scope this diagnostic cannot be kept inside."""
+    kind = type(config)
+    netns_field = traits.field_of(kind, "netns")
+    address_field = traits.field_of(kind, "address")
+    k8s_field = traits.field_of(kind, "k8s_namespace")
+    pod_field = "pod" if "pod" in kind.__struct_fields__ else None
+    if scope.host_wide:
+        # Every namespace is allowed; the user's own namespace filter stays theirs ("*": none), resolved
+        # now so that a name this host lacks is a refusal, not a session that fails in prepare.
+        own_filter = getattr(config, netns_field) if netns_field is not None else None
+        if netns_field is None or own_filter is None:
+            return config
+        inode = None if own_filter == HOST_WIDE else namespaces.netns(str(own_filter)).inode
+        return msgspec.structs.replace(config, **{netns_field: None if inode is None else str(inode)})
+    if traits.host_wide_only is not None:
+        raise UsageError(
+            f"{diagnostic} cannot be kept inside a namespace scope ({traits.host_wide_only}): it needs a "
+            f"host-wide scope (netns '{HOST_WIDE}')"
+        )
+    if netns_field is None:
+        raise UsageError(
+            f"{diagnostic} has no network namespace filter, so it cannot be kept inside a namespace scope: "
+            f"it needs a host-wide scope (netns '{HOST_WIDE}')"
+        )
+    changes: dict[str, Any] = {}
+    inside = {netns.inode for netns in scope.namespaces}
+    chosen = _chosen_namespaces(config, netns_field, pod_field, k8s_field, namespaces)
+    if chosen is not None:
+        field, named = chosen
+        if not named <= inside:
+            raise UsageError(
+                f"config.{field} {getattr(config, field)!r} is outside the task's scope ({scope.describe()})"
             )
-        if len(scope.netns) > 1 or scope.addresses or scope.cgroups:
-            raise TaskRefused(f"a host-wide scope (netns '{HOST_WIDE}') cannot be combined with others", task)
-        asked = config.get("netns")
-        if asked == HOST_WIDE:
-            del config["netns"]  # "*" as the user's netns filter: no filter
-        elif asked is not None and (not isinstance(asked, str) or not self._known_netns(asked)):
-            raise TaskRefused(f"network namespace {asked!r} does not exist on this host", task)
-        return config, EnforcedScope(True, None)
+        if field == netns_field:
+            (inode,) = named
+            changes[netns_field] = str(inode)  # the namespace resolved now, not its name again at open
+    elif scope.k8s_namespace is not None and k8s_field is not None:
+        changes[k8s_field] = scope.k8s_namespace
+    elif len(scope.namespaces) == 1:
+        changes[netns_field] = str(scope.namespaces[0].inode)
+    else:
+        raise UsageError(
+            f"{diagnostic}'s kernel filter takes one network namespace, and Kubernetes namespace "
+            f"{scope.k8s_namespace}'s pods have {len(scope.namespaces)} here"
+        )
+    if scope.networks:
+        if address_field is None:
+            # snoop's processes carry no address: nothing in the kernel or after it could narrow them.
+            raise UsageError(f"{diagnostic} has no address filter, so an address scope cannot be enforced")
+        hosts: tuple[IpNetwork, ...] = getattr(config, address_field)
+        for network in hosts:
+            if not any(within(network, outer) for outer in scope.networks):
+                raise UsageError(
+                    f"config.{address_field} {str(network)!r} is outside the task's address scope"
+                )
+        if not hosts:
+            # No address filter asked: the scope itself becomes the filter ("either address" in the kernel).
+            changes[address_field] = scope.networks
+    narrowed = msgspec.structs.replace(config, **changes)
+    try:
+        narrowed.check()  # the scope's addresses against -4/-6, say
+    except ConfigError as error:
+        where = f"config.{error.field} " if error.field else ""
+        raise UsageError(f"{where}{error.problem} (with the task's scope, {scope.describe()})") from None
+    if traits.narrow is not None:
+        narrowed = traits.narrow(narrowed, scope)
+    return narrowed
+
+
+def _chosen_namespaces(
+    config: Config,
+    netns_field: str,
+    pod_field: str | None,
+    k8s_field: str | None,
+    namespaces: NamespaceLookup,
+) -> tuple[str, set[int]] | None:
+    """The field the user chose a namespace with and the inodes it names here; None when they chose none."""
+    netns = getattr(config, netns_field)
+    if netns is not None:
+        return netns_field, {namespaces.netns(str(netns)).inode}
+    if pod_field is not None and getattr(config, pod_field) is not None:
+        return pod_field, {namespaces.pod(str(getattr(config, pod_field))).inode}
+    if k8s_field is not None and getattr(config, k8s_field) is not None:
+        return k8s_field, {netns.inode for netns in namespaces.k8s_namespace(str(getattr(config, k8s_field)))}
+    return None

@@ -37,6 +37,7 @@ from netsleuth.agent.session_diagnostics import DiagnosticContext
 from netsleuth.fleet.admission import TaskAdmission, TaskRefused
 from netsleuth.fleet.clock import OffsetEstimator, parse_nats_time
 from netsleuth.fleet.diagnostic_source import catalogue, open_diagnostic, validate_config
+from netsleuth.fleet.host_namespaces import HostNamespaces
 from netsleuth.fleet.host_registry import host_entry, probe_features
 from netsleuth.fleet.link_config import FleetConfig, login_identity, login_refused, lone_reset
 from netsleuth.fleet.outbox import Outbox, OutboxCounts
@@ -95,7 +96,7 @@ class FleetLink:
             catalogue=catalogue,
             limits=limits,
             host_netns=config.netns,
-            known_netns=lambda name: self._names.inode_of_name(name) is not None,
+            namespaces=HostNamespaces(self._names, self._pods),
             max_task_lifetime=config.max_task_lifetime,
             validate_config=validate_config,
         )
@@ -412,7 +413,11 @@ class FleetLink:
                         accepted,
                         self.config.host_id,
                         lambda: open_diagnostic(
-                            accepted.task.diagnostic, accepted.config, self._context, accepted.scope
+                            accepted.task.diagnostic,
+                            accepted.config,
+                            self._context,
+                            accepted.scope,
+                            accepted.namespace_files,
                         ),
                         self.publisher(accepted.task.stored),
                         self._ledger,

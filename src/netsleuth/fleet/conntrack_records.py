@@ -45,9 +45,11 @@ __all__ = [
     "MAX_CONNTRACK_RECORDS",
     "ConntrackWatch",
     "entry_matches",
+    "joins_conntrack",
 ]
 
-CONNTRACK_DIAGNOSTICS = frozenset({"conn", "drops", "resets", "diagnose"})  # the flow diagnostics
+# The flow diagnostics not typed yet (a typed one says so in its ScopeTraits.joins_conntrack).
+CONNTRACK_DIAGNOSTICS = frozenset({"conn", "drops", "resets", "diagnose"})
 MAX_CONNTRACK_RECORDS = 512  # per host and session (docs/fleet.md)
 _MAX_STATES = 16  # state changes kept per entry
 _LIBERAL = "/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal"
@@ -102,6 +104,15 @@ def _direction_matches(flow: FlowTuple, config: Mapping[str, Any]) -> bool:
         if networks and not address_check(networks):
             return False
     return True
+
+
+def joins_conntrack(diagnostic: str) -> bool:
+    """Whether a fleet session of `diagnostic` ships conntrack entries for the controller's NAT join."""
+    from netsleuth.diagnostics.registry import get_diagnostic
+    from netsleuth.fleet.untyped import is_typed
+
+    spec = get_diagnostic(diagnostic)
+    return bool(spec.scope.joins_conntrack) if is_typed(spec) else diagnostic in CONNTRACK_DIAGNOSTICS
 
 
 def entry_matches(entry: ConntrackEntry, config: Mapping[str, Any]) -> bool:

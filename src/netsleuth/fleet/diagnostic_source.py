@@ -1,12 +1,13 @@
 """The diagnostics a fleet task may name: the registry's, opened like the agent's local sessions
-(agent/session_diagnostics.open_session: the same JSON validation, the agent's shared symbol table), seen by
-the fleet as JSON records - what travels in record batches.
+(agent/session_diagnostics: the agent's shared symbol table), their records kept typed until they are
+encoded into record batches (a drop storm's as its batch's own lines).
 
-Before it opens, the typed config is narrowed to the task's scope where the diagnostic reaches further than
-its `netns` key says: every packet filter it holds gets the scope's namespace (conn's drop program watches
-every namespace by design, to catch the drop that kills a connection elsewhere on the host), and its NAT
-join reads only the scope's conntrack table. So the kernel never emits another namespace's events for a
-scoped task; scope_filter.py is the last line behind that.
+Admission (admission.py) gave the config already narrowed to the task's scope, by the diagnostic's
+`ScopeTraits` and its narrowing hook; a diagnostic not typed yet is narrowed here the old way
+(untyped.narrow_to_scope: every packet filter it holds gets the scope's namespace - conn's drop program
+watches every namespace by design, to catch the drop that kills a connection elsewhere on the host - and its
+NAT join reads only the scope's conntrack tables). So the kernel never emits another namespace's events for
+a scoped task; scope_filter.py is the last line behind that.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from netsleuth.agent.session_diagnostics import DiagnosticContext, open_session
+import msgspec
+
+from netsleuth.agent.session_diagnostics import DiagnosticContext, open_session, open_typed
 from netsleuth.diagnostics.drop_batch import DropBatch
-from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 from netsleuth.diagnostics.totals import EventTotals
-from netsleuth.fleet.scope_filter import EnforcedScope, ScopeFilter
-from netsleuth.kernel.netns import resolve_netns_arg
+from netsleuth.fleet import untyped
+from netsleuth.fleet.scope_filter import ScopeFilter
+from netsleuth.spec.scope import Scope
 
 __all__ = [
     "EncodedRecords",
@@ -30,7 +33,6 @@ __all__ = [
     "Records",
     "catalogue",
     "for_the_fleet",
-    "narrow_to_scope",
     "open_diagnostic",
     "validate_config",
 ]
@@ -46,7 +48,7 @@ class FleetDiagnostic(Protocol):
 
     def drain(self) -> Records: ...
 
-    def summary(self, interrupted: bool) -> dict[str, Any]: ...
+    def summary(self, interrupted: bool) -> Any: ...  # a typed Summary, or an untyped diagnostic's dict
 
     def totals(self) -> EventTotals: ...
 
@@ -86,18 +88,20 @@ class EncodedRecords:
         return self._batch.json_lines()
 
 
-Records = list[dict[str, Any]] | EncodedRecords
+# Typed records (msgspec Structs, encoded at the edge), an untyped diagnostic's records as their JSON
+# objects, or a drop batch's lines.
+Records = list[Any] | EncodedRecords
 
 
 def _as_records(records: Sequence[Record]) -> Records:
     if isinstance(records, DropBatch):
         return EncodedRecords(records)
-    return [dict(record.to_json()) for record in records]
+    return [record if isinstance(record, msgspec.Struct) else dict(record.to_json()) for record in records]
 
 
-class _JsonRecords:
-    """A registry session whose records come out as their JSON objects (or, for a drop batch, as its lines:
-    EncodedRecords)."""
+class _FleetRecords:
+    """A registry session as the fleet reads it: typed records as they are, an untyped diagnostic's as
+    their JSON objects, a drop batch as its lines (EncodedRecords)."""
 
     def __init__(self, session: DiagnosticSession) -> None:
         self._session = session
@@ -115,8 +119,9 @@ class _JsonRecords:
     def drain(self) -> Records:
         return _as_records(self._session.drain())
 
-    def summary(self, interrupted: bool) -> dict[str, Any]:
-        return dict(self._session.summary(interrupted).to_json())
+    def summary(self, interrupted: bool) -> Any:
+        summary = self._session.summary(interrupted)
+        return summary if isinstance(summary, msgspec.Struct) else dict(summary.to_json())
 
     def totals(self) -> EventTotals:
         return self._session.totals()
@@ -131,42 +136,13 @@ class _JsonRecords:
         self._session.close()
 
 
-def narrow_to_scope(config: Any, scope: EnforcedScope) -> Any:
-    """The typed config with every packet filter confined to the scope's namespace and, when the scope has
-    addresses, to them (a filter already narrower is left alone: admission made the diagnostic's own filter
-    the scope's or a part of it), and the NAT join's conntrack reads confined to the namespace. A host-wide
-    scope changes nothing."""
-    if (
-        scope.host_wide
-        or scope.netns is None
-        or not dataclasses.is_dataclass(config)
-        or isinstance(config, type)
-    ):
-        return config
-    inode = resolve_netns_arg(scope.netns)
-    changes: dict[str, Any] = {}
-    for item in dataclasses.fields(config):
-        value = getattr(config, item.name)
-        if isinstance(value, PacketFilter):
-            narrowed = value
-            if narrowed.netns is None:
-                narrowed = dataclasses.replace(narrowed, netns=inode)
-            if scope.networks and not narrowed.hosts:
-                # conn's drop filter leaves the server end out (after a DNAT packets no longer carry it);
-                # under an address scope what does not carry a scope address may not be seen anyway.
-                narrowed = dataclasses.replace(narrowed, hosts=scope.networks)
-            if narrowed is not value:
-                changes[item.name] = narrowed
-        elif item.name == "conntrack_namespaces" and value is None:
-            changes[item.name] = (scope.netns,)
-    return dataclasses.replace(config, **changes) if changes else config
-
-
 def for_the_fleet(config: Any) -> Any:
     """What a host reports in a fleet session beyond a local run: conn's drops and resets that no connection
     on this host claimed (the connection's socket is on another host; the controller joins them across
     hosts and NATs, fleet/merge.py) - each host its own share, instead of one host reaching into the
     others' namespaces."""
+    if isinstance(config, msgspec.Struct) and "report_unclaimed" in config.__struct_fields__:
+        return msgspec.structs.replace(config, report_unclaimed=True)
     if (
         dataclasses.is_dataclass(config)
         and not isinstance(config, type)
@@ -177,15 +153,21 @@ def for_the_fleet(config: Any) -> Any:
 
 
 def open_diagnostic(
-    name: str, config: dict[str, Any], context: DiagnosticContext, scope: EnforcedScope
+    name: str, config: Any, context: DiagnosticContext, scope: Scope, files: tuple[str, ...]
 ) -> FleetDiagnostic:
-    """Validate `config` for `name`, narrow it to `scope` and open it (nothing attached until start);
-    UsageError if invalid."""
-    return _JsonRecords(
-        open_session(name, config, context, lambda typed: for_the_fleet(narrow_to_scope(typed, scope)))
+    """Open `name` with the config admission accepted (nothing attached until start): a typed config as it
+    is, an untyped diagnostic's JSON validated and narrowed to `scope` here (`files`: files that enter the
+    scope's namespaces, for its NAT join). UsageError if invalid."""
+    spec = get_diagnostic(name)
+    if untyped.is_typed(spec):
+        return _FleetRecords(open_typed(spec, for_the_fleet(config), context))
+    return _FleetRecords(
+        open_session(
+            name, config, context, lambda typed: for_the_fleet(untyped.narrow_to_scope(typed, scope, files))
+        )
     )
 
 
 def validate_config(name: str, config: dict[str, Any]) -> object:
-    """The diagnostic's typed config from JSON, or its UsageError: nothing is loaded or attached."""
+    """An untyped diagnostic's config from JSON, or its UsageError: nothing is loaded or attached."""
     return get_diagnostic(name).config_from_json(dict(config))

@@ -16,7 +16,7 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 
 from netsleuth import __version__
-from netsleuth.fleet.protocol import HOSTS_BUCKET, HostEntry
+from netsleuth.fleet.protocol import ENFORCED_SCOPES, HOSTS_BUCKET, HostEntry
 from netsleuth.kernel.netns import NetnsNames
 from netsleuth.kernel.pods import PodIndex
 from netsleuth.kernel.process import container_of
@@ -120,4 +120,5 @@ def host_entry(
         offset_ns=offset_ns,
         run_id=run_id,
         pods=_pods(pods, namespaces, scope_netns),
+        scopes=ENFORCED_SCOPES,
     )

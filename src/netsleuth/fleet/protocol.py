@@ -44,6 +44,7 @@ __all__ = [
     "AGENT_AUDIT_SUBJECTS",
     "AUDIT_STREAM",
     "AUDIT_SUBJECTS",
+    "ENFORCED_SCOPES",
     "HOSTS_BUCKET",
     "HOST_ID_PATTERN",
     "HOST_STATES",
@@ -339,21 +340,43 @@ def generate_private_key() -> Ed25519PrivateKey:
 
 
 # -- the task ----------------------------------------------------------------------------------------------
+# The kinds of scope this version's agents hold (fleet/admission.py), as their registry entry tells the
+# controller (HostEntry.scopes): "k8s_namespaces" is sent only to an agent that lists it.
+ENFORCED_SCOPES = ("netns", "addresses", "k8s_namespaces")
+
+
 @dataclass(frozen=True)
 class Scope:
-    """Where a task may look. The agent narrows `netns` to its own host's namespaces and refuses more."""
+    """Where a task may look, as the controller's roles granted it: `netns` names (or "*": every namespace
+    of the host), `k8s_namespaces` Kubernetes namespaces whose pods on the host it may see, `addresses`
+    CIDRs. The agent resolves it on its host, once (fleet/admission.py: spec.scope.Scope) and refuses more
+    than its host. `k8s_namespaces` is left out of the JSON when empty, so a task without one signs the same
+    bytes as before it existed."""
 
     netns: tuple[str, ...] = ()
     cgroups: tuple[str, ...] = ()
     addresses: tuple[str, ...] = ()  # CIDRs
+    k8s_namespaces: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"netns": list(self.netns), "cgroups": list(self.cgroups), "addresses": list(self.addresses)}
+        body: dict[str, Any] = {
+            "netns": list(self.netns),
+            "cgroups": list(self.cgroups),
+            "addresses": list(self.addresses),
+        }
+        if self.k8s_namespaces:
+            body["k8s_namespaces"] = list(self.k8s_namespaces)
+        return body
 
     @classmethod
     def from_json(cls, raw: object, where: str = "task.scope") -> Scope:
         fields = _Fields(raw, where)
-        return cls(fields.strings("netns"), fields.strings("cgroups"), fields.strings("addresses"))
+        return cls(
+            fields.strings("netns"),
+            fields.strings("cgroups"),
+            fields.strings("addresses"),
+            fields.strings("k8s_namespaces"),
+        )
 
 
 @dataclass(frozen=True)
@@ -706,6 +729,9 @@ class HostEntry:
     # The Kubernetes pods whose namespaces this host's scope covers (from its container runtime, CRI):
     # [{"namespace", "name", "uid", "netns", "labels"}]; empty where the host runs none.
     pods: list[dict[str, Any]] = field(default_factory=list)
+    # The kinds of task scope this agent holds (ENFORCED_SCOPES): a controller sends a scope only
+    # to an agent that lists its kind - an older agent would read the task without it, and look wider.
+    scopes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -726,6 +752,7 @@ class HostEntry:
             "offset_ns": self.offset_ns,
             "run_id": self.run_id,
             "pods": self.pods,
+            "scopes": list(self.scopes),
         }
 
     def encode(self) -> bytes:
@@ -758,4 +785,5 @@ class HostEntry:
             offset_ns=fields.signed_integer("offset_ns", 0),
             run_id=fields.string("run_id", "", max_len=64),
             pods=fields.objects("pods"),
+            scopes=fields.strings("scopes"),
         )

@@ -30,16 +30,19 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import msgspec
+
 from netsleuth.agent.cpu_budget import CpuBudget
 from netsleuth.agent.programs import ProgramLedger
 from netsleuth.agent.record_caps import take_within_caps
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import NetsleuthError
 from netsleuth.fleet.admission import AcceptedTask
-from netsleuth.fleet.conntrack_records import CONNTRACK_DIAGNOSTICS, ConntrackWatch
+from netsleuth.fleet.conntrack_records import ConntrackWatch, joins_conntrack
 from netsleuth.fleet.diagnostic_source import EncodedRecords, FleetDiagnostic, Records
 from netsleuth.fleet.protocol import HostState, HostStatus, RecordBatch, records_subject, status_subject
 from netsleuth.fleet.scope_filter import ScopeFilter
+from netsleuth.spec.records import encode, to_builtins
 
 __all__ = ["FleetSession", "record_wall_ns"]
 
@@ -55,9 +58,16 @@ Publish = Callable[[str, bytes, str, bool], None]
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-def record_wall_ns(record: dict[str, Any], mono_to_wall_ns: int) -> int | None:
+def record_wall_ns(record: Any, mono_to_wall_ns: int) -> int | None:
     """When the event happened on this host's wall clock: from its monotonic stamp (bpf_ktime_get_ns) when
-    the record has one, else from its ISO time; None if neither."""
+    the record has one, else from its time (a typed record's WallTime, a dict's ISO text, both to the
+    microsecond); None if neither."""
+    if isinstance(record, msgspec.Struct):
+        mono = getattr(record, "monotonic_ns", None)
+        if isinstance(mono, int) and mono > 0:
+            return mono + mono_to_wall_ns
+        seconds = getattr(record, "time", None)
+        return round(seconds * 1e6) * 1000 if isinstance(seconds, float) else None
     mono = record.get("monotonic_ns")
     if isinstance(mono, int) and mono > 0:
         return mono + mono_to_wall_ns
@@ -225,7 +235,7 @@ class FleetSession:
         encoded: Iterable[bytes] = (
             records.lines()  # a drop batch's own lines: one encoding per kind of drop
             if isinstance(records, EncodedRecords)
-            else (json.dumps(record, separators=(",", ":")).encode() for record in records)
+            else (_line(record) for record in records)
         )
         lines, ended = take_within_caps(
             encoded, self.events, self.bytes, budgets.max_events, budgets.max_bytes
@@ -348,12 +358,9 @@ class FleetSession:
     def _finish(self, diagnostic: FleetDiagnostic, reason: str, detail: str) -> None:
         notes = diagnostic.notes()
         if self._skew_ns is not None:
-            if self.task.diagnostic in CONNTRACK_DIAGNOSTICS:
+            if joins_conntrack(self.task.diagnostic):
                 notes += self._send_conntrack()
-            summary = diagnostic.summary(interrupted=reason != "duration")
-            # The summary's own totals count from attach; the window's (from T0) are what this host saw. Only
-            # the totals it declares are replaced (conn's summary has per-kind totals, no top-level ones).
-            summary.update({key: value for key, value in self._window.to_json().items() if key in summary})
+            summary = _with_totals(diagnostic.summary(interrupted=reason != "duration"), self._window)
             self._send_summary(summary)
         if self._scope is not None and (withheld := self._scope.note()):
             notes.append(withheld)
@@ -362,12 +369,12 @@ class FleetSession:
     def _watch_conntrack(self) -> None:
         """Conntrack's events from now on, in the namespaces the scope allows (a flow diagnostic only): they
         must be subscribed before the session's traffic creates its entries."""
-        if self.task.diagnostic not in CONNTRACK_DIAGNOSTICS:
+        if not joins_conntrack(self.task.diagnostic):
             return
         scope = self.accepted.scope
-        namespaces = None if scope.host_wide else [scope.netns or "/proc/self/ns/net"]
+        namespaces = None if scope.host_wide else list(self.accepted.namespace_files)
         try:
-            self._conntrack = ConntrackWatch(self.accepted.config, namespaces)
+            self._conntrack = ConntrackWatch(self.accepted.config_json, namespaces)
             self._conntrack.start()
         except (NetsleuthError, OSError) as error:  # no ctnetlink, a namespace gone: the session still runs
             self._conntrack_note = f"conntrack not watched: {error}"
@@ -389,16 +396,36 @@ class FleetSession:
             self._publish_batch(batch.encode())
         return notes
 
-    def _send_summary(self, summary: dict[str, Any]) -> None:
+    def _send_summary(self, typed: Any) -> None:
         # Always sent, like a local session's summary: outside the event cap, its groups cut to fit a message.
         if self._scope is not None:
-            (summary,) = self._scope.keep([summary])  # a summary is never withheld, only its groups
+            (typed,) = self._scope.keep([typed])  # a summary is never withheld, only its groups
+        summary: dict[str, Any] = to_builtins(typed) if isinstance(typed, msgspec.Struct) else typed
         groups = summary.get("groups")
         body = json.dumps(summary, separators=(",", ":")).encode()
         if isinstance(groups, list) and len(body) > _BATCH_BYTES:
             kept = groups[: max(1, len(groups) * _BATCH_BYTES // len(body) // 2)]
             summary = {**summary, "groups": kept, "groups_omitted": len(groups) - len(kept)}
         self._publish_batch(RecordBatch(self.host, self.id, self._batches, [summary]).encode())
+
+
+def _line(record: Any) -> bytes:
+    """One record's JSON line in a batch: a typed record encoded by its type, a dict as it is."""
+    if isinstance(record, msgspec.Struct):
+        return encode(record)
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def _with_totals(summary: Any, window: EventTotals) -> Any:
+    """The summary with the window's totals: its own count from attach, the window's (from T0) are what this
+    host saw. Only the totals it declares are replaced (conn's summary has per-kind totals, no top-level
+    ones)."""
+    totals = window.to_json()
+    if isinstance(summary, msgspec.Struct):
+        fields = summary.__struct_fields__
+        return msgspec.structs.replace(summary, **{key: v for key, v in totals.items() if key in fields})
+    summary.update({key: value for key, value in totals.items() if key in summary})
+    return summary
 
 
 def _chunks(lines: list[bytes]) -> Iterator[list[bytes]]:

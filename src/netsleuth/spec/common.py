@@ -43,9 +43,11 @@ _NETNS_HELP = "network namespace: inode, `ip netns` name, or /proc/PID/ns/net"
 
 # Fields two config classes declare alike (a msgspec Struct takes its fields from one base only).
 _Duration = Annotated[Seconds | None, Opt("stop after this long", metavar="SECONDS")]
-_TaskPid = Annotated[Pid | None, Opt("process id", group=FILTERS)]
-_TaskComm = Annotated[Comm | None, Opt("process name (as in /proc/PID/comm)", group=FILTERS)]
-_TaskNetns = Annotated[NetnsRef | None, Opt(_NETNS_HELP, group=FILTERS)]
+_TaskPid = Annotated[Pid | None, Opt("process id", label="process id", group=FILTERS)]
+_TaskComm = Annotated[
+    Comm | None, Opt("process name (as in /proc/PID/comm)", label="process name", group=FILTERS)
+]
+_TaskNetns = Annotated[NetnsRef | None, Opt(_NETNS_HELP, label="network namespace", group=FILTERS)]
 _TaskCgroup = Annotated[
     str | None, Opt("cgroup v2 path (e.g. /system.slice/nginx.service) or id", group=FILTERS)
 ]
@@ -116,24 +118,40 @@ class SocketConfig(RunConfig, frozen=True, kw_only=True):
     which a socket's events do not have. Every filter is applied in the kernel."""
 
     proto: Annotated[
-        Proto | None, Opt("L4 protocol: tcp, udp, icmp, icmpv6, sctp or a number", group=FILTERS)
+        Proto | None,
+        Opt("L4 protocol: tcp, udp, icmp, icmpv6, sctp or a number", label="protocol", group=FILTERS),
     ] = None
     host: Annotated[
-        tuple[IpNetwork, ...], Opt("either address (repeatable)", metavar="ADDR[/LEN]", group=FILTERS)
+        tuple[IpNetwork, ...],
+        Opt("either address (repeatable)", label="either address", metavar="ADDR[/LEN]", group=FILTERS),
     ] = ()
     src: Annotated[
-        tuple[IpNetwork, ...], Opt("source address (repeatable)", metavar="ADDR[/LEN]", group=FILTERS)
+        tuple[IpNetwork, ...],
+        Opt("source address (repeatable)", label="source address", metavar="ADDR[/LEN]", group=FILTERS),
     ] = ()
     dst: Annotated[
-        tuple[IpNetwork, ...], Opt("destination address (repeatable)", metavar="ADDR[/LEN]", group=FILTERS)
+        tuple[IpNetwork, ...],
+        Opt(
+            "destination address (repeatable)",
+            label="destination address",
+            metavar="ADDR[/LEN]",
+            group=FILTERS,
+        ),
     ] = ()
-    port: Annotated[Port | None, Opt("either port", group=FILTERS)] = None
+    port: Annotated[Port | None, Opt("either port", label="either port", group=FILTERS)] = None
     sport: Annotated[Port | None, Opt("source port", label="source port", group=FILTERS)] = None
     dport: Annotated[Port | None, Opt("destination port", label="destination port", group=FILTERS)] = None
     pid: Annotated[
-        Pid | None, Opt("process id: the sending task or the owner of the packet's socket", group=FILTERS)
+        Pid | None,
+        Opt(
+            "process id: the sending task or the owner of the packet's socket",
+            label="process id",
+            group=FILTERS,
+        ),
     ] = None
-    comm: Annotated[Comm | None, Opt("process name (as in /proc/PID/comm)", group=FILTERS)] = None
+    comm: Annotated[
+        Comm | None, Opt("process name (as in /proc/PID/comm)", label="process name", group=FILTERS)
+    ] = None
     netns: Annotated[NetnsRef | None, Opt(_NETNS_HELP, label="network namespace", group=FILTERS)] = None
     pod: Annotated[
         PodName | None,

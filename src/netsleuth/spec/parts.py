@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from netsleuth.spec.scope import K8sNamespaceField
+
 if TYPE_CHECKING:
     from netsleuth.kernel.pods import Pod
 
@@ -16,7 +18,7 @@ class PodRef(msgspec.Struct, frozen=True, kw_only=True):
     """The Kubernetes pod whose sandbox holds the record's network namespace (from the container runtime's
     CRI API, netsleuth.kernel.pods); a record leaves the key out where the namespace is no pod's."""
 
-    namespace: str
+    namespace: K8sNamespaceField  # a Kubernetes namespace scope reads it (spec.scope.RecordScope)
     name: str
     uid: str
 

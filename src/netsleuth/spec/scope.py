@@ -1,12 +1,14 @@
 """The scope of a session as one typed value, from the role that grants it to the kernel filter and the last
 line on the way out.
 
-A `Netns` is an inode plus its name on this host, resolved once. A `Scope` is either host-wide or one
-namespace (plus, optionally, address ranges). A diagnostic's `ScopeTraits` say how its config is narrowed to
-a scope (which field the kernel filters the namespace by, which the addresses by) and whether it can be
-narrowed at all; records say which of their fields name a namespace or an address by their types
-(`NetnsField`, `AddressField` / `AddressText`), so the last-line filter reads typed fields, never guesses
-from key names.
+A `Netns` is an inode plus its name on this host, resolved once. A `Scope` is host-wide, one namespace, or
+the pods of one Kubernetes namespace on this host (their namespaces, resolved once through the container
+runtime), optionally with address ranges. A diagnostic's `ScopeTraits` say how its config is narrowed to a
+scope (which field the kernel filters the namespace by, which the addresses by, which a Kubernetes
+namespace by, and a hook for what reaches further than those fields) and whether it can be narrowed at
+all; records say which of their fields name a namespace, an address or a pod's Kubernetes namespace by
+their types (`NetnsField`, `AddressField` / `AddressText`, `K8sNamespaceField`), so the last-line filter
+reads typed fields, never guesses from key names.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ import functools
 import ipaddress
 import types
 import typing
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
-from typing import Annotated, NamedTuple, cast
+from typing import Annotated, Any, NamedTuple, cast
 
 from netsleuth.spec.options import IpNetwork
 
 __all__ = [
     "AddressField",
     "AddressText",
+    "K8sNamespaceField",
     "Netns",
     "NetnsField",
     "RecordScope",
@@ -37,13 +40,16 @@ __all__ = [
 class ScopeRole(NamedTuple):
     """A marker on a record field's type: what the field tells about where the record happened."""
 
-    role: str  # "netns" (an inode) | "address" (one IP address as text)
+    role: str  # "netns" (an inode) | "address" (one IP address as text) | "k8s_namespace" (a pod's)
 
 
 NetnsField = Annotated[int, ScopeRole("netns")]
 AddressField = Annotated[str | None, ScopeRole("address")]
 # The same where the record always has the address (a route lookup's destination): the schema says so.
 AddressText = Annotated[str, ScopeRole("address")]
+# The Kubernetes namespace of the pod a record names (spec.parts.PodRef): under a Kubernetes namespace scope a
+# record naming another's pod is outside it, whatever its network namespace says.
+K8sNamespaceField = Annotated[str, ScopeRole("k8s_namespace")]
 
 
 class Netns(NamedTuple):
@@ -59,21 +65,40 @@ class Netns(NamedTuple):
 
 @dataclass(frozen=True)
 class Scope:
-    """What one session may see: every namespace of the host, or one namespace and optionally some address
-    ranges inside it ("either address", the kernel filter's meaning)."""
+    """What one session may see: every namespace of the host (`host_wide`); one namespace (`netns`); or the
+    pods of one Kubernetes namespace on this host (`k8s_namespace`, with their network namespaces as resolved
+    once when the task was admitted: `pod_netns`) - plus, for the last two, optionally some address ranges
+    ("either address", the kernel filter's meaning)."""
 
     host_wide: bool
     netns: Netns | None = None
     networks: tuple[IpNetwork, ...] = ()
+    k8s_namespace: str | None = None
+    pod_netns: tuple[Netns, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.host_wide and (self.netns is not None or self.networks):
-            raise ValueError("a host-wide scope names no namespace or addresses")
-        if not self.host_wide and self.netns is None:
-            raise ValueError("a namespace scope names its namespace")
+        chosen = [self.host_wide, self.netns is not None, self.k8s_namespace is not None]
+        if sum(chosen) != 1:
+            raise ValueError("a scope is host-wide, one namespace, or one Kubernetes namespace's pods")
+        if self.host_wide and self.networks:
+            raise ValueError("a host-wide scope names no addresses")
+        if self.k8s_namespace is not None and not self.pod_netns:
+            # An empty set would be no kernel filter at all: a scope that sees nothing is refused instead.
+            raise ValueError("a Kubernetes namespace scope names its pods' network namespaces")
+
+    @property
+    def namespaces(self) -> tuple[Netns, ...]:
+        """The network namespaces inside the scope (empty for host-wide: all of them)."""
+        if self.netns is not None:
+            return (self.netns,)
+        return self.pod_netns
 
     def holds_netns(self, inode: int) -> bool:
-        return self.host_wide or (self.netns is not None and self.netns.inode == inode)
+        return self.host_wide or any(netns.inode == inode for netns in self.namespaces)
+
+    def holds_k8s_namespace(self, name: str) -> bool:
+        """Whether a pod of Kubernetes namespace `name` is inside: only its own under a Kubernetes scope."""
+        return self.k8s_namespace is None or name == self.k8s_namespace
 
     def holds_address(self, text: str) -> bool:
         if self.host_wide or not self.networks:
@@ -87,7 +112,10 @@ class Scope:
     def describe(self) -> str:
         if self.host_wide:
             return "host-wide"
-        where = f"netns {self.netns}"
+        if self.k8s_namespace is not None:
+            where = f"Kubernetes namespace {self.k8s_namespace} ({len(self.pod_netns)} pod namespace(s) here)"
+        else:
+            where = f"netns {self.netns}"
         if self.networks:
             where += " and " + ", ".join(str(network) for network in self.networks)
         return where
@@ -97,16 +125,39 @@ class Scope:
 class ScopeTraits:
     """How a diagnostic is kept inside a scope.
 
-    `netns_field`: the config field the kernel filters the namespace by (None: it has none, so it can only
-    run host-wide); `address_field`: the config field holding "either address" filters an address scope
-    narrows (None: its records carry no address, so an address scope cannot be enforced);
-    `host_wide_only`: why it cannot be kept inside a namespace at all (its records carry no namespace);
-    `joins_conntrack`: its flows are joined across hosts with each host's conntrack entries."""
+    `netns_field`: the config field the kernel filters one namespace by (None, or a name its config lacks:
+    it cannot be kept inside a namespace, so it runs only host-wide); `address_field`: the config field
+    holding "either address" filters an address scope narrows (None: its records carry no address, so an
+    address scope cannot be enforced); `k8s_namespace_field`: the config field that chooses a Kubernetes
+    namespace's pods, which the kernel filters as a set of namespaces (None or absent: a Kubernetes scope
+    whose pods here share one namespace is held by `netns_field`, any other is refused); `host_wide_only`:
+    why it cannot be kept inside a namespace at all (its records carry no namespace); `joins_conntrack`: its
+    flows are joined across hosts with each host's conntrack entries.
+
+    `narrow(config, scope)`: for a diagnostic whose reach goes beyond those fields (conn's drop program and
+    NAT lookups watch every namespace by design; diagnose's watches each have their own filter), the config
+    confined to the scope there too. It gets the config already narrowed on the fields above, returns it
+    (msgspec.structs.replace), and raises netsleuth.errors.UsageError for a scope it cannot keep.
+    """
 
     netns_field: str | None = "netns"
     address_field: str | None = "host"
+    k8s_namespace_field: str | None = "k8s_namespace"
     host_wide_only: str | None = None
     joins_conntrack: bool = False
+    narrow: Callable[[Any, Scope], Any] | None = None
+
+    def field_of(self, config_type: type, role: str) -> str | None:
+        """The config field this diagnostic narrows for `role` ("netns", "address", "k8s_namespace"), None
+        when it declares none or its config has no such field: a scope it cannot push into a field is
+        refused, never left unenforced."""
+        name = {
+            "netns": self.netns_field,
+            "address": self.address_field,
+            "k8s_namespace": self.k8s_namespace_field,
+        }[role]
+        fields: tuple[str, ...] = getattr(config_type, "__struct_fields__", ())
+        return name if name is not None and name in fields else None
 
 
 class RecordScope:
@@ -131,9 +182,49 @@ class RecordScope:
             return False
         if not all(isinstance(inode, int) and self.scope.holds_netns(inode) for inode in netns):
             return False
+        pods = scoped_values(record, "k8s_namespace")
+        if not all(isinstance(name, str) and self.scope.holds_k8s_namespace(name) for name in pods):
+            return False
         return not addresses or any(
             isinstance(text, str) and self.scope.holds_address(text) for text in addresses
         )
+
+    def narrow(self, record: Any) -> tuple[Any | None, int]:
+        """The record as it may leave (None: withheld) and how many of its parts were removed.
+
+        A summary always leaves (it carries the exact totals): each of its lists of parts that say where
+        they happened (groups with their example) keeps only the parts inside. A record type with more to
+        narrow than that (a connection report's timeline) defines `narrowed(allows)` returning the same
+        pair; every other record is kept or withheld whole."""
+        if self.scope.host_wide:
+            return record, 0
+        own = getattr(record, "narrowed", None)
+        if callable(own):
+            narrowed, removed = own(self.allows)
+            return narrowed, int(removed)
+        from netsleuth.spec.summary import Summary
+
+        if isinstance(record, Summary):
+            return self._summary(record)
+        return (record if self.allows(record) else None), 0
+
+    def _summary(self, summary: Any) -> tuple[Any, int]:
+        import msgspec
+
+        changes: dict[str, Any] = {}
+        removed = 0
+        for name, role, nested in _scoped_fields(cast(Hashable, type(summary))):
+            value = getattr(summary, name, None)
+            if role is not None or not nested or not isinstance(value, list | tuple):
+                continue
+            # Only parts that can say where they happened are judged (a list of per-CPU counts is not).
+            kept = [
+                part for part in value if not _carries_scope(cast(Hashable, type(part))) or self.allows(part)
+            ]
+            if len(kept) != len(value):
+                removed += len(value) - len(kept)
+                changes[name] = type(value)(kept)
+        return (msgspec.structs.replace(summary, **changes) if changes else summary), removed
 
 
 def scoped_values(record: object, role: str) -> Iterator[object]:
@@ -167,6 +258,29 @@ def _scoped_fields(kind: Hashable) -> tuple[tuple[str, str | None, bool], ...]:
         elif _holds_struct(hint):
             fields.append((name, None, True))
     return tuple(fields)
+
+
+@functools.cache
+def _carries_scope(kind: Hashable) -> bool:
+    """Whether records of this Struct class can hold a marked value, at any depth."""
+    import msgspec
+
+    if not (isinstance(kind, type) and issubclass(kind, msgspec.Struct)):
+        return False
+    hints = typing.get_type_hints(kind, include_extras=True)
+    for name, role, _nested in _scoped_fields(kind):
+        if role is not None or any(_carries_scope(inner) for inner in _struct_types(hints.get(name))):
+            return True
+    return False
+
+
+def _struct_types(hint: object) -> Iterator[type]:
+    import msgspec
+
+    if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
+        yield hint
+    for argument in typing.get_args(hint):
+        yield from _struct_types(argument)
 
 
 def _role(hint: object) -> str | None:
