@@ -43,7 +43,7 @@ DIAGNOSTIC: DiagnosticSpec[SignalsConfig] = DiagnosticSpec(
     records=(SignalRecord, SignalsSummary),
     open=_open,
     # The sender's namespace is filtered in the kernel; its records carry no address.
-    scope=ScopeTraits(netns_field="netns", address_field=None, k8s_namespace_field=None),
+    scope=ScopeTraits(netns_field="netns", address_field=None),
     view=_view,
     needs=("can_trace", "btf", "ring_buffer"),
 )
