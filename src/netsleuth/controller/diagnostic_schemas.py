@@ -43,7 +43,7 @@ def _scope_fields(spec: Any) -> tuple[dict[str, str], str | None]:
         for key, role in (("netns", "netns"), ("host", "address"), ("k8s_namespace", "k8s_namespace"))
         if key in keys
     }
-    return fields, untyped.HOST_WIDE_ONLY.get(spec.name)
+    return fields, None
 
 
 def _form_schema(spec: Any) -> dict[str, Any]:

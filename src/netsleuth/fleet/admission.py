@@ -290,7 +290,12 @@ class TaskAdmission:
         spec = get_diagnostic(task.diagnostic)
         if not untyped.is_typed(spec):
             return untyped.scoped_config(task, scope, self._namespaces, self._validate, TaskRefused)
-        config = spec.config_from_json(dict(task.config))
+        given = dict(task.config)
+        if scope.host_wide and given.get("netns") == HOST_WIDE:
+            # `"netns": "*"` is how a request asks for every namespace (the controller made the scope of
+            # it); as a filter it is none.
+            del given["netns"]
+        config = spec.config_from_json(given)
         try:
             return narrow_config(config, scope, spec.scope, self._namespaces, task.diagnostic)
         except UsageError as error:
@@ -318,8 +323,8 @@ def narrow_config(
         own_filter = getattr(config, netns_field) if netns_field is not None else None
         if netns_field is None or own_filter is None:
             return config
-        inode = None if own_filter == HOST_WIDE else namespaces.netns(str(own_filter)).inode
-        return msgspec.structs.replace(config, **{netns_field: None if inode is None else str(inode)})
+        inode = namespaces.netns(str(own_filter)).inode
+        return msgspec.structs.replace(config, **{netns_field: str(inode)})
     if traits.host_wide_only is not None:
         raise UsageError(
             f"{diagnostic} cannot be kept inside a namespace scope ({traits.host_wide_only}): it needs a "

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from netsleuth.fleet.protocol import Task
 
 __all__ = [
-    "HOST_WIDE_ONLY",
     "HOST_WIDE_VERDICTS",
     "DictScope",
     "config_schema",
@@ -43,16 +42,6 @@ __all__ = [
     "scoped_config",
 ]
 
-# Diagnostics whose records carry no namespace or address, so that neither the kernel nor the last-line
-# filter can keep them inside a narrower scope: why, in the refusal's words (a typed spec says it in its
-# ScopeTraits.host_wide_only).
-HOST_WIDE_ONLY = {
-    "softirq": "its per-CPU softirq histograms count every namespace's packets and carry no namespace",
-    "profile": (
-        "its stacks carry no namespace, and a sample's kernel frames include softirq work done for any "
-        "namespace's packets"
-    ),
-}
 # diagnose's verdicts that are facts about the whole machine, not about one namespace: the per-CPU NET_RX
 # budget (diagnose/softirq_rules.py) is spent on every namespace's packets alike.
 HOST_WIDE_VERDICTS = frozenset({"net-rx-budget"})
@@ -99,12 +88,7 @@ def scoped_config(
             except UsageError:
                 raise refused(f"network namespace {asked!r} does not exist on this host", task) from None
         return _validated(name, config, validate, refused, task)
-    if name in HOST_WIDE_ONLY:
-        raise refused(
-            f"{name} cannot be kept inside a namespace scope ({HOST_WIDE_ONLY[name]}): it needs a host-wide "
-            f"scope (netns '{_HOST_WIDE}')",
-            task,
-        )
+    # (Every diagnostic that runs only host-wide is typed: its ScopeTraits.host_wide_only says why.)
     keys = get_diagnostic(name).keys
     inside = {netns.inode for netns in scope.namespaces}
     chosen = [key for key in ("netns", "pod", "k8s_namespace") if config.get(key) is not None]
