@@ -118,7 +118,7 @@ def test_a_team_a_user_sees_both_team_a_pods_and_nothing_of_team_b_on_the_same_h
 
 
 def test_asking_for_team_b_is_refused_with_403_and_an_audit_record(stack: Stack) -> None:
-    asks = (
+    asks: tuple[tuple[dict[str, str], str], ...] = (
         ({"k8s_namespace": "team-b"}, "your roles do not allow Kubernetes namespace team-b on host node."),
         ({"pod": "team-b/db-0"}, "your roles do not allow Kubernetes namespace team-b on host node."),
         ({}, "your roles do not allow network namespace host on host node"),

@@ -41,6 +41,9 @@ _NEEDS = ("can_trace", "btf", "raw_tp")
 # Resets, aborts and TCP events carry their namespace and both addresses: both scopes are kept in the
 # kernel (the namespace and the "either address" filters) and checked on every record.
 _SCOPE = ScopeTraits(netns_field="netns", address_field="host")
+# A reset is a hop of a flow the controller follows across hosts and NATs (fleet/merge.py): a fleet session of
+# resets ships this host's conntrack entries of its flows too.
+_RESETS_SCOPE = ScopeTraits(netns_field="netns", address_field="host", joins_conntrack=True)
 
 
 def _open_resets(config: ResetsConfig, context: KernelContext | None) -> DiagnosticSession:
@@ -104,7 +107,7 @@ DIAGNOSTICS: dict[str, DiagnosticSpec[ResetsConfig] | DiagnosticSpec[TcpConfig]]
         records=(ResetRecord, AbortRecord, ResetsSummary),
         open=_open_resets,
         objects=("tcp",),
-        scope=_SCOPE,
+        scope=_RESETS_SCOPE,
         needs=_NEEDS,
         view=_resets_view,
     ),
