@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from netsleuth.config_file import ConfigTable, read_secret
 from netsleuth.errors import UsageError
 from netsleuth.packet import endpoint_text
 
@@ -119,60 +119,6 @@ class AgentConfig:
         return _read_token(self.sessions.token_file)
 
 
-class _Table:
-    """One TOML table being validated: typed getters with ranges, then `finish()` rejects leftovers."""
-
-    def __init__(self, raw: Any, path: str, source: str) -> None:
-        self.path = path
-        self.source = source
-        if not isinstance(raw, dict):
-            raise self.error(path, "must be a table")
-        self._raw: dict[str, Any] = dict(raw)
-
-    def error(self, key: str, problem: str, value: object = None) -> UsageError:
-        got = f" (got {value!r})" if value is not None else ""
-        return UsageError(f"config {self.source}: {key} {problem}{got}")
-
-    def _key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def table(self, name: str) -> _Table:
-        return _Table(self._raw.pop(name, {}), self._key(name), self.source)
-
-    def boolean(self, name: str, default: bool) -> bool:
-        value = self._raw.pop(name, default)
-        if not isinstance(value, bool):
-            raise self.error(self._key(name), "must be true or false", value)
-        return value
-
-    def integer(self, name: str, default: int, minimum: int, maximum: int, unit: str = "") -> int:
-        value = self._raw.pop(name, default)
-        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-            suffix = f" {unit}" if unit else ""
-            raise self.error(
-                self._key(name), f"must be an integer from {minimum} to {maximum}{suffix}", value
-            )
-        return value
-
-    def number(self, name: str, default: float, minimum: float, maximum: float, unit: str) -> float:
-        value = self._raw.pop(name, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not minimum <= value <= maximum:
-            raise self.error(
-                self._key(name), f"must be a number from {minimum:g} to {maximum:g} {unit}", value
-            )
-        return float(value)
-
-    def string(self, name: str, default: str) -> str:
-        value = self._raw.pop(name, default)
-        if not isinstance(value, str):
-            raise self.error(self._key(name), "must be a string", value)
-        return value
-
-    def finish(self) -> None:
-        for name in self._raw:
-            raise self.error(self._key(name), "is not a known setting (see docs/agent.md)")
-
-
 def _parse_listen(text: str, key: str, source: str = "defaults") -> ListenAddress:
     host, _, port_text = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
@@ -186,28 +132,11 @@ def _parse_listen(text: str, key: str, source: str = "defaults") -> ListenAddres
     return ListenAddress(host, int(port_text))
 
 
-def read_secret(path: Path, key: str, min_length: int = 1) -> str:
-    """A secret from a file only its owner can read (the session token, the fleet's NATS password)."""
-    try:
-        status = path.stat()
-        secret = path.read_text().strip()
-    except OSError as error:
-        raise UsageError(f"{key} {path}: {error.strerror}") from None
-    # The secret is the only thing between the network and loading programs into this kernel.
-    if status.st_mode & (stat.S_IROTH | stat.S_IWOTH):
-        raise UsageError(f"{key} {path} is readable by other users: chmod 600 it")
-    if not secret:
-        raise UsageError(f"{key} {path} is empty")
-    if len(secret) < min_length:
-        raise UsageError(f"{key} {path} must hold a secret of at least {min_length} characters")
-    return secret
-
-
 def _read_token(path: Path) -> str:
     return read_secret(path, "sessions.token_file", min_length=16)
 
 
-def _exporter(table: _Table) -> ExporterConfig:
+def _exporter(table: ConfigTable) -> ExporterConfig:
     drops_table = table.table("drops")
     drops = DropsExporterConfig(
         enabled=drops_table.boolean("enabled", True),
@@ -260,7 +189,7 @@ def _exporter(table: _Table) -> ExporterConfig:
     )
 
 
-def _sessions(table: _Table) -> SessionLimits:
+def _sessions(table: ConfigTable) -> SessionLimits:
     max_duration = table.number("max_duration", 300.0, 1, 86_400, "seconds")
     default_duration = table.number("default_duration", min(30.0, max_duration), 0.1, 86_400, "seconds")
     if default_duration > max_duration:
@@ -282,10 +211,10 @@ def _sessions(table: _Table) -> SessionLimits:
     return limits
 
 
-def _fleet(table: _Table) -> FleetConfig | None:
+def _fleet(table: ConfigTable) -> FleetConfig | None:
     """The [fleet] section; the fleet link (nats-py, cryptography) is in the `fleet` extra, and an agent
     without that section needs none of it."""
-    if not table._raw:
+    if not table.names():
         table.finish()
         return None
     from netsleuth.extras import require_extra
@@ -298,7 +227,7 @@ def _fleet(table: _Table) -> FleetConfig | None:
 
 def parse_config(raw: dict[str, Any], source: str = "defaults") -> AgentConfig:
     """A parsed TOML document -> AgentConfig, or a UsageError naming the first bad key."""
-    root = _Table(raw, "", source)
+    root = ConfigTable(raw, "", source)
     agent = root.table("agent")
     listen = _parse_listen(agent.string("listen", DEFAULT_LISTEN), "agent.listen", source)
     socket_text = agent.string("socket", DEFAULT_SOCKET)

@@ -24,15 +24,12 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from netsleuth.config_file import ConfigTable, read_secret
 from netsleuth.errors import UsageError
 from netsleuth.fleet.protocol import ProtocolError, public_key_from_text, validate_host_id
-
-if TYPE_CHECKING:
-    from netsleuth.agent.config import _Table
 
 __all__ = ["FleetConfig", "login_refused", "lone_reset", "nkey_public_key", "parse_fleet"]
 
@@ -47,8 +44,6 @@ def nkey_public_key(path: Path, key: str) -> str:
     if importlib.util.find_spec("nkeys") is None:
         raise UsageError(f"{key} {_NKEYS_MISSING}")
     import nkeys
-
-    from netsleuth.agent.config import read_secret  # agent.config imports this module
 
     seed = read_secret(path, key)
     try:
@@ -100,8 +95,6 @@ def check_creds_file(path: Path, key: str) -> None:
     """A NATS .creds file (the user's JWT and nkey seed, as `nsc generate creds` writes it) is a secret like
     the others: it must exist, be owner-only and hold the JWT block nats-py sends; else one sentence naming
     `key`. Checked when the config loads, so a typo is not found at the first connect."""
-    from netsleuth.agent.config import read_secret  # agent.config imports this module
-
     if "-----BEGIN NATS USER JWT-----" not in read_secret(path, key):
         raise UsageError(f"{key} {path} is not a NATS .creds file (no NATS USER JWT block)")
 
@@ -124,14 +117,12 @@ class FleetConfig:
     def password(self) -> str | None:
         if self.password_file is None:
             return None
-        from netsleuth.agent.config import read_secret  # agent.config imports this module
-
         return read_secret(self.password_file, "fleet.password_file")
 
 
-def parse_fleet(table: _Table) -> FleetConfig | None:
+def parse_fleet(table: ConfigTable) -> FleetConfig | None:
     """The [fleet] table (empty = no fleet link) -> FleetConfig, or a UsageError naming the key."""
-    if not table._raw:
+    if not table.names():
         table.finish()
         return None
     url_text = table.string("url", "")
@@ -162,7 +153,7 @@ def parse_fleet(table: _Table) -> FleetConfig | None:
             raise table.error(f"fleet.{name}", _NKEYS_MISSING)
     labels_table = table.table("labels")
     labels = []
-    for name in list(labels_table._raw):
+    for name in labels_table.names():
         labels.append((name, labels_table.string(name, "")))
     labels_table.finish()
     config = FleetConfig(
