@@ -4,61 +4,43 @@ for the report's "all good" list when it has nothing to say.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from netsleuth.doctor.findings import Finding, Report
 from netsleuth.doctor.fixes import placed_in
+from netsleuth.doctor.rules import (
+    coalesce,
+    conntrack,
+    drops,
+    interrupts,
+    mtu,
+    offloads,
+    queues,
+    ring,
+    rpfilter,
+    sockets,
+    softnet,
+)
+from netsleuth.doctor.rules.rule import Rule, Verdict
 from netsleuth.doctor.window import Window
 
 __all__ = ["RULES", "Rule", "Verdict", "diagnose"]
 
-Verdict = tuple[list[Finding], str]
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    check: Callable[[Window], Verdict]
-
-
-def _all_rules() -> list[Rule]:
-    from netsleuth.doctor.rules import (
-        coalesce,
-        conntrack,
-        drops,
-        interrupts,
-        mtu,
-        offloads,
-        queues,
-        ring,
-        rpfilter,
-        sockets,
-        softnet,
-    )
-
-    return [
-        *ring.RULES,
-        *drops.RULES,
-        *softnet.RULES,
-        *interrupts.RULES,
-        *queues.RULES,
-        *coalesce.RULES,
-        *offloads.RULES,
-        *mtu.RULES,
-        *sockets.RULES,
-        *conntrack.RULES,
-        *rpfilter.RULES,
-    ]
-
-
-RULES: list[Rule] = []
+RULES: list[Rule] = [
+    *ring.RULES,
+    *drops.RULES,
+    *softnet.RULES,
+    *interrupts.RULES,
+    *queues.RULES,
+    *coalesce.RULES,
+    *offloads.RULES,
+    *mtu.RULES,
+    *sockets.RULES,
+    *conntrack.RULES,
+    *rpfilter.RULES,
+]
 
 
 def diagnose(window: Window, rules: list[Rule] | None = None) -> Report:
     if rules is None:
-        if not RULES:
-            RULES.extend(_all_rules())
         rules = RULES
     findings: list[Finding] = []
     all_good: list[str] = []

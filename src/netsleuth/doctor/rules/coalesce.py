@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import coalesce_fix
-from netsleuth.doctor.rules import Rule, Verdict
 from netsleuth.doctor.rules.interrupts import nic_queue_irqs
+from netsleuth.doctor.rules.rule import Rule, Verdict
 from netsleuth.doctor.window import Window
 
 __all__ = ["RULES"]

@@ -10,7 +10,7 @@ as rx_dropped. netdata#4536/#5158 are users chasing exactly these.
 from __future__ import annotations
 
 from netsleuth.doctor.findings import Finding, Severity
-from netsleuth.doctor.rules import Rule, Verdict
+from netsleuth.doctor.rules.rule import Rule, Verdict
 from netsleuth.doctor.window import Window
 
 __all__ = ["RULES"]

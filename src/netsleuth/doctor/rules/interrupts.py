@@ -13,7 +13,7 @@ from netsleuth.doctor.cpuset import format_cpu_list
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import Fix, combine, file_fix
 from netsleuth.doctor.model import Snapshot
-from netsleuth.doctor.rules import Rule, Verdict
+from netsleuth.doctor.rules.rule import Rule, Verdict
 from netsleuth.doctor.topology import rx_queue_irqs
 from netsleuth.doctor.window import Window
 

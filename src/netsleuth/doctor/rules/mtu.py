@@ -11,7 +11,7 @@ from __future__ import annotations
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import mtu_fix
 from netsleuth.doctor.model import TunnelRecord
-from netsleuth.doctor.rules import Rule, Verdict
+from netsleuth.doctor.rules.rule import Rule, Verdict
 from netsleuth.doctor.window import Window
 from netsleuth.netns_command import in_netns
 

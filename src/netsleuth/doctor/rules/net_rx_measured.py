@@ -17,7 +17,7 @@ from netsleuth.doctor.cpuset import format_cpu_mask
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import sysctl_fix
 from netsleuth.doctor.napi_measure import BACKLOG, DeviceNapi, NapiMeasurement
-from netsleuth.doctor.rules import Verdict
+from netsleuth.doctor.rules.rule import Verdict
 from netsleuth.doctor.window import Window
 from netsleuth.netns_command import in_netns
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import combine, feature_fix
 from netsleuth.doctor.model import FeatureState, Snapshot
-from netsleuth.doctor.rules import Rule, Verdict
+from netsleuth.doctor.rules.rule import Rule, Verdict
 from netsleuth.doctor.window import Window
 
 __all__ = ["BOND_COMPARED_FEATURES", "RULES", "tunnel_segmentation_feature"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from netsleuth.doctor.cpuset import format_cpu_list, format_cpu_mask
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import channels_fix, combine, file_fix
-from netsleuth.doctor.rules import Rule, Verdict
+from netsleuth.doctor.rules.rule import Rule, Verdict
 from netsleuth.doctor.window import Window
 
 __all__ = ["RULES"]

@@ -12,7 +12,7 @@ import re
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import ring_fix
 from netsleuth.doctor.model import EthtoolRecord
-from netsleuth.doctor.rules import Rule, Verdict
+from netsleuth.doctor.rules.rule import Rule, Verdict
 from netsleuth.doctor.window import Window
 
 __all__ = ["RULES"]

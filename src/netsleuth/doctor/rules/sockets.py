@@ -13,7 +13,7 @@ from __future__ import annotations
 from netsleuth.diagnostics.causes import cause
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import combine, sysctl_fix
-from netsleuth.doctor.rules import Rule, Verdict
+from netsleuth.doctor.rules.rule import Rule, Verdict
 from netsleuth.doctor.window import Window
 
 __all__ = ["RULES"]

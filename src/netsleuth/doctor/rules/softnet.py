@@ -17,8 +17,8 @@ from __future__ import annotations
 from netsleuth.diagnostics.causes import cause
 from netsleuth.doctor.findings import Finding, Severity
 from netsleuth.doctor.fixes import sysctl_fix
-from netsleuth.doctor.rules import Rule, Verdict
 from netsleuth.doctor.rules.net_rx_measured import check_measured
+from netsleuth.doctor.rules.rule import Rule, Verdict
 from netsleuth.doctor.window import Window
 
 __all__ = ["RULES"]
