@@ -112,7 +112,7 @@ def ring(count: int) -> None:
     from tests.netlab import Lab
 
     import netsleuth.bpf.ringbuf as ringbuf
-    from bench.drops_storm import build_sender, storm
+    from bench.udp_storm import build_sender, storm
     from netsleuth.diagnostics.drops import DropsConfig, DropsSession
     from netsleuth.diagnostics.filters import PacketFilter
 

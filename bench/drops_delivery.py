@@ -21,13 +21,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.udp_storm import Storm
 
 __all__ = [
+    "BPFTRACE_PRINTF",
     "WARM_UP_DROPS",
     "Delivery",
     "LineCounter",
-    "Storm",
     "StormRun",
     "agent_delivery",
     "agent_storm_delivery",
@@ -38,6 +41,11 @@ __all__ = [
 ]
 
 _QUIET_S = 0.6  # no new line for this long: the consumer has delivered everything it will
+# bpftrace's side of the delivery comparison: every drop's time, reason, location and protocol, printed.
+BPFTRACE_PRINTF = (
+    "tracepoint:skb:kfree_skb /args->reason != 1/ "
+    '{ printf("%d %d %p %d\\n", nsecs, args->reason, args->location, args->protocol); }'
+)
 WARM_UP_DROPS = 2000  # fits the ring buffer whole: none sampled while the consumer loads names
 
 
@@ -224,19 +232,6 @@ def deliver(
         used,
         warm,
     )
-
-
-@dataclass(frozen=True)
-class Storm:
-    """A storm as its sender (bench/udpflood.c) reports it."""
-
-    drops: int
-    seconds: float  # first to last send, by the sender's clock
-    pid: int  # the sender: every drop of the storm happens in its context, so tracers report it as the owner
-
-    @property
-    def rate(self) -> float:
-        return self.drops / self.seconds
 
 
 @dataclass
@@ -435,8 +430,8 @@ def main() -> int:
     from tests.netlab import Lab
 
     from bench.attach_time import use_compiled_bytecode
-    from bench.drops_storm import BPFTRACE_PRINTF, SENDER_CPU, TRACER_CPU, build_sender, storm
     from bench.harness import BPFTRACE_READY
+    from bench.udp_storm import SENDER_CPU, TRACER_CPU, build_sender, storm
 
     choices = ("file", "pipe", "bpftrace-file", "bpftrace-pipe", "agent")
     parser = argparse.ArgumentParser(description="delivered drop events/s, unsampled")

@@ -55,9 +55,9 @@ from bench.attach_time import (  # noqa: E402
     use_compiled_bytecode,
 )
 from bench.drops_delivery import (  # noqa: E402
+    BPFTRACE_PRINTF,
     WARM_UP_DROPS,
     Delivery,
-    Storm,
     StormRun,
     agent_delivery,
     agent_storm_delivery,
@@ -74,13 +74,10 @@ from bench.harness import (  # noqa: E402
     netsleuth_tracer,
     program_stats,
 )
+from bench.udp_storm import SENDER_CPU, TRACER_CPU, Storm, build_sender, storm, timed_storm  # noqa: E402
 from netsleuth.bpf.stats import RunTimeStats  # noqa: E402
 
 BPFTRACE_COUNT = "tracepoint:skb:kfree_skb /args->reason != 1/ { @drops[args->reason] = count(); }"
-BPFTRACE_PRINTF = (
-    "tracepoint:skb:kfree_skb /args->reason != 1/ "
-    '{ printf("%d %d %p %d\\n", nsecs, args->reason, args->location, args->protocol); }'
-)
 # The user's comparison for delivery (issue 22): bpftrace printing who, why and where for each drop of the
 # reason netsleuth is asked for, to a file, exactly as `bpftrace -e '...' > file` runs.
 BPFTRACE_USER_PRINTF = (
@@ -88,9 +85,6 @@ BPFTRACE_USER_PRINTF = (
     '{{ printf("%d %d %p\\n", pid, args->reason, args->location); }}'
 )
 FLOOR = "floor: empty tp_btf program"
-# The storm's sender (and so the traced kernel path) on one CPU, every tracer's userspace on the other: the
-# comparison is of in-kernel cost and consumer efficiency, not of who wins a shared core.
-SENDER_CPU, TRACER_CPU = "1", "0"
 
 
 @dataclass
@@ -103,28 +97,10 @@ class Result:
     vs_untraced: float = 1.0  # median over rounds of this rate / the untraced rate of the same round
 
 
-def build_sender(directory: Path) -> str:
-    binary = directory / "udpflood"
-    subprocess.run(["gcc", "-O2", "-o", str(binary), str(REPO / "bench" / "udpflood.c")], check=True)
-    return str(binary)
-
-
 def bpf_program_stats(name_prefix: str) -> tuple[int, int]:
     """(run_cnt, run_time_ns) summed over loaded programs whose name starts with the prefix."""
     stats = program_stats((name_prefix,)).values()
     return sum(runs for runs, _ in stats), sum(spent for _, spent in stats)
-
-
-def timed_storm(host_argv: Callable[..., list[str]], sender: str, dst: str, count: int) -> Storm:
-    """`count` drops as fast as one CPU sends them, timed by the sender's own clock."""
-    argv = host_argv("taskset", "-c", SENDER_CPU, sender, dst, "9", str(count))
-    result = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-    assert result["refused"] == count, result
-    return Storm(int(result["refused"]), float(result["seconds"]), int(result["pid"]))
-
-
-def storm(host_argv: Callable[..., list[str]], sender: str, dst: str, count: int) -> float:
-    return timed_storm(host_argv, sender, dst, count).rate
 
 
 def main() -> int:
