@@ -222,7 +222,7 @@ def test_drops_config_is_the_cli_flags() -> None:
         ("drops", {"dport": [1, 2]}, "--dport must be text or a number"),
         ("resets", {"proto": "udp"}, "^proto can only be tcp: this command traces TCP$"),
         ("tcp.queues", {"summary": "yes"}, "^summary must be true or false"),
-        ("diagnose", {"duration": 7200}, "--duration must be more than 0 and at most 3600 seconds"),
+        ("diagnose", {"duration": 7200}, "^duration 7200 is not a number of seconds over 0 and at most 3600"),
         ("nope", {}, "unknown diagnostic 'nope'"),
     ]
     for name, config_json, expected in cases:

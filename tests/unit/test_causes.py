@@ -9,16 +9,17 @@ from pathlib import Path
 import pytest
 
 from netsleuth._generated.tcp_abi import TCP_REASON_SYN_ACCEPT_QUEUE_FULL, EventKind
-from netsleuth.diagnose.drop_rules import DropContext, drop_verdicts
 from netsleuth.diagnose.listeners import FullListener, listener_verdicts
 from netsleuth.diagnostics.causes import CATALOGUE, cause
 from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord, Owner
+from netsleuth.diagnostics.drops_rules import drop_verdicts
 from netsleuth.diagnostics.tcp.events import TcpEventEnricher
 from netsleuth.diagnostics.tcp.records import QueueRecord
 from netsleuth.diagnostics.tcp.reset_causes import ResetCause
 from netsleuth.doctor.rules import diagnose
 from netsleuth.kernel.reasons import DropReasons
 from netsleuth.packet import PacketTuple
+from netsleuth.spec.diagnose import Window
 from tests.fixtures.doctor import scenario_window
 from tests.unit.tcp_fakes import fake_context, raw_event
 
@@ -78,7 +79,7 @@ def _overflow_group() -> DropGroup:
 
 def test_listen_overflow_reads_the_same_everywhere(tmp_path: Path) -> None:
     entry = cause("listen_overflow")
-    context = DropContext(seconds=10.0, sysctls={"net.core.somaxconn": "4096"}, resets_by_flow={})
+    context = Window(seconds=10.0, sysctls={"net.core.somaxconn": "4096"})
     [dropped] = drop_verdicts([_overflow_group()], context)
     [listener] = listener_verdicts([FullListener("0.0.0.0", 80, 3, 1, 0)], 7, "4096", "srv")
     [finding] = diagnose(scenario_window("listen-overflow", tmp_path)).findings
@@ -96,7 +97,7 @@ def test_listen_overflow_reads_the_same_everywhere(tmp_path: Path) -> None:
     assert isinstance(record, QueueRecord)
 
     assert dropped.cause_code == listener.cause_code == finding.cause_code == record.cause_code == entry.code
-    assert dropped.to_json(1)["cause_code"] == finding.to_json()["cause_code"] == "listen_overflow"
+    assert dropped.to_json()["cause_code"] == finding.to_json()["cause_code"] == "listen_overflow"
     assert record.to_json()["cause_code"] == "listen_overflow"
     assert entry.summary in dropped.cause and entry.summary in listener.cause
     assert dropped.fix[0] == entry.fixes_for(comm="nginx", somaxconn="4096")[0]

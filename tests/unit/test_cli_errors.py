@@ -50,7 +50,10 @@ def test_unknown_reason_names_the_closest_ones() -> None:
     [
         (["drops", "--duration", "-1"], "--duration must be a positive number of seconds"),
         (["drops", "-4", "--duration", "-0.5"], "--duration must be a positive number of seconds"),
-        (["diagnose", "--duration", "0"], "--duration must be more than 0 and at most 3600 seconds"),
+        (
+            ["diagnose", "--duration", "0"],
+            "--duration '0' is not a number of seconds over 0 and at most 3600",
+        ),
     ],
 )
 def test_negative_and_zero_durations_get_a_sentence_about_the_duration(

@@ -35,7 +35,7 @@ def _refusal(diagnostic: str, config: dict[str, Any]) -> BadRequest:
             "diagnose",
             {"comm": "a-name-longer-than-15"},
             "comm",
-            "'a-name-longer-than-15' must be 1 to 15",
+            "'a-name-longer-than-15' is not a name of 1 to 15 characters",
             "--comm",
         ),
         ("drops", {"family": 6, "dst": ["198.18.0.1"]}, "family", "contradicts the IPv4 address", "-6"),

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from netsleuth.diagnose.correlate import merge_findings
-from netsleuth.diagnose.drop_rules import DropContext, drop_verdicts
 from netsleuth.diagnose.verdicts import Severity, rank
 from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord, Owner
+from netsleuth.diagnostics.drops_rules import drop_verdicts
 from netsleuth.doctor.findings import Finding
 from netsleuth.doctor.findings import Severity as FindingSeverity
 from netsleuth.packet import PacketTuple
+from netsleuth.spec.diagnose import Window
 
-CONTEXT = DropContext(seconds=10.0, sysctls={"net.core.netdev_max_backlog": "1000"}, resets_by_flow={})
+CONTEXT = Window(seconds=10.0, sysctls={"net.core.netdev_max_backlog": "1000"})
 
 
 def group(reason: str, count: int, *, cpu: int = 1, netfilter: dict[str, object] | None = None) -> DropGroup:
@@ -53,7 +54,7 @@ def test_cpu_backlog_drops_and_softnet_counters_are_one_verdict() -> None:
     assert len(verdicts) == 1
     [verdict] = verdicts
     assert verdict.category == "cpu-backlog" and verdict.severity == Severity.CRITICAL
-    assert verdict.absorbed == ("backlog-drops",)
+    assert verdict.absorbed_findings == ("backlog-drops",)
     assert verdict.evidence["path_health"][0]["id"] == "backlog-drops"
     assert "netdev_max_backlog=1000" in verdict.cause
 
@@ -81,4 +82,5 @@ def test_firewall_fix_names_the_rule_to_delete() -> None:
     }
     [verdict] = drop_verdicts([group("NETFILTER_DROP", 2, netfilter=netfilter)], CONTEXT)
     assert verdict.fix[0].startswith("iptables-legacy -t filter -D INPUT 4")
-    assert verdict.to_json(1)["type"] == "verdict" and verdict.to_json(1)["rank"] == 1
+    [ranked] = rank([verdict])
+    assert ranked.to_json()["type"] == "verdict" and ranked.to_json()["rank"] == 1

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from typing import Any
 
-from netsleuth.diagnose.dns_rules import NXDOMAIN_STORM_MIN, absorb_firewall_verdicts, dns_verdicts
+import msgspec
+
+from netsleuth.diagnose.correlate import absorb_dns_firewall
 from netsleuth.diagnose.verdicts import Severity, Verdict, rank
 from netsleuth.diagnostics.attribution import Owner
 from netsleuth.diagnostics.causes import CATALOGUE
@@ -18,6 +19,8 @@ from netsleuth.diagnostics.dns.records import (
     dns_drop,
     timeout_record,
 )
+from netsleuth.diagnostics.dns.rules import NXDOMAIN_STORM_MIN, dns_verdicts
+from netsleuth.spec.diagnose import Watched
 from netsleuth.spec.records import WallTime
 
 CLIENT = Owner(4242, "curl", "task")
@@ -233,30 +236,40 @@ def test_dropped_retries_of_a_query_that_timed_out_are_evidence_not_another_verd
 def firewall_verdict(count: int, rule: str = RULE) -> Verdict:
     netfilter = {"rule": rule, "table": "filter", "chain": "INPUT", "hook": "input"}
     return Verdict(
-        "firewall",
-        Severity.WARNING,
-        f'firewall rule "{rule}" dropped {count} packet(s)',
-        {"drops": count, "netns": 4026532000, "location": "nft_do_chain+0x46f", "netfilter": netfilter},
-        ("ip netns exec cli iptables -t filter -D INPUT 1   # if this traffic should pass",),
-        count,
+        category="firewall",
+        severity=Severity.WARNING,
+        cause=f'firewall rule "{rule}" dropped {count} packet(s)',
+        evidence={"drops": count, "location": "nft_do_chain+0x46f", "netfilter": netfilter},
+        fix=("ip netns exec cli iptables -t filter -D INPUT 1   # if this traffic should pass",),
+        events=count,
         cause_code="firewall_drop",
+        netns=4026532000,
+        firewall_rule=rule,
     )
+
+
+def _absorbed(records: list[DnsRecord], firewall: Verdict) -> tuple[list[Verdict], list[Verdict]]:
+    """(the DNS verdicts, the others) once diagnose has joined the firewall verdict of the same fault."""
+    found = dns_verdicts(records, [], 6.0)
+    joined = absorb_dns_firewall([*found, firewall], {"dns": Watched(records, None)})
+    dns = [verdict for verdict in joined if verdict.category.startswith("dns-")]
+    return dns, [verdict for verdict in joined if not verdict.category.startswith("dns-")]
 
 
 def test_the_firewall_verdict_of_the_same_drops_joins_the_dns_verdict() -> None:
     owner = Owner(4242, "getent", "socket")
     drops = [drop("NETFILTER_DROP", RULE, owner, time=t) for t in (1.0, 2.0)]
     records: list[DnsRecord] = [*drops, timeout_record(facts(owner=owner), 2000.0, drops[-1], None)]
-    found = dns_verdicts(records, [], 6.0)
-    merged, kept = absorb_firewall_verdicts(found, [firewall_verdict(2)], records)
+    merged, kept = _absorbed(records, firewall_verdict(2))
     assert kept == []
     (verdict,) = merged
     assert verdict.evidence["firewall"]["drops"] == 2 and verdict.severity is Severity.CRITICAL
+    assert verdict.firewall_rule == RULE and verdict.netns == 4026532000
     # A rule that dropped more than these DNS packets stays a verdict of its own.
-    merged, kept = absorb_firewall_verdicts(found, [firewall_verdict(7)], records)
+    merged, kept = _absorbed(records, firewall_verdict(7))
     assert [v.category for v in kept] == ["firewall"] and "firewall" not in merged[0].evidence
     # Another rule is another fault.
-    _, kept = absorb_firewall_verdicts(found, [firewall_verdict(2, "-A INPUT -j DROP")], records)
+    _, kept = _absorbed(records, firewall_verdict(2, "-A INPUT -j DROP"))
     assert len(kept) == 1
 
 
@@ -299,7 +312,7 @@ def test_every_dns_verdict_carries_a_catalogued_code() -> None:
 
 def test_ranking_is_the_same_whatever_order_the_verdicts_come_in() -> None:
     equal = [
-        dataclasses.replace(firewall_verdict(3), cause=f'firewall rule "{rule}" dropped 3 packet(s)')
+        msgspec.structs.replace(firewall_verdict(3), cause=f'firewall rule "{rule}" dropped 3 packet(s)')
         for rule in ("-A INPUT -p tcp -j DROP", "-A INPUT -p udp -j DROP", "-A OUTPUT -j DROP")
     ]
     others = dns_verdicts([answer("SERVFAIL")] * 3 + [answer("REFUSED")] * 3, [], 10.0)

@@ -116,7 +116,7 @@ def test_an_unlisted_location_is_not_specified_and_still_marked(tmp_path: Path) 
 
 
 def test_diagnose_says_a_reason_was_inferred_and_fixes_without_reason_filters() -> None:
-    from netsleuth.diagnose.drop_rules import drop_verdicts
+    from netsleuth.diagnostics.drops_rules import drop_verdicts
     from tests.unit.test_diagnose_rules import CONTEXT, group
 
     given = group("IP_INHDR", 40)

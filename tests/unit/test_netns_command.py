@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from netsleuth.diagnose.drop_rules import DropContext, drop_verdicts
+from netsleuth.diagnostics.drops_rules import drop_verdicts
 from netsleuth.doctor.findings import Finding, FixAction, FixKind, Severity
 from netsleuth.doctor.fixes import action_netns, apply_command, mtu_fix, placed_in, sysctl_fix
 from netsleuth.netns_command import in_netns, is_placed
+from netsleuth.spec.diagnose import Window
 
 
 @pytest.mark.parametrize(
@@ -114,7 +115,7 @@ def test_host_wide_actions_are_applied_in_the_hosts_namespace() -> None:
     assert apply_command("a:b c", None) == "netsleuth doctor --fix 'a:b c' --yes"
 
 
-def _firewall_fix(context: DropContext) -> str:
+def _firewall_fix(context: Window) -> str:
     from tests.unit.test_diagnose_rules import group
 
     netfilter = {
@@ -134,11 +135,11 @@ def test_drop_fix_in_an_unnamed_namespace_is_entered_by_a_process_file_never_run
     # A container's namespace has no `ip netns` name: printed bare, `iptables -D INPUT 1` would delete the
     # host's first INPUT rule.
     files = {4026531840: "/proc/4242/ns/net"}
-    inside = DropContext(1.0, {}, {}, host_netns=4026531833, netns_file=files.get)
+    inside = Window(1.0, {}, host_netns=4026531833, netns_file=files.get)
     assert _firewall_fix(inside).startswith("nsenter --net=/proc/4242/ns/net iptables -t filter -D INPUT 1")
-    gone = DropContext(1.0, {}, {}, host_netns=4026531833, netns_file=lambda inode: None)
+    gone = Window(1.0, {}, host_netns=4026531833, netns_file=lambda inode: None)
     assert _firewall_fix(gone).startswith(
         "ip netns exec 4026531840 iptables"
     )  # fails to enter, changes nothing
-    host = DropContext(1.0, {}, {}, host_netns=4026531840, netns_file=files.get)
+    host = Window(1.0, {}, host_netns=4026531840, netns_file=files.get)
     assert _firewall_fix(host).startswith("iptables -t filter -D INPUT 1")

@@ -3,9 +3,9 @@ failed next hops with the packets dropped behind them (joined through the lookup
 
 from __future__ import annotations
 
-from netsleuth.diagnose.route_rules import route_verdicts
 from netsleuth.diagnostics.route.policy import table_name
 from netsleuth.diagnostics.route.records import NeighRecord, RouteDropRecord, RouteGroup, RouteLookupRecord
+from netsleuth.diagnostics.route.rules import route_verdicts
 from netsleuth.spec.records import WallTime
 
 NETNS = 4026532999

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netsleuth.diagnose.softirq_rules import net_rx_budget_verdicts
 from netsleuth.diagnostics.softirq.counts import (
     CountHistogram,
     Histogram,
@@ -15,6 +14,7 @@ from netsleuth.diagnostics.softirq.counts import (
     softirq_summary,
 )
 from netsleuth.diagnostics.softirq.records import SoftirqSummary
+from netsleuth.diagnostics.softirq.rules import net_rx_budget_verdicts
 from netsleuth.kernel.softirqs import softirq_names
 from netsleuth.spec.summary import ClockPart
 
@@ -109,7 +109,7 @@ def _summary(
 
 def test_runs_stopped_on_the_packet_budget_make_one_exact_verdict() -> None:
     (verdict,) = net_rx_budget_verdicts(_summary(budget_runs=(150, 0), time_runs=(3, 0)))
-    assert verdict.category == "net-rx-budget" and verdict.absorbed == ("time-squeeze",)
+    assert verdict.category == "net-rx-budget" and verdict.absorbed_findings == ("time-squeeze",)
     assert verdict.cause.startswith(
         "the NET_RX softirq on CPU 0 stopped 15 times/s with packets left: 150 of 2000"
     )

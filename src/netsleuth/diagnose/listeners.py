@@ -9,14 +9,15 @@ ListenOverflows/ListenDrops counters and the full queue itself.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from dataclasses import dataclass
 
-from netsleuth.diagnose.drop_rules import LISTEN_OVERFLOW_FINDINGS, listen_overflow_fix
-from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.diagnostics.causes import cause as cause_entry
+from netsleuth.diagnostics.drops_rules import LISTEN_OVERFLOW_FINDINGS, listen_overflow_fix
 from netsleuth.kernel.netns_exec import call_in_netns
 from netsleuth.kernel.process import SocketOwners
+from netsleuth.spec.verdict import Severity, Verdict
 
 __all__ = ["FullListener", "full_listeners", "listener_verdicts"]
 
@@ -61,9 +62,14 @@ def full_listeners(netns: str | None) -> list[FullListener]:
 
 
 def listener_verdicts(
-    listeners: list[FullListener], overflows: int, somaxconn: str | None, netns_name: str | None
+    listeners: list[FullListener],
+    overflows: int,
+    somaxconn: str | None,
+    netns_name: str | None,
+    netns: int | None = None,
 ) -> list[Verdict]:
-    """One verdict per full listener, naming the process that owns it (by socket inode)."""
+    """One verdict per full listener in the namespace diagnose watched (`netns_name`, inode `netns`), naming
+    the process that owns it (by socket inode)."""
     owners = SocketOwners()
     why = cause_entry("listen_overflow").summary
     verdicts = []
@@ -88,14 +94,17 @@ def listener_verdicts(
         severity = Severity.CRITICAL if overflows else Severity.WARNING
         verdicts.append(
             Verdict(
-                "listen-overflow",
-                severity,
-                cause,
-                evidence,
-                listen_overflow_fix(owner.comm if owner else None, somaxconn, netns_name),
-                overflows,
-                LISTEN_OVERFLOW_FINDINGS,
+                category="listen-overflow",
+                severity=severity,
+                cause=cause,
+                evidence=evidence,
+                fix=listen_overflow_fix(owner.comm if owner else None, somaxconn, netns_name),
+                events=overflows,
+                absorbed_findings=LISTEN_OVERFLOW_FINDINGS,
                 cause_code="listen_overflow",
+                netns=netns,
+                # Where the refused connections were going: none for a wildcard listener (any address here).
+                daddr=None if ipaddress.ip_address(listener.address).is_unspecified else listener.address,
             )
         )
     return verdicts

@@ -1,248 +1,277 @@
-"""One diagnosis: a doctor snapshot, a combined BPF watch for `duration` seconds, a second snapshot, then
-verdicts from both on the same window.
+"""One diagnosis: a doctor snapshot, every contributing diagnostic watching one window of `duration` seconds,
+a second snapshot, then verdicts from all of them on the same window.
 
-Every tracepoint is attached once: kfree_skb by the drops object (which also sees listen-queue, socket
-buffer and backlog drops by their reasons), the TCP reset and retransmit tracepoints by the tcp object.
-`DiagnosisSession` is a session of the diagnostic model: it yields no records while it watches and its
-ranked verdicts when it ends (`drain`), so the CLI, an agent session and a fleet task run it alike.
+The watches are the registry's: every diagnostic whose spec declares a `diagnose` part
+(netsleuth.spec.diagnose) is opened under the same packet filter and kernel context, so each tracepoint is
+attached once (kfree_skb by the drops object, which also sees listen-queue, socket buffer and backlog drops
+by their reasons; the TCP reset and retransmit tracepoints by the tcp object...). Beside them diagnose looks
+at the accept queues itself (sock_diag) while it watches. `DiagnosisSession` is a session of the diagnostic
+model: it yields no records while it watches and its ranked verdicts when it ends (`drain`), so the CLI, an
+agent session and a fleet task run it alike.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netsleuth.diagnose.correlate import merge_findings
-from netsleuth.diagnose.dns_watch import DnsWatch
-from netsleuth.diagnose.drop_rules import DropContext, drop_verdicts
+from netsleuth.diagnose import correlate
 from netsleuth.diagnose.listeners import FullListener, full_listeners, listener_verdicts
-from netsleuth.diagnose.route_rules import RouteWatch
-from netsleuth.diagnose.softirq_rules import SoftirqWatch
-from netsleuth.diagnose.tcp_rules import TcpWatch
-from netsleuth.diagnose.verdicts import Verdict, rank
-from netsleuth.diagnostics.drops import DropsConfig, DropsDiagnostic, DropTotals
-from netsleuth.diagnostics.filters import PacketFilter
-from netsleuth.diagnostics.model import RunOptions
-from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
+from netsleuth.diagnose.records import DiagnoseConfig, DiagnoseSummary
+from netsleuth.diagnose.verdicts import rank
 from netsleuth.doctor.findings import Report
 from netsleuth.doctor.rules import diagnose as doctor_rules
 from netsleuth.doctor.snapshot import collect_snapshot
-from netsleuth.doctor.window import Window, counter_delta
+from netsleuth.doctor.window import Window as DoctorWindow
+from netsleuth.doctor.window import counter_delta
+from netsleuth.errors import NetsleuthError
 from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.netns import current_netns_inode
+from netsleuth.spec.diagnose import DiagnoseWatch, Watched, WatchInputs, Window
+from netsleuth.spec.summary import ClockPart, TotalsPart
 
 if TYPE_CHECKING:
+    from netsleuth.diagnostics.filters import PacketFilter
+    from netsleuth.diagnostics.model import DiagnosticSession
+    from netsleuth.diagnostics.totals import EventTotals
     from netsleuth.doctor.model import Snapshot
-    from netsleuth.kernel.context import KernelClock
+    from netsleuth.spec.verdict import Verdict
 
-__all__ = ["DiagnoseConfig", "DiagnoseSummary", "DiagnosisSession", "RankedVerdict"]
+__all__ = ["DiagnosisSession", "Watch", "contributions"]
 
 _LISTENER_SAMPLE_S = 1.0  # how often the accept queues are looked at while watching
 _WATCH_STEP_S = 0.25
 _OVERFLOWS = "TcpExt.ListenOverflows"
 
 
-@dataclass(frozen=True)
-class DiagnoseConfig:
-    duration: float = 10.0
-    packet_filter: PacketFilter = field(default_factory=PacketFilter)
-    netns_name: str | None = None  # doctor reads this namespace's devices and sysctls
-    root: Path = Path("/")
-    pods: str | None = None  # how --pod / --k8s-namespace named what is watched
+def contributions() -> Iterator[tuple[str, DiagnoseWatch]]:
+    """Every registered diagnostic's part of `diagnose`, in the registry's order."""
+    from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 
-    @property
-    def watched(self) -> str:
-        netns = f"netns {self.netns_name}" if self.netns_name else None
-        if self.pods:
-            return f"{self.pods}, {netns}" if netns else self.pods
-        return netns or "this host"
-
-    @property
-    def run_options(self) -> RunOptions:
-        return RunOptions(summary=True, duration=self.duration)
+    for name in diagnostic_names():
+        watch = getattr(get_diagnostic(name), "diagnose", None)
+        if isinstance(watch, DiagnoseWatch):
+            yield name, watch
 
 
-@dataclass(frozen=True)
-class RankedVerdict:
-    rank: int
-    verdict: Verdict
+@dataclass
+class Watch:
+    """One contribution in this window: its session (None once it could not start or is closed), the
+    records it kept for its rules, and why it is not watching (`problem`)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {**self.verdict.to_json(self.rank), "v": SCHEMA_VERSIONS["verdict"]}
+    name: str
+    spec: DiagnoseWatch
+    session: DiagnosticSession | None
+    records: list[Any] = field(default_factory=list)
+    problem: str | None = None
 
+    def start(self) -> None:
+        """Attach. When its programs do not load here, the diagnosis goes on with the others and says why
+        - unless the diagnosis cannot run without it."""
+        assert self.session is not None
+        try:
+            self.session.start()
+        except NetsleuthError as error:
+            if self.spec.required:
+                raise
+            self.problem = f"{self.spec.watched} not watched: {error}"
+            self.close()
 
-@dataclass(frozen=True)
-class DiagnoseSummary:
-    seconds: float
-    watched: str
-    verdicts: tuple[Verdict, ...]
-    drop_totals: DropTotals
-    report: Report
-    attach: str
-    interrupted: bool
-    clock: KernelClock
-    problems: tuple[str, ...] = ()
-    own_drops: int = 0  # left out of `drop_totals`: netsleuth's own footprint, not the host's
+    def keep(self, records: Sequence[Any]) -> None:
+        self.records.extend(records[: max(0, self.spec.keep - len(self.records))])
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "summary",
-            "v": SCHEMA_VERSIONS["summary"],
-            "diagnostic": "diagnose",
-            "seconds": round(self.seconds, 3),
-            "watched": self.watched,
-            "verdicts": len(self.verdicts),
-            "drops": self.drop_totals.to_json(),
-            "own_drops": self.own_drops,
-            "all_good": list(self.report.all_good),
-            "problems": list(self.problems),
-            "attach": self.attach,
-            "interrupted": self.interrupted,
-            "clock": self.clock.to_json(),
-        }
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
 
 
 class DiagnosisSession:
     """Watch for `config.duration` (the caller's clock decides when to stop), then judge."""
 
-    def __init__(self, config: DiagnoseConfig, context: KernelContext | None = None) -> None:
+    def __init__(
+        self, config: DiagnoseConfig, context: KernelContext | None = None, root: Path = Path("/")
+    ) -> None:
         self.config = config
+        self.root = root
         self._context = context or KernelContext(firewall=True)
         self._own_context = context is None
-        self._drops = DropsDiagnostic(
-            DropsConfig(packet_filter=config.packet_filter, summary_only=True, skip_own=True), self._context
-        )
-        self._tcp = TcpWatch(config.packet_filter, self._drops.reasons, self._context)
-        self._dns = DnsWatch(config.packet_filter, self._context, config.duration)
-        self._route = RouteWatch(config.packet_filter, self._context)
-        self._softirq = SoftirqWatch(self._context)
+        self._watches: list[Watch] = []
+        try:
+            # Names this host may not have are refused (exit 2) before anything is opened.
+            self.packet_filter: PacketFilter = config.packet_filter(self._context.netns_names)
+            inputs = WatchInputs(self.packet_filter, self._context, config.duration)
+            for name, watch in contributions():
+                self._watches.append(Watch(name, watch, watch.open(inputs)))
+        except BaseException:
+            self.close()
+            raise
+        required = [watch for watch in self._watches if watch.spec.required]
+        assert len(required) == 1, "exactly one diagnose contribution is required (drops)"
+        self._base = required[0]
+        self._netns_name = self._doctor_netns()
         self._before: Snapshot | None = None
         self._started = 0.0
         self._sampled_at = 0.0
         self._listeners: dict[tuple[str, int], FullListener] = {}
+        self._verdicts: list[Verdict] | None = None
         self._summary: DiagnoseSummary | None = None
+
+    def _doctor_netns(self) -> str | None:
+        """The namespace doctor reads devices and sysctls in: by its name or a process in it."""
+        netns = self.packet_filter.netns
+        if netns is None:
+            return None
+        names = self._context.netns_names
+        return names.name_of(netns) or names.path_of(netns)
+
+    @property
+    def watched(self) -> str:
+        netns = f"netns {self._netns_name}" if self._netns_name else None
+        pod, k8s_namespace = self.config.pod, self.config.k8s_namespace
+        pods = f"pod {pod}" if pod else f"Kubernetes namespace {k8s_namespace}" if k8s_namespace else None
+        if pods:
+            return f"{pods}, {netns}" if netns else pods
+        return netns or "this host"
 
     @property
     def attach_kind(self) -> str:
-        return self._drops.attach_kind
+        session = self._base.session
+        return session.attach_kind if session is not None else ""
 
     def start(self) -> None:
-        self._before = collect_snapshot(self.config.root, self.config.netns_name)
-        self._drops.start()
-        self._tcp.start()
-        self._dns.start()
-        self._route.start()
-        self._softirq.start()
-        self._drops.enricher.prepare(self.config.packet_filter.netns)
+        self._before = collect_snapshot(self.root, self._netns_name)
+        for watch in self._watches:
+            watch.start()
+        # A first read prepares what naming needs (symbols, namespaces) before the window starts.
+        self._poll_watches()
         self._started = time.monotonic()
 
-    def poll(self, timeout_ms: int) -> list[RankedVerdict]:
+    def _live(self) -> Iterator[tuple[Watch, DiagnosticSession]]:
+        for watch in self._watches:
+            if watch.session is not None:
+                yield watch, watch.session
+
+    def _poll_watches(self) -> None:
+        for watch, session in self._live():
+            watch.keep(session.poll(0))
+
+    def poll(self, timeout_ms: int) -> list[Verdict]:
         time.sleep(min(_WATCH_STEP_S, timeout_ms / 1000))
-        self._tcp.poll()
-        self._dns.poll()
+        self._poll_watches()
         if time.monotonic() - self._sampled_at >= _LISTENER_SAMPLE_S:
             self._sampled_at = time.monotonic()
-            for listener in full_listeners(self.config.netns_name):
+            for listener in full_listeners(self._netns_name):
                 self._listeners[(listener.address, listener.port)] = listener
         return []
 
-    def progress(self) -> tuple[float, int, int, int]:
-        """(seconds watched, drops, resets, retransmits) so far."""
+    def progress(self) -> str:
+        """What the window has seen so far, for a terminal's progress line."""
         elapsed = time.monotonic() - self._started
-        return elapsed, self._drops.totals().matched, self._tcp.resets(), self._tcp.retransmits()
+        parts = [
+            watch.spec.progress(session) for watch, session in self._live() if watch.spec.progress is not None
+        ]
+        counts = ", ".join(parts)
+        return f"watching {elapsed:4.1f}/{self.config.duration:g} s" + (f": {counts}" if counts else "")
 
-    def drain(self) -> list[RankedVerdict]:
-        summary = self._judge(interrupted=False)
-        return [RankedVerdict(number, verdict) for number, verdict in enumerate(summary.verdicts, start=1)]
+    def drain(self) -> list[Verdict]:
+        self._judge(interrupted=False)
+        assert self._verdicts is not None
+        return self._verdicts
+
+    def _window(self, seconds: float, sysctls: dict[str, str], results: dict[str, Watched]) -> Window:
+        return Window(
+            seconds=seconds,
+            sysctls=sysctls,
+            host_netns=current_netns_inode(),
+            netns_file=self._context.netns_path,
+            watched_netns=self.packet_filter.netns,
+            resets_by_flow=correlate.resets_by_flow(results),
+        )
 
     def _judge(self, interrupted: bool) -> DiagnoseSummary:
         if self._summary is not None:
             return self._summary
         assert self._before is not None, "start() first"
-        config = self.config
         seconds = time.monotonic() - self._started
-        self._tcp.poll()
-        totals = self._drops.totals()
-        own_drops = self._drops.raw.own_drops()
-        route_verdicts = self._route.verdicts(seconds)
-        groups = self._route.unexplained(self._drops.groups())  # NEIGH_* drops a next hop explains
-        tcp_verdicts = self._tcp.verdicts(seconds)
-        resets_by_flow = self._tcp.resets_by_flow()
-        after = collect_snapshot(config.root, config.netns_name, settings_from=self._before)
-        report = doctor_rules(Window(self._before, after))
-        context = DropContext(
-            seconds=seconds,
-            sysctls=after.sysctls,
-            resets_by_flow=resets_by_flow,
-            host_netns=current_netns_inode(),
-            netns_file=self._context.netns_path,
-        )
-        dns_verdicts, kernel_verdicts = self._dns.verdicts(seconds, drop_verdicts(groups, context))
-        verdicts = kernel_verdicts + self._softirq.verdicts()  # may absorb time-squeeze
+        results: dict[str, Watched] = {}
+        for watch, session in self._live():
+            watch.keep(session.drain())
+            results[watch.name] = Watched(watch.records, session.summary(False))
+        after = collect_snapshot(self.root, self._netns_name, settings_from=self._before)
+        report = doctor_rules(DoctorWindow(self._before, after))
+        window = self._window(seconds, after.sysctls, results)
+        results = correlate.without_explained_drops(results)
+        verdicts = [
+            verdict for watch, _ in self._live() for verdict in watch.spec.rules(results[watch.name], window)
+        ]
         if not any(verdict.category == "listen-overflow" for verdict in verdicts):
             overflows = counter_delta(self._before.netstat.get(_OVERFLOWS), after.netstat.get(_OVERFLOWS))
             somaxconn = after.sysctls.get("net.core.somaxconn")
             verdicts += listener_verdicts(
-                list(self._listeners.values()), overflows, somaxconn, config.netns_name
+                list(self._listeners.values()),
+                overflows,
+                somaxconn,
+                self._netns_name,
+                self._path_netns(window),
             )
-        verdicts = merge_findings(verdicts, report.findings) + tcp_verdicts + dns_verdicts + route_verdicts
-        problems = tuple(
-            problem
-            for problem in (self._tcp.problem, self._dns.problem, self._route.problem, self._softirq.problem)
-            if problem
-        )
-        self._summary = DiagnoseSummary(
-            seconds,
-            config.watched,
-            tuple(rank(verdicts)),
-            totals,
-            report,
-            self._drops.attach_kind,
-            interrupted,
-            self._context.clock,
-            problems,
-            own_drops,
-        )
+        verdicts = correlate.absorb_dns_firewall(verdicts, results)
+        verdicts = correlate.merge_findings(verdicts, report.findings, self._path_netns(window))
+        self._verdicts = rank(verdicts)
+        self._summary = self._summarize(seconds, report, interrupted)
         return self._summary
 
-    def totals(self) -> DropTotals:
-        return self._drops.totals()
+    def _path_netns(self, window: Window) -> int | None:
+        """The namespace doctor and the accept-queue checks read: the one watched, else this host's."""
+        return window.watched_netns if window.watched_netns is not None else window.host_netns
+
+    def _summarize(self, seconds: float, report: Report, interrupted: bool) -> DiagnoseSummary:
+        base = self._base.session
+        assert base is not None and self._verdicts is not None
+        own = self._base.spec.own_events
+        return DiagnoseSummary(
+            seconds=round(seconds, 3),
+            watched=self.watched,
+            verdicts=len(self._verdicts),
+            drops=TotalsPart.of(base.totals()),
+            own_drops=own(base) if own is not None else 0,
+            all_good=tuple(report.all_good),
+            problems=tuple(watch.problem for watch in self._watches if watch.problem),
+            attach=base.attach_kind,
+            interrupted=interrupted,
+            clock=ClockPart(**self._context.clock.to_json()),
+        )
+
+    def totals(self) -> EventTotals:
+        session = self._base.session
+        assert session is not None
+        return session.totals()
 
     def summary(self, interrupted: bool) -> DiagnoseSummary:
         return self._judge(interrupted)
 
+    @property
+    def verdicts(self) -> list[Verdict]:
+        """The ranked verdicts, once judged."""
+        return list(self._verdicts or ())
+
     def program_fds(self) -> dict[str, int]:
-        return {
-            **self._drops.program_fds(),
-            **self._tcp.program_fds(),
-            **self._dns.program_fds(),
-            **self._route.program_fds(),
-            **self._softirq.program_fds(),
-        }
+        return {name: fd for _, session in self._live() for name, fd in session.program_fds().items()}
 
     def notes(self) -> list[str]:
-        summary = self._summary
-        notes = [*(summary.problems if summary is not None else ()), *self._drops.notes()]
-        if summary is not None and summary.own_drops:
-            notes.append(
-                f"{summary.own_drops} QUEUE_PURGE drop(s) of netsleuth's own netlink sockets (the unread "
-                "replies its firewall reads left when they closed) are not counted as this host's"
-            )
-        if not self._drops.raw.own_marked:
-            notes.append(
-                "netsleuth's own netlink drops cannot be told apart on this kernel (that needs "
-                "sock:sock_send_length and typed tracepoints, Linux 6.3): QUEUE_PURGE verdicts may hold "
-                "some"
-            )
+        notes = [watch.problem for watch in self._watches if watch.problem]
+        for watch, session in self._live():
+            notes += session.notes()
+            if watch.spec.notes is not None:
+                notes += watch.spec.notes(session)
         return notes
 
     def close(self) -> None:
-        self._drops.close()
-        self._tcp.close()
-        self._dns.close()
-        self._route.close()
-        self._softirq.close()
+        for watch in self._watches:
+            watch.close()
         if self._own_context:
             self._context.close()
+            self._own_context = False

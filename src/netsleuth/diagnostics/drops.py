@@ -34,6 +34,7 @@ from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.kconfig import thread_size
+from netsleuth.spec.diagnose import DiagnoseWatch, lazy
 
 # What a run needs once attached (decoding, names) loads then: see netsleuth.diagnostics.drops_decode.
 if TYPE_CHECKING:
@@ -577,6 +578,8 @@ _PERF_NOTE = (
 )
 
 
+_RULES = "netsleuth.diagnostics.drops_rules"  # its part of `diagnose`
+
 DIAGNOSTIC: DiagnosticSpec[DropsConfig] = DiagnosticSpec(
     name="drops",
     help="every dropped packet: why (kernel drop reason), where, whose, and which firewall rule",
@@ -586,4 +589,13 @@ DIAGNOSTIC: DiagnosticSpec[DropsConfig] = DiagnosticSpec(
     objects=("drops",),
     records=("drop", "summary"),
     needs=("can_trace", "btf", "raw_tp"),  # tp_btf, or raw_tp where it is missing; a perf buffer will do
+    diagnose=DiagnoseWatch(
+        watched="drops",
+        open=lazy(_RULES, "open_watch"),
+        rules=lazy(_RULES, "diagnose_verdicts"),
+        required=True,  # kfree_skb: the drops every other verdict is weighed against
+        progress=lazy(_RULES, "progress"),
+        own_events=lazy(_RULES, "own_drops"),
+        notes=lazy(_RULES, "notes"),
+    ),
 )

@@ -136,38 +136,6 @@ class ConnSummaryJson(TypedDict):
     clock: Clock
 
 
-# -- diagnose ------------------------------------------------------------------------------------------------
-
-
-class VerdictJson(TypedDict):
-    type: Literal["verdict"]
-    v: int
-    rank: int
-    severity: str
-    category: str
-    cause: str
-    cause_code: str  # netsleuth.diagnostics.causes: every verdict has one
-    evidence: dict[str, Any]
-    fix: list[str]
-    absorbed_findings: list[str]
-
-
-class DiagnoseSummaryJson(TypedDict):
-    type: Literal["summary"]
-    v: int
-    diagnostic: Literal["diagnose"]
-    seconds: float
-    watched: str
-    verdicts: int
-    drops: Totals
-    own_drops: int  # netsleuth's own footprint (its firewall reads' purged netlink messages), not in `drops`
-    all_good: list[str]
-    problems: list[str]
-    attach: str
-    interrupted: bool
-    clock: Clock
-
-
 # -- agent sessions ------------------------------------------------------------------------------------------
 
 
@@ -202,12 +170,10 @@ class SessionEndJson(TypedDict):
 RECORD_TYPES: dict[str, type] = {
     "drop": DropJson,
     "conn": ConnJson,
-    "verdict": VerdictJson,
     "session_start": SessionStartJson,
     "session_end": SessionEndJson,
     "summary:drops": DropsSummaryJson,
     "summary:conn": ConnSummaryJson,
-    "summary:diagnose": DiagnoseSummaryJson,
 }
 
 

@@ -37,7 +37,7 @@ DIAGNOSTIC_MODULES: dict[str, str] = {
     "tcp.queues": "netsleuth.diagnostics.tcp",
     "conn": "netsleuth.diagnostics.conn_diagnostic",
     "dns": "netsleuth.diagnostics.dns",
-    "diagnose": "netsleuth.diagnose.diagnostic",
+    "diagnose": "netsleuth.diagnose",
     "route": "netsleuth.diagnostics.route",
     "snoop.exec": "netsleuth.diagnostics.snoop",
     "snoop.open": "netsleuth.diagnostics.snoop",

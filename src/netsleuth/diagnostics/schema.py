@@ -14,7 +14,6 @@ __all__ = ["SCHEMA_VERSIONS"]
 SCHEMA_VERSIONS: dict[str, int] = {
     "drop": 1,
     "conn": 1,
-    "verdict": 1,
     "summary": 1,
     "session_start": 1,
     "session_end": 1,

@@ -11,16 +11,45 @@ from typing import Any
 __all__ = ["Finding", "FixAction", "FixKind", "Report", "Severity"]
 
 
-class Severity(enum.IntEnum):
-    """Ordered so that sorting puts the worst first."""
+class Severity(enum.Enum):
+    """Ordered so that sorting puts the worst first. Its value is its label, so a typed record holding one
+    (diagnose's verdict) reads "critical" in JSON, as every finding and verdict always has."""
 
-    CRITICAL = 0  # packets are being lost or will be
-    WARNING = 1  # costs throughput/latency or will bite under load
-    INFO = 2  # worth knowing; nothing is broken
+    CRITICAL = "critical"  # packets are being lost or will be
+    WARNING = "warning"  # costs throughput/latency or will bite under load
+    INFO = "info"  # worth knowing; nothing is broken
 
     @property
     def label(self) -> str:
-        return self.name.lower()
+        return str(self.value)
+
+    @property
+    def rank(self) -> int:
+        """0 for the worst: the order sorting and min() follow."""
+        return _SEVERITY_ORDER[self]
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank < other.rank
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank <= other.rank
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank > other.rank
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank >= other.rank
+
+
+_SEVERITY_ORDER = {severity: number for number, severity in enumerate(Severity)}
 
 
 class FixKind(enum.StrEnum):

@@ -22,6 +22,7 @@ from netsleuth.spec.scope import ScopeTraits
 if TYPE_CHECKING:
     from netsleuth.diagnostics.model import DiagnosticSession
     from netsleuth.kernel.context import KernelContext
+    from netsleuth.spec.diagnose import DiagnoseWatch
 
 __all__ = ["CliRun", "DiagnosticSpec"]
 
@@ -45,7 +46,9 @@ class DiagnosticSpec(Generic[C]):
     (`netsleuth tcp life`). `config` is its typed config; `records` the record types its sessions yield
     (its summary included); `open(config, context)` attaches nothing until the session's `start`.
     `needs` names the kernel features it cannot run without (netsleuth.bpf.features), so a host can say
-    which diagnostics it runs; `view(config)` is how its records read on a terminal (None: no CLI command).
+    which diagnostics it runs; `view(config)` is how its records read on a terminal (None: no CLI command, or
+    one that `cli.run` runs its own way);
+    `diagnose` its part of `netsleuth diagnose` (netsleuth.spec.diagnose), if it has one.
     """
 
     name: str
@@ -59,6 +62,7 @@ class DiagnosticSpec(Generic[C]):
     view: Callable[[C], Any] | None = None
     cli: CliRun = field(default_factory=CliRun)
     description: str = ""
+    diagnose: DiagnoseWatch | None = None
 
     @property
     def command(self) -> tuple[str, ...]:

@@ -115,6 +115,8 @@ def type_words(kind: Any) -> str:
         return f"object of {type_words(kind.value_type)}"
     if isinstance(kind, mi.LiteralType):
         return " or ".join(f'"{value}"' for value in kind.values)
+    if isinstance(kind, mi.EnumType):
+        return " or ".join(f'"{member.value}"' for member in kind.cls)
     if isinstance(kind, mi.StructType):
         return kind.cls.__name__.lstrip("_")
     if isinstance(kind, mi.CustomType):

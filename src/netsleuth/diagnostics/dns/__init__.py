@@ -17,6 +17,7 @@ from netsleuth.diagnostics.dns.records import (
     DnsTimeout,
     DnsUnmatched,
 )
+from netsleuth.spec.diagnose import DiagnoseWatch, lazy
 from netsleuth.spec.diagnostic import DiagnosticSpec
 
 if TYPE_CHECKING:
@@ -51,4 +52,10 @@ DIAGNOSTIC: DiagnosticSpec[DnsConfig] = DiagnosticSpec(
     # names its namespace and carries the client's and the server's addresses.
     view=_view,
     needs=("can_trace", "btf", "raw_tp", "ring_buffer"),  # tp_btf, or raw_tp where it is missing
+    diagnose=DiagnoseWatch(
+        watched="DNS",
+        open=lazy("netsleuth.diagnostics.dns.rules", "open_watch"),
+        rules=lazy("netsleuth.diagnostics.dns.rules", "diagnose_verdicts"),
+        keep=10_000,  # enough evidence for any verdict; a storm's rest is in the kernel's counts
+    ),
 )

@@ -17,6 +17,7 @@ from netsleuth.diagnostics.route.records import (
     RouteLookupRecord,
     RouteSummary,
 )
+from netsleuth.spec.diagnose import DiagnoseWatch, lazy
 from netsleuth.spec.diagnostic import DiagnosticSpec
 from netsleuth.spec.scope import ScopeTraits
 
@@ -52,4 +53,9 @@ DIAGNOSTIC: DiagnosticSpec[RouteConfig] = DiagnosticSpec(
     scope=ScopeTraits(netns_field="netns", address_field="host"),
     view=_view,
     needs=("can_trace", "btf", "raw_tp", "ring_buffer"),  # tp_btf, or raw_tp where it is missing
+    diagnose=DiagnoseWatch(
+        watched="routing",
+        open=lazy("netsleuth.diagnostics.route.rules", "open_watch"),
+        rules=lazy("netsleuth.diagnostics.route.rules", "diagnose_verdicts"),
+    ),
 )

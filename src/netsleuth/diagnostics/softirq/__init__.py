@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from netsleuth.diagnostics.softirq.records import SoftirqConfig, SoftirqSummary
+from netsleuth.spec.diagnose import DiagnoseWatch, lazy
 from netsleuth.spec.diagnostic import DiagnosticSpec
 from netsleuth.spec.scope import ScopeTraits
 
@@ -48,4 +49,9 @@ DIAGNOSTIC: DiagnosticSpec[SoftirqConfig] = DiagnosticSpec(
     ),
     view=_view,
     needs=("can_trace", "btf", "raw_tp", "ring_buffer"),  # tp_btf, or raw_tp where it is missing
+    diagnose=DiagnoseWatch(
+        watched="softirqs",
+        open=lazy("netsleuth.diagnostics.softirq.rules", "open_watch"),
+        rules=lazy("netsleuth.diagnostics.softirq.rules", "diagnose_verdicts"),
+    ),
 )

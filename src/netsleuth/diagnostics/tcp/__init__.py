@@ -4,7 +4,8 @@ connlat | queues` (TCP's own events, like tcplife, tcpstates, tcpretrans and tcp
 
 They take a socket's filters (no interface: TCP events belong to sockets), all applied in the kernel; each
 loads only the programs its events need. `conn` and `diagnose` use the same object through
-netsleuth.diagnostics.tcp.program and the enrichers.
+netsleuth.diagnostics.tcp.program and the enrichers; `resets` declares the tcp part of `diagnose`
+(rules.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from netsleuth.diagnostics.tcp.records import (
     TcpConfig,
     TcpSummary,
 )
+from netsleuth.spec.diagnose import DiagnoseWatch, lazy
 from netsleuth.spec.diagnostic import DiagnosticSpec
 from netsleuth.spec.records import Record
 from netsleuth.spec.scope import ScopeTraits
@@ -44,6 +46,7 @@ _SCOPE = ScopeTraits(netns_field="netns", address_field="host")
 # A reset is a hop of a flow the controller follows across hosts and NATs (fleet/merge.py): a fleet session of
 # resets ships this host's conntrack entries of its flows too.
 _RESETS_SCOPE = ScopeTraits(netns_field="netns", address_field="host", joins_conntrack=True)
+_RULES = "netsleuth.diagnostics.tcp.rules"  # resets' part of `diagnose`
 
 
 def _open_resets(config: ResetsConfig, context: KernelContext | None) -> DiagnosticSession:
@@ -110,6 +113,13 @@ DIAGNOSTICS: dict[str, DiagnosticSpec[ResetsConfig] | DiagnosticSpec[TcpConfig]]
         scope=_RESETS_SCOPE,
         needs=_NEEDS,
         view=_resets_view,
+        # One tcp object counts resets and retransmits for diagnose's window.
+        diagnose=DiagnoseWatch(
+            watched="TCP resets and retransmits",
+            open=lazy(_RULES, "TcpWindowSession"),
+            rules=lazy(_RULES, "tcp_verdicts"),
+            progress=lazy(_RULES, "progress"),
+        ),
     ),
     **{
         f"tcp.{name}": DiagnosticSpec(

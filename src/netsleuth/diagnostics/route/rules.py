@@ -11,29 +11,32 @@ Both hold for IPv6 alike (fib6:fib6_table_lookup, neighbour discovery): "hit bla
 "next hop 2001:db8:3::9 never answered neighbour solicitation"; the fixes then say `ip -6`, since `ip rule`
 and `ip route show` without it act on IPv4 only.
 
-If the programs cannot load, the diagnosis goes on without routing and says why (`problem`).
+`diagnose_verdicts` is route's part of `diagnose` (its spec's DiagnoseWatch); `neighbour_drops_explained` and
+`is_neighbour_drop` let diagnose count the NEIGH_* drops a next-hop verdict names once (diagnose.correlate).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from netsleuth.diagnose.session_watch import SessionWatch
-from netsleuth.diagnose.verdicts import Severity, Verdict
+from netsleuth.spec.diagnose import Watched, WatchInputs, Window
+from netsleuth.spec.verdict import Severity, Verdict
 
 if TYPE_CHECKING:
     from netsleuth.diagnostics.drops_enrich import DropGroup
-    from netsleuth.diagnostics.filters import PacketFilter
-    from netsleuth.diagnostics.route.records import RouteGroup
-    from netsleuth.diagnostics.route.session import (  # noqa: F401 - the quoted base class's parameter
-        RouteDiagnostic,
-    )
-    from netsleuth.kernel.context import KernelContext
+    from netsleuth.diagnostics.route.records import RouteGroup, RouteSummary
+    from netsleuth.diagnostics.route.session import RouteDiagnostic
 
-__all__ = ["RouteWatch", "route_verdicts"]
+__all__ = [
+    "diagnose_verdicts",
+    "is_neighbour_drop",
+    "neighbour_drops_explained",
+    "open_watch",
+    "route_verdicts",
+]
 
 _REJECTS = {"blackhole", "unreachable", "prohibit"}
 _NEIGH_REASONS = {"NEIGH_FAILED", "NEIGH_QUEUEFULL", "NEIGH_DEAD", "NEIGH_CREATEFAIL"}
@@ -107,12 +110,15 @@ def _reject_verdicts(groups: Sequence[RouteGroup], seconds: float) -> list[Verdi
                 fix=tuple(fixes),
                 events=count,
                 cause_code="route_reject",
+                netns=netns,
+                saddr=example.src or None,
+                daddr=dst,
             )
         )
     return verdicts
 
 
-def _neighbour_drop(group: DropGroup) -> bool:
+def is_neighbour_drop(group: DropGroup) -> bool:
     """A drop the next-hop verdicts account for: a NEIGH_* reason, or IPv6's reasonless free of a failed
     neighbour's queue (NOT_SPECIFIED at neigh_invalidate or ndisc_error_report, which route counts as
     NEIGH_FAILED)."""
@@ -182,6 +188,8 @@ def _hop_verdicts(groups: Sequence[RouteGroup]) -> tuple[list[Verdict], int]:
                 ),
                 events=lost or failed,
                 cause_code="neighbour_unresolved",
+                netns=hop.netns,
+                daddr=hop.address,  # the hop the packets waited for
             )
         )
     return verdicts, explained
@@ -193,25 +201,23 @@ def route_verdicts(groups: Sequence[RouteGroup], seconds: float) -> tuple[list[V
     return _reject_verdicts(groups, seconds) + hop_verdicts, explained
 
 
-class RouteWatch(SessionWatch["RouteDiagnostic"]):
-    watched = "routing"
+def open_watch(inputs: WatchInputs) -> RouteDiagnostic:
+    """The route programs for diagnose's window, counting only. --pid/--comm select the process whose
+    lookups matter; the route programs take the same filters as diagnose."""
+    from netsleuth.diagnostics.route.records import RouteConfig
+    from netsleuth.diagnostics.route.session import RouteDiagnostic
 
-    def __init__(self, packet_filter: PacketFilter, context: KernelContext) -> None:
-        from netsleuth.diagnostics.route.records import RouteConfig
-        from netsleuth.diagnostics.route.session import RouteDiagnostic
+    return RouteDiagnostic(RouteConfig(summary=True), inputs.context, inputs.packet_filter)
 
-        # --pid/--comm select the process whose lookups matter; the route programs take the same filters.
-        super().__init__(RouteDiagnostic(RouteConfig(summary=True), context, packet_filter))
-        self._explained = 0
 
-    def verdicts(self, seconds: float) -> list[Verdict]:
-        if self._session is None:
-            return []
-        verdicts, self._explained = route_verdicts(self._session.groups(), seconds)
-        return verdicts
+def diagnose_verdicts(watched: Watched, window: Window) -> list[Verdict]:
+    """route's part of `diagnose`: reject routes and failed next hops counted over the window."""
+    summary: RouteSummary = watched.summary
+    verdicts, _ = route_verdicts(summary.groups, window.seconds)
+    return verdicts
 
-    def unexplained(self, drop_groups: Iterable[DropGroup]) -> list[DropGroup]:
-        """The drop groups left once next-hop verdicts have named the NEIGH_* drops (not counted twice)."""
-        if not self._explained:
-            return list(drop_groups)
-        return [group for group in drop_groups if not _neighbour_drop(group)]
+
+def neighbour_drops_explained(summary: RouteSummary) -> bool:
+    """Whether the window's next-hop verdicts name the packets lost behind a failed hop: then the NEIGH_*
+    drops (`is_neighbour_drop`) are theirs, not a drop verdict's too."""
+    return route_verdicts(summary.groups, 0.0)[1] > 0

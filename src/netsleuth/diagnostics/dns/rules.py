@@ -11,22 +11,43 @@ One fault, one verdict:
 - the DNS packets a fault dropped are evidence of the timeout verdict they caused (`dns_drops`), never a
   verdict of their own; only drops that no timeout of the same cause followed make a `dns-drop` verdict;
 - the firewall verdict the drops object makes of the same packets (same rule, same namespace) is absorbed
-  into the DNS verdict (`absorb_firewall_verdicts`): the rule is the cause, the DNS timeouts its effect.
+  into the DNS verdict by diagnose (netsleuth.diagnose.correlate, with `dropped_by_rule`): the rule is the
+  cause, the DNS timeouts its effect.
+
+`diagnose_verdicts` is dns's part of `diagnose` (its spec's DiagnoseWatch).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from netsleuth.diagnose.verdicts import Severity, Verdict
-from netsleuth.diagnostics.dns.records import DnsAnswer, DnsDrop, DnsQuery, DnsRecord, DnsRow, DnsTimeout
+from netsleuth.diagnostics.dns.records import (
+    DnsAnswer,
+    DnsDrop,
+    DnsQuery,
+    DnsRecord,
+    DnsRow,
+    DnsSummary,
+    DnsTimeout,
+)
 from netsleuth.firewall.removal import removal_command
+from netsleuth.spec.diagnose import Watched, WatchInputs, Window
+from netsleuth.spec.verdict import Severity, Verdict
 
-__all__ = ["NXDOMAIN_STORM_MIN", "absorb_firewall_verdicts", "dns_verdicts"]
+if TYPE_CHECKING:
+    from netsleuth.diagnostics.dns.session import DnsDiagnostic
+
+__all__ = [
+    "KEEP_RECORDS",
+    "NXDOMAIN_STORM_MIN",
+    "diagnose_verdicts",
+    "dns_verdicts",
+    "dropped_by_rule",
+    "open_watch",
+]
 
 NXDOMAIN_STORM_MIN = 20  # NXDOMAIN answers to one program in the window before it is called a storm
 _NXDOMAIN_STORM_SHARE = 0.5  # ... and at least this share of its answers
@@ -142,55 +163,63 @@ def _timeout_verdict(timeouts: list[DnsTimeout], dropped: list[DnsDrop], seconds
         evidence["drop"] = drop.to_json()
         # Every packet this cause dropped for the program: the retries' too, each of which also timed out.
         evidence["dns_drops"] = len(dropped)
+    # The lookup's flow, in the namespace of the drop behind it (where its fix goes) or of the client.
+    place: dict[str, Any] = {
+        "events": len(timeouts),
+        "netns": drop.netns if drop is not None else facts.netns,
+        "saddr": _address(facts.client),
+        "daddr": _address(facts.server),
+    }
     if drop is not None and drop.rule:
         return Verdict(
-            "dns-timeout-firewall",
-            Severity.CRITICAL,
-            f"{queries} of {who} to {where} timed out: the {drop.direction}s are dropped by firewall rule "
-            f'"{drop.rule}" ({drop.hook} hook, netns {drop.netns_name or drop.netns}), '
+            category="dns-timeout-firewall",
+            severity=Severity.CRITICAL,
+            cause=f"{queries} of {who} to {where} timed out: the {drop.direction}s are dropped by firewall "
+            f'rule "{drop.rule}" ({drop.hook} hook, netns {drop.netns_name or drop.netns}), '
             f"{_plural(len(dropped), 'packet', 'packets')} in all",
-            evidence,
-            (*_firewall_fix(drop), "or point the resolver at a server the firewall lets through"),
-            len(timeouts),
+            evidence=evidence,
+            fix=(*_firewall_fix(drop), "or point the resolver at a server the firewall lets through"),
             cause_code="firewall_drop",
+            firewall_rule=drop.rule,
+            **place,
         )
     if drop is not None and drop.reason in _RCVBUF_REASONS:
         return Verdict(
-            "dns-timeout-rcvbuf",
-            Severity.CRITICAL,
-            f"{_plural(len(timeouts), 'DNS answer', 'DNS answers')} from {where} reached {who} but were "
-            "dropped: its socket's receive buffer was full, so the lookups timed out",
-            evidence,
-            (
+            category="dns-timeout-rcvbuf",
+            severity=Severity.CRITICAL,
+            cause=f"{_plural(len(timeouts), 'DNS answer', 'DNS answers')} from {where} reached {who} but "
+            "were dropped: its socket's receive buffer was full, so the lookups timed out",
+            evidence=evidence,
+            fix=(
                 f"make {facts.comm} read its DNS socket faster (fewer queries in flight)",
                 "or give the socket a larger SO_RCVBUF (net.core.rmem_default / rmem_max bound it)",
             ),
-            len(timeouts),
             cause_code="rcvbuf",
+            **place,
         )
     if drop is not None:
         return Verdict(
-            "dns-timeout-drop",
-            Severity.CRITICAL,
-            f"{queries} of {who} to {where} timed out: the kernel dropped the {drop.direction}s "
+            category="dns-timeout-drop",
+            severity=Severity.CRITICAL,
+            cause=f"{queries} of {who} to {where} timed out: the kernel dropped the {drop.direction}s "
             f"({drop.reason} at {drop.location})",
-            evidence,
-            (f"netsleuth drops --reason {drop.reason} --port 53   # the full path of each drop",),
-            len(timeouts),
+            evidence=evidence,
+            fix=(f"netsleuth drops --reason {drop.reason} --port 53   # the full path of each drop",),
             cause_code="kernel_drop",
+            **place,
         )
     return Verdict(
-        "dns-timeout",
-        Severity.WARNING,
-        f"{queries} of {who} to {where} got no answer within {first.waited_ms / 1000:.1f} s, and nothing on "
-        "this host dropped them: the loss is on the path or at the server",
-        evidence,
-        (
+        category="dns-timeout",
+        severity=Severity.WARNING,
+        cause=f"{queries} of {who} to {where} got no answer within {first.waited_ms / 1000:.1f} s, and "
+        "nothing on this host dropped them: the loss is on the path or at the server",
+        evidence=evidence,
+        fix=(
             f"dig @{facts.server} {facts.name} {facts.qtype}   # does the server answer at all?",
             "check the server's load and logs, and drops on the path (netsleuth diagnose on its host)",
         ),
-        len(timeouts),
         cause_code="dns_no_answer",
+        **place,
     )
 
 
@@ -250,14 +279,18 @@ def _drop_verdict(group: list[DnsDrop], seconds: float) -> Verdict:
         code = "kernel_drop"
     packets = _plural(len(group), f"DNS {first.direction}", f"DNS {first.direction}s")
     return Verdict(
-        "dns-drop",
-        Severity.CRITICAL if first.rule or first.reason in _RCVBUF_REASONS else Severity.WARNING,
-        f"{packets} {first.cause.split(' ', 1)[1]}; no lookup timed out in the window for them: a resolver "
-        "retry got through, each after a retry interval (seconds), or the window ended first",
-        evidence,
-        fix,
-        len(group),
+        category="dns-drop",
+        severity=Severity.CRITICAL if first.rule or first.reason in _RCVBUF_REASONS else Severity.WARNING,
+        cause=f"{packets} {first.cause.split(' ', 1)[1]}; no lookup timed out in the window for them: a "
+        "resolver retry got through, each after a retry interval (seconds), or the window ended first",
+        evidence=evidence,
+        fix=fix,
+        events=len(group),
         cause_code=code,
+        netns=first.netns,
+        saddr=_address(first.saddr),
+        daddr=_address(first.daddr),
+        firewall_rule=first.rule,
     )
 
 
@@ -299,13 +332,15 @@ def _server_failure_verdicts(answers: Sequence[DnsAnswer], seconds: float) -> li
             )
         verdicts.append(
             Verdict(
-                f"dns-{rcode.lower()}",
-                Severity.WARNING,
-                cause,
-                evidence,
-                fix,
-                len(group),
+                category=f"dns-{rcode.lower()}",
+                severity=Severity.WARNING,
+                cause=cause,
+                evidence=evidence,
+                fix=fix,
+                events=len(group),
                 cause_code=f"dns_{rcode.lower()}",
+                netns=group[0].netns,
+                daddr=_address(server),  # the server that failed them, whoever asked
             )
         )
     return verdicts
@@ -318,7 +353,7 @@ def _by_program(rows: Iterable[DnsRow]) -> dict[str, list[DnsRow]]:
     return programs
 
 
-def _nxdomain_verdicts(rows: Sequence[DnsRow], seconds: float) -> list[Verdict]:
+def _nxdomain_verdicts(rows: Sequence[DnsRow], seconds: float, netns: int | None) -> list[Verdict]:
     """NXDOMAIN for names the application itself asked for (search-list expansions have their own verdict),
     per program: the names it looks up are what to fix, however many processes ran it."""
     verdicts = []
@@ -334,29 +369,30 @@ def _nxdomain_verdicts(rows: Sequence[DnsRow], seconds: float) -> list[Verdict]:
         suffixes = [suffix for suffix, _ in sorted(failing.items(), key=lambda item: (-item[1], item[0]))]
         verdicts.append(
             Verdict(
-                "dns-nxdomain-storm",
-                Severity.WARNING,
-                f"{_who(comm, (row.pid for row in program_rows))} got {own} NXDOMAIN answers "
+                category="dns-nxdomain-storm",
+                severity=Severity.WARNING,
+                cause=f"{_who(comm, (row.pid for row in program_rows))} got {own} NXDOMAIN answers "
                 f"({own / seconds:.1f}/s) for names that do not exist, e.g. under {', '.join(suffixes[:3])}",
-                {
+                evidence={
                     "nxdomain": own,
                     "answers": answered,
                     "suffixes": suffixes[:10],
                     "processes": _processes((row.pid, row.comm) for row in program_rows),
                 },
-                (
+                fix=(
                     f"fix the names {comm} looks up (a typo, a stale config, a deleted service)",
                     "a caching resolver (nscd, systemd-resolved, NodeLocal DNSCache) keeps the repeats off "
                     "the server",
                 ),
-                own,
+                events=own,
                 cause_code="dns_nxdomain",
+                netns=netns,
             )
         )
     return verdicts
 
 
-def _amplification_verdicts(rows: Sequence[DnsRow]) -> list[Verdict]:
+def _amplification_verdicts(rows: Sequence[DnsRow], netns: int | None) -> list[Verdict]:
     """One verdict per program, name and server, whatever the number of processes: the fix (a fully
     qualified name, fewer ndots) is made once, in the program's config or resolv.conf."""
     together: dict[tuple[str, str, tuple[str, ...]], list[DnsRow]] = defaultdict(list)
@@ -383,13 +419,13 @@ def _amplification_verdicts(rows: Sequence[DnsRow]) -> list[Verdict]:
             fix[1] += "; in Kubernetes, the pod's dnsConfig.options ndots"
         verdicts.append(
             Verdict(
-                "dns-search-amplification",
-                Severity.WARNING,
-                f"each lookup of {name} by {_who(comm, (row.pid for row in group))} becomes "
+                category="dns-search-amplification",
+                severity=Severity.WARNING,
+                cause=f"each lookup of {name} by {_who(comm, (row.pid for row in group))} becomes "
                 f"{amplification:.1f} DNS queries: the resolver tries the search list first "
                 f"({tried or 'its search domains'} answered NXDOMAIN: {expansions} expansion(s) in "
                 f"{lookups} lookup(s)), because the name has fewer dots than ndots",
-                {
+                evidence={
                     "lookups": lookups,
                     "expansions": expansions,
                     "queries": queries,
@@ -398,62 +434,61 @@ def _amplification_verdicts(rows: Sequence[DnsRow]) -> list[Verdict]:
                     "search_domains": domains,
                     "processes": _processes((row.pid, row.comm) for row in group),
                 },
-                tuple(fix),
-                expansions,
+                fix=tuple(fix),
+                events=expansions,
                 cause_code="dns_search_amplification",
+                netns=netns,
+                daddr=_address(server),
             )
         )
     return verdicts
 
 
-def dns_verdicts(records: Sequence[DnsRecord], rows: Sequence[DnsRow], seconds: float) -> list[Verdict]:
-    """Every DNS verdict of one watch: `records` from a DnsDiagnostic in event mode, `rows` its summary."""
+def dns_verdicts(
+    records: Sequence[DnsRecord], rows: Sequence[DnsRow], seconds: float, netns: int | None = None
+) -> list[Verdict]:
+    """Every DNS verdict of one watch: `records` from a DnsDiagnostic in event mode, `rows` its summary;
+    `netns` the one namespace the watch was kept to, if it was (the summary rows do not say theirs)."""
     timeouts = [record for record in records if isinstance(record, DnsTimeout)]
     answers = [record for record in records if isinstance(record, DnsAnswer)]
     return [
         *_timeout_and_drop_verdicts(timeouts, _all_drops(records), seconds),
         *_server_failure_verdicts(answers, seconds),
-        *_nxdomain_verdicts(rows, seconds),
-        *_amplification_verdicts(rows),
+        *_nxdomain_verdicts(rows, seconds, netns),
+        *_amplification_verdicts(rows, netns),
     ]
 
 
-def absorb_firewall_verdicts(
-    dns: list[Verdict], drop_verdicts: list[Verdict], records: Sequence[DnsRecord]
-) -> tuple[list[Verdict], list[Verdict]]:
-    """The drops object's `firewall` verdict of a rule that dropped only DNS packets (its count no more than
-    the DNS packets that rule dropped in that namespace) is the same fault as the DNS verdict naming the rule:
-    its evidence joins the DNS verdict (`firewall`) and it is not a verdict of its own."""
-    by_rule: Counter[tuple[Any, Any]] = Counter(
-        (drop.rule, drop.netns) for drop in _all_drops(records) if drop.rule
-    )
-    kept = []
-    merged = list(dns)
-    for verdict in drop_verdicts:
-        netfilter = verdict.evidence.get("netfilter") or {}
-        key = (netfilter.get("rule"), verdict.evidence.get("netns"))
-        owner = next(
-            (
-                index
-                for index, candidate in enumerate(merged)
-                if candidate.cause_code == "firewall_drop"
-                and (candidate.evidence.get("drop") or {}).get("rule") == key[0]
-                and (candidate.evidence.get("drop") or {}).get("netns") == key[1]
-            ),
-            None,
-        )
-        if verdict.category != "firewall" or owner is None or verdict.events > by_rule.get(key, 0):
-            kept.append(verdict)
-            continue
-        host = merged[owner]
-        firewall = {
-            "drops": verdict.events,
-            "location": verdict.evidence.get("location"),
-            "netfilter": netfilter,
-        }
-        merged[owner] = dataclasses.replace(
-            host,
-            severity=min(host.severity, verdict.severity),
-            evidence={**host.evidence, "firewall": firewall},
-        )
-    return merged, kept
+KEEP_RECORDS = 10_000  # enough evidence for any verdict; a storm's rest is in the kernel's counts
+
+
+def open_watch(inputs: WatchInputs) -> DnsDiagnostic:
+    """The dns programs for diagnose's window. Only what a verdict needs reaches Python: SERVFAIL/REFUSED
+    answers (filtered in the kernel), timeouts (the pending-table sweep) and dropped DNS packets; every other
+    answer is only counted in the kernel's groups, which the search-list and NXDOMAIN rules read at the
+    end."""
+    from netsleuth.diagnostics.dns.records import TIMEOUT_RCODE, DnsConfig
+    from netsleuth.diagnostics.dns.session import DnsDiagnostic
+
+    # A query unanswered for half the window (at most the resolver default of 5 s) is a timeout.
+    timeout = min(5.0, max(0.5, inputs.duration / 2))
+    config = DnsConfig(rcode=("SERVFAIL", "REFUSED", TIMEOUT_RCODE), timeout=timeout)
+    # diagnose's own filter, already resolved on this host, stands for the config's packet filters.
+    return DnsDiagnostic(config, inputs.context, packet_filter=inputs.packet_filter)
+
+
+def diagnose_verdicts(watched: Watched, window: Window) -> list[Verdict]:
+    """dns's part of `diagnose`: its verdicts from the records kept over the window and its summary."""
+    summary: DnsSummary = watched.summary
+    return dns_verdicts(watched.records, summary.rows, window.seconds, window.watched_netns)
+
+
+def dropped_by_rule(records: Sequence[DnsRecord]) -> Counter[tuple[str, int]]:
+    """DNS packets each firewall rule dropped, by (rule, namespace): how diagnose tells a firewall verdict
+    that is only this DNS fault from one whose rule also dropped other traffic."""
+    return Counter((drop.rule, drop.netns) for drop in _all_drops(records) if drop.rule)
+
+
+def _address(text: str | None) -> str | None:
+    """An address field's value: the text of one address ("?" is what the kernel could not read)."""
+    return text if text and text != "?" else None

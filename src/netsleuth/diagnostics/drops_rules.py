@@ -1,24 +1,41 @@
-"""Kernel drop groups (reason x location x netns, exact counts) → verdicts.
+"""drops' part of `diagnose`: kernel drop groups (reason x location x netns, exact counts) -> verdicts.
 
 The reason names are the running kernel's (read from BTF); the categories below cover the reasons a person
 can act on. Anything else still becomes a verdict, named by its reason, so no drop goes unmentioned.
+
+Under `diagnose` the drops object counts in the kernel for the window, leaving out netsleuth's own footprint
+(the QUEUE_PURGE drops of its own netlink sockets, `skip_own`); its spec's DiagnoseWatch names the functions
+below.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from netsleuth.diagnose.verdicts import Severity, Verdict
+import msgspec
+
 from netsleuth.diagnostics.causes import cause as cause_entry
 from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord
 from netsleuth.firewall.removal import removal_command
-from netsleuth.netns_command import in_netns  # re-exported: tcp_rules and listeners import it from here
+from netsleuth.netns_command import in_netns
 from netsleuth.render.drops_text import endpoints
+from netsleuth.spec.diagnose import Watched, WatchInputs, Window
+from netsleuth.spec.verdict import Severity, Verdict
 
-__all__ = ["LISTEN_OVERFLOW_FINDINGS", "DropContext", "drop_verdicts", "in_netns", "listen_overflow_fix"]
+if TYPE_CHECKING:
+    from netsleuth.diagnostics.drops import DropsDiagnostic, DropsSummary
+
+__all__ = [
+    "LISTEN_OVERFLOW_FINDINGS",
+    "diagnose_verdicts",
+    "drop_verdicts",
+    "listen_overflow_fix",
+    "notes",
+    "open_watch",
+    "own_drops",
+    "progress",
+]
 
 # Losses that mean data a process was waiting for never arrived.
 _LOSS_REASONS = {
@@ -48,29 +65,9 @@ _BACKGROUND_REASONS = {
 _CRITICAL_RATE = 10.0  # drops/s past which a loss is an outage rather than a blip
 
 
-@dataclass(frozen=True)
-class DropContext:
-    """What the verdicts need besides the groups: the window and a few settings read by doctor."""
-
-    seconds: float
-    sysctls: dict[str, str]
-    resets_by_flow: dict[tuple[str | None, int | None], int]  # (daddr, dport) → RSTs sent for it
-    # Where fixes run: this host's namespace inode, and a file to enter an unnamed one (/proc/PID/ns/net).
-    # Unset (recorded groups), a drop's fix is placed by its `ip netns` name alone.
-    host_netns: int | None = None
-    netns_file: Callable[[int], str | None] | None = None
-
-
-def _fix_netns(group: DropGroup, context: DropContext) -> str | None:
-    """The namespace a fix for `group` must run in, as `in_netns` takes it: its `ip netns` name, else a file
-    of a process inside it; None for this host's own. A namespace with neither (every process gone) gets its
-    inode, so the printed command fails to enter it rather than change the host."""
-    if group.netns_name:
-        return group.netns_name
-    if context.host_netns is None or group.netns in (0, context.host_netns):
-        return None
-    path = context.netns_file(group.netns) if context.netns_file is not None else None
-    return path or str(group.netns)
+def _fix_netns(group: DropGroup, window: Window) -> str | None:
+    """The namespace a fix for `group` runs in (Window.netns_of_fix)."""
+    return window.netns_of_fix(group.netns, group.netns_name)
 
 
 def _who(example: DropRecord) -> str:
@@ -113,7 +110,38 @@ def _severity(group: DropGroup, seconds: float, loss: bool) -> Severity:
     return Severity.WARNING
 
 
-def _firewall(group: DropGroup, context: DropContext) -> Verdict:
+def _verdict(
+    group: DropGroup,
+    window: Window,
+    category: str,
+    cause: str,
+    fix: Iterable[str],
+    cause_code: str,
+    *,
+    loss: bool = False,
+    absorbed: tuple[str, ...] = (),
+    firewall_rule: str | None = None,
+    **evidence: Any,
+) -> Verdict:
+    """The verdict of one group: what it concerns is the group's namespace and its example's flow."""
+    packet = group.example.packet
+    return Verdict(
+        category=category,
+        severity=_severity(group, window.seconds, loss),
+        cause=cause,
+        evidence=_evidence(group, window.seconds, **evidence),
+        fix=tuple(fix),
+        absorbed_findings=absorbed,
+        events=group.count,
+        cause_code=cause_code,
+        netns=group.netns or None,  # 0: the kernel could not tell
+        saddr=packet.saddr,
+        daddr=packet.daddr,
+        firewall_rule=firewall_rule,
+    )
+
+
+def _firewall(group: DropGroup, window: Window) -> Verdict:
     example, netfilter = group.example, group.example.netfilter or {}
     rule, table, chain, hook = (netfilter.get(key) for key in ("rule", "table", "chain", "hook"))
     packet = endpoints(example.packet)
@@ -128,59 +156,53 @@ def _firewall(group: DropGroup, context: DropContext) -> Verdict:
             f"like {packet}"
         )
     fix: list[str] = []
-    removal = removal_command(netfilter, _fix_netns(group, context)) if rule else None
+    removal = removal_command(netfilter, _fix_netns(group, window)) if rule else None
     if removal is not None:
         fix.append(removal + "   # if this traffic should pass")
     fix.extend(cause_entry("firewall_drop").fixes)
-    return Verdict(
+    return _verdict(
+        group,
+        window,
         "firewall",
-        _severity(group, context.seconds, loss=False),
         cause,
-        _evidence(group, context.seconds, netfilter=netfilter),
-        tuple(fix),
-        group.count,
-        cause_code="firewall_drop",
+        fix,
+        "firewall_drop",
+        firewall_rule=rule or None,
+        netfilter=netfilter,
     )
 
 
-def _no_listener(group: DropGroup, context: DropContext) -> Verdict:
+def _no_listener(group: DropGroup, window: Window) -> Verdict:
     packet = group.example.packet
-    resets = context.resets_by_flow.get((packet.daddr, packet.dport), 0)
+    resets = window.resets_by_flow.get((packet.daddr, packet.dport), 0)
     refused = f"; {resets} reset(s) sent back" if resets else ""
     cause = (
         f"nothing listens on {packet.proto_name} port {packet.dport} of {packet.daddr} ({_where(group)}): "
         f"{group.count} packet(s) refused{refused}"
     )
     start, look = cause_entry("no_listener").fixes
-    fix = (start, in_netns(look, _fix_netns(group, context)) + "   # what does listen there")
-    return Verdict(
-        "no-listener",
-        _severity(group, context.seconds, loss=False),
-        cause,
-        _evidence(group, context.seconds, resets_sent=resets),
-        fix,
-        group.count,
-        cause_code="no_listener",
-    )
+    fix = (start, in_netns(look, _fix_netns(group, window)) + "   # what does listen there")
+    return _verdict(group, window, "no-listener", cause, fix, "no_listener", resets_sent=resets)
 
 
-def _listen_overflow(group: DropGroup, context: DropContext) -> Verdict:
+def _listen_overflow(group: DropGroup, window: Window) -> Verdict:
     example = group.example
-    somaxconn = context.sysctls.get("net.core.somaxconn")
+    somaxconn = window.sysctls.get("net.core.somaxconn")
     why = cause_entry("listen_overflow").summary
     cause = (
         f"the accept queue of {_who(example)} listening on port {example.packet.dport} ({_where(group)}) "
         f"is full: {group.count} connection attempt(s) dropped because {why}"
     )
-    return Verdict(
+    return _verdict(
+        group,
+        window,
         "listen-overflow",
-        _severity(group, context.seconds, loss=True),
         cause,
-        _evidence(group, context.seconds, somaxconn=somaxconn),
-        listen_overflow_fix(example.owner.comm, somaxconn, _fix_netns(group, context)),
-        group.count,
-        LISTEN_OVERFLOW_FINDINGS,
-        cause_code="listen_overflow",
+        listen_overflow_fix(example.owner.comm, somaxconn, _fix_netns(group, window)),
+        "listen_overflow",
+        loss=True,
+        absorbed=LISTEN_OVERFLOW_FINDINGS,
+        somaxconn=somaxconn,
     )
 
 
@@ -198,9 +220,9 @@ def listen_overflow_fix(comm: str | None, somaxconn: str | None, netns_name: str
     return (faster, f"{larger}: " + in_netns(f"sysctl -w net.core.somaxconn={wanted}", netns_name))
 
 
-def _udp_rcvbuf(group: DropGroup, context: DropContext) -> Verdict:
+def _udp_rcvbuf(group: DropGroup, window: Window) -> Verdict:
     example = group.example
-    rmem_max = context.sysctls.get("net.core.rmem_max")
+    rmem_max = window.sysctls.get("net.core.rmem_max")
     rcvbuf = cause_entry("rcvbuf")
     cause = (
         f"the receive buffer of {_who(example)} on {example.packet.proto_name} port {example.packet.dport} "
@@ -211,41 +233,43 @@ def _udp_rcvbuf(group: DropGroup, context: DropContext) -> Verdict:
         faster,
         f"{larger}: "
         + in_netns(
-            "sysctl -w net.core.rmem_max=26214400 net.core.rmem_default=26214400", _fix_netns(group, context)
+            "sysctl -w net.core.rmem_max=26214400 net.core.rmem_default=26214400", _fix_netns(group, window)
         ),
     )
-    return Verdict(
+    return _verdict(
+        group,
+        window,
         "udp-rcvbuf",
-        _severity(group, context.seconds, loss=True),
         cause,
-        _evidence(group, context.seconds, rmem_max=rmem_max),
         fix,
-        group.count,
-        ("udp-rcvbuf-errors",),
-        cause_code=rcvbuf.code,
+        rcvbuf.code,
+        loss=True,
+        absorbed=("udp-rcvbuf-errors",),
+        rmem_max=rmem_max,
     )
 
 
-def _cpu_backlog(group: DropGroup, context: DropContext) -> Verdict:
-    backlog = context.sysctls.get("net.core.netdev_max_backlog")
+def _cpu_backlog(group: DropGroup, window: Window) -> Verdict:
+    backlog = window.sysctls.get("net.core.netdev_max_backlog")
     cpu_backlog = cause_entry("cpu_backlog")
     cause = (
         f"the per-CPU input backlog overflowed (netdev_max_backlog={backlog}): {group.count} packet(s) "
         f"{cpu_backlog.summary} (CPU {group.example.cpu} in the example)"
     )
-    return Verdict(
+    return _verdict(
+        group,
+        window,
         "cpu-backlog",
-        _severity(group, context.seconds, loss=True),
         cause,
-        _evidence(group, context.seconds, netdev_max_backlog=backlog),
         cpu_backlog.fixes_for(backlog=max(2 * int(backlog or 1000), 2000)),
-        group.count,
-        ("backlog-drops",),
-        cause_code=cpu_backlog.code,
+        cpu_backlog.code,
+        loss=True,
+        absorbed=("backlog-drops",),
+        netdev_max_backlog=backlog,
     )
 
 
-def _rp_filter(group: DropGroup, context: DropContext) -> Verdict:
+def _rp_filter(group: DropGroup, window: Window) -> Verdict:
     packet = group.example.packet
     rp_filter = cause_entry("rp_filter")
     cause = (
@@ -253,33 +277,32 @@ def _rp_filter(group: DropGroup, context: DropContext) -> Verdict:
         f"on {group.example.ifname} ({_where(group)}): {rp_filter.summary}"
     )
     [loose] = rp_filter.fixes_for(device=group.example.ifname or "all")
-    return Verdict(
+    return _verdict(
+        group,
+        window,
         "rp-filter",
-        _severity(group, context.seconds, loss=False),
         cause,
-        _evidence(group, context.seconds),
-        (in_netns(loose, _fix_netns(group, context)) + f"   # {rp_filter.remedy}",),
-        group.count,
-        ("rp-filter-drops",),
-        cause_code=rp_filter.code,
+        (in_netns(loose, _fix_netns(group, window)) + f"   # {rp_filter.remedy}",),
+        rp_filter.code,
+        absorbed=("rp-filter-drops",),
     )
 
 
-def _generic(group: DropGroup, context: DropContext) -> Verdict:
+def _generic(group: DropGroup, window: Window) -> Verdict:
     loss = group.reason in _LOSS_REASONS
     cause = (
         f"the kernel dropped {group.count} packet(s) with reason {group.reason} at {group.location} "
         f"({_where(group)}), e.g. {endpoints(group.example.packet)}"
     )
     kernel_drop = cause_entry("kernel_drop")
-    return Verdict(
+    return _verdict(
+        group,
+        window,
         f"drop:{group.reason}",
-        _severity(group, context.seconds, loss),
         cause,
-        _evidence(group, context.seconds),
         kernel_drop.fixes_for(reason=group.reason, netns=group.netns),
-        group.count,
-        cause_code=kernel_drop.code,
+        kernel_drop.code,
+        loss=loss,
     )
 
 
@@ -293,10 +316,10 @@ _RULES = {
 }
 
 
-def drop_verdicts(groups: Iterable[DropGroup], context: DropContext) -> list[Verdict]:
+def drop_verdicts(groups: Iterable[DropGroup], window: Window) -> list[Verdict]:
     """One verdict per group: groups already separate reason, location and netns, which is what a person
     fixes one at a time (a rule, a listener, a buffer)."""
-    return [_inferred(group, _RULES.get(group.reason, _generic)(group, context)) for group in groups]
+    return [_inferred(group, _RULES.get(group.reason, _generic)(group, window)) for group in groups]
 
 
 def _inferred(group: DropGroup, verdict: Verdict) -> Verdict:
@@ -309,9 +332,47 @@ def _inferred(group: DropGroup, verdict: Verdict) -> Verdict:
         cause = verdict.cause.replace(named, f"{named} (inferred from the drop location)", 1)
     else:
         cause = f"{verdict.cause} (drop reason {group.reason} inferred from the drop location)"
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         verdict,
         cause=cause,
         evidence={**verdict.evidence, "reason_inferred": True},
         fix=tuple(line.replace(f"--reason {group.reason} ", "") for line in verdict.fix),
     )
+
+
+def diagnose_verdicts(watched: Watched, window: Window) -> list[Verdict]:
+    """drops' part of `diagnose`: a verdict per drop group the kernel counted over the window."""
+    summary: DropsSummary = watched.summary
+    return drop_verdicts(summary.groups, window)
+
+
+def open_watch(inputs: WatchInputs) -> DropsDiagnostic:
+    from netsleuth.diagnostics.drops import DropsConfig, DropsDiagnostic
+
+    # Counted in the kernel (no events), netsleuth's own netlink sockets' purges left out (skip_own).
+    config = DropsConfig(packet_filter=inputs.packet_filter, summary_only=True, skip_own=True)
+    return DropsDiagnostic(config, inputs.context, reasons=inputs.drop_reasons)
+
+
+def progress(session: DropsDiagnostic) -> str:
+    return f"{session.totals().matched} drops"
+
+
+def own_drops(session: DropsDiagnostic) -> int:
+    return session.raw.own_drops()
+
+
+def notes(session: DropsDiagnostic) -> list[str]:
+    notes = []
+    own = session.raw.own_drops()
+    if own:
+        notes.append(
+            f"{own} QUEUE_PURGE drop(s) of netsleuth's own netlink sockets (the unread replies its firewall "
+            "reads left when they closed) are not counted as this host's"
+        )
+    if not session.raw.own_marked:
+        notes.append(
+            "netsleuth's own netlink drops cannot be told apart on this kernel (that needs "
+            "sock:sock_send_length and typed tracepoints, Linux 6.3): QUEUE_PURGE verdicts may hold some"
+        )
+    return notes

@@ -6,22 +6,24 @@ with work left without saying why, and infers from packets per NET_RX run whethe
 netdev_budget_usecs (time) bound. Here every run's packets are summed from its napi:napi_poll events and its
 duration measured between softirq_entry and softirq_exit, so each run that stopped is counted as stopped on
 the packet budget or on time, per CPU. The verdict absorbs the doctor's finding (one cause, one verdict).
+NET_RX runs are per CPU, not per namespace: the verdict is about the whole machine (no `netns`).
+
+`diagnose_verdicts` is softirq's part of `diagnose` (its spec's DiagnoseWatch).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from netsleuth.diagnose.session_watch import SessionWatch
-from netsleuth.diagnose.verdicts import Severity, Verdict
 from netsleuth.doctor.fixes import sysctl_fix
+from netsleuth.spec.diagnose import Watched, WatchInputs, Window
+from netsleuth.spec.verdict import Severity, Verdict
 
 if TYPE_CHECKING:
     from netsleuth.diagnostics.softirq.records import SoftirqSummary
-    from netsleuth.diagnostics.softirq.session import SoftirqDiagnostic  # noqa: F401 - the quoted base's parameter
-    from netsleuth.kernel.context import KernelContext
+    from netsleuth.diagnostics.softirq.session import SoftirqDiagnostic
 
-__all__ = ["MIN_STOPPED_RUNS_PER_S", "SoftirqWatch", "net_rx_budget_verdicts"]
+__all__ = ["MIN_STOPPED_RUNS_PER_S", "diagnose_verdicts", "net_rx_budget_verdicts", "open_watch"]
 
 # The doctor's threshold for time_squeeze (netdata softnet.conf warns above 10/s).
 MIN_STOPPED_RUNS_PER_S = 10.0
@@ -87,23 +89,21 @@ def net_rx_budget_verdicts(summary: SoftirqSummary) -> list[Verdict]:
             evidence=evidence,
             fix=(*fix.commands, *fix.persistent),
             events=stopped,
-            absorbed=("time-squeeze",),
+            absorbed_findings=("time-squeeze",),
             cause_code="net_rx_budget",
         )
     ]
 
 
-class SoftirqWatch(SessionWatch["SoftirqDiagnostic"]):
-    watched = "softirqs"
+def open_watch(inputs: WatchInputs) -> SoftirqDiagnostic:
+    """The softirq programs for diagnose's window: NET_RX runs are per CPU, so they cover the host."""
+    from netsleuth.diagnostics.softirq.records import SoftirqConfig
+    from netsleuth.diagnostics.softirq.session import SoftirqDiagnostic
 
-    def __init__(self, context: KernelContext) -> None:
-        from netsleuth.diagnostics.softirq.records import SoftirqConfig
-        from netsleuth.diagnostics.softirq.session import SoftirqDiagnostic
+    return SoftirqDiagnostic(SoftirqConfig(), inputs.context)
 
-        # NET_RX runs are per CPU, not per namespace: the watch covers the host even under --netns.
-        super().__init__(SoftirqDiagnostic(SoftirqConfig(), context))
 
-    def verdicts(self) -> list[Verdict]:
-        if self._session is None:
-            return []
-        return net_rx_budget_verdicts(self._session.summary(False))
+def diagnose_verdicts(watched: Watched, window: Window) -> list[Verdict]:
+    """softirq's part of `diagnose`: the NET_RX budget over the window, on every CPU (even under --netns)."""
+    summary: SoftirqSummary = watched.summary
+    return net_rx_budget_verdicts(summary)

@@ -1,15 +1,24 @@
-"""Text rendering of diagnose's ranked verdicts."""
+"""`netsleuth diagnose` as text: a progress line while it watches, then the ranked verdicts with their
+evidence and fixes."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.markup import escape
 
-from netsleuth.diagnose.verdicts import Severity, Verdict
+from netsleuth.diagnostics.totals import EventTotals
+from netsleuth.spec.verdict import Severity, Verdict
 
-__all__ = ["print_verdicts"]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from netsleuth.diagnose.records import DiagnoseSummary
+    from netsleuth.diagnose.run import DiagnosisSession
+
+__all__ = ["DiagnoseView", "print_verdicts"]
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 _EVIDENCE_SHOWN = (
@@ -25,6 +34,32 @@ _EVIDENCE_SHOWN = (
     "stack_top",
     "subject",
 )
+
+
+class DiagnoseView:
+    """Verdicts are judged at the end of the window: nothing to print while watching but the progress."""
+
+    noun = "drops"
+
+    def __init__(self, session: DiagnosisSession) -> None:
+        self._session = session
+        self._verdicts: list[Verdict] = []
+
+    def status(self) -> str:
+        return self._session.progress()
+
+    def lines(self, records: Sequence[Verdict]) -> str:
+        self._verdicts.extend(records)  # printed with the summary: the window's verdicts come at its end
+        return ""
+
+    def finish(self, summary: DiagnoseSummary, totals: EventTotals, show_groups: bool) -> None:
+        from rich.console import Console
+
+        console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
+        print_verdicts(console, self._verdicts, summary.seconds, summary.watched)
+
+    def loss_line(self, totals: EventTotals) -> str:
+        return ""
 
 
 def _evidence_line(verdict: Verdict) -> str:
@@ -51,9 +86,9 @@ def print_verdicts(console: Console, verdicts: Sequence[Verdict], seconds: float
             "[green]No problem found[/green]: no drops, resets or path-health findings in this window."
         )
         return
-    for rank, verdict in enumerate(verdicts, start=1):
+    for verdict in verdicts:
         label = f"[{_STYLE[verdict.severity]}]{verdict.severity.label.upper()}[/]"
-        console.print(f"\n{rank}. {label} {escape(verdict.cause)}")
+        console.print(f"\n{verdict.rank}. {label} {escape(verdict.cause)}")
         evidence = _evidence_line(verdict)
         if evidence:
             console.print(f"   [dim]evidence:[/dim] {escape(evidence)}")
