@@ -580,7 +580,17 @@ _PERF_NOTE = (
 
 _RULES = "netsleuth.diagnostics.drops_rules"  # its part of `diagnose`
 
-DIAGNOSTIC: DiagnosticSpec[DropsConfig] = DiagnosticSpec(
+
+@dataclass(frozen=True)
+class _DropsSpec(DiagnosticSpec[DropsConfig]):
+    """drops on the untyped model, with its part of `diagnose` (a typed spec has the field): here, not on
+    model.DiagnosticSpec, which spec.diagnose's types import - the field there would tie them in a cycle.
+    Goes when drops is a typed package (issue 21)."""
+
+    diagnose: DiagnoseWatch | None = None
+
+
+DIAGNOSTIC: DiagnosticSpec[DropsConfig] = _DropsSpec(
     name="drops",
     help="every dropped packet: why (kernel drop reason), where, whose, and which firewall rule",
     keys=DROPS_KEYS,

@@ -22,7 +22,6 @@ from netsleuth.spec.configs import ConfigError
 
 if TYPE_CHECKING:
     from netsleuth.kernel.context import KernelContext
-    from netsleuth.spec.diagnose import DiagnoseWatch
 
 __all__ = [
     "ConfigInput",
@@ -207,7 +206,6 @@ class DiagnosticSpec(Generic[ConfigT]):
     # The kernel features it cannot run without (netsleuth.bpf.features.probe_all names), so a host can say
     # which diagnostics it runs and, for the others, why not.
     needs: tuple[str, ...] = ()
-    diagnose: DiagnoseWatch | None = None  # its part of `netsleuth diagnose` (netsleuth.spec.diagnose)
 
     def config_from_json(self, data: object) -> ConfigT:
         return self.read(ConfigInput.from_json(data, self.name, self.keys))
