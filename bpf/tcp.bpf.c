@@ -250,15 +250,25 @@ static __always_inline void describe_segment(struct tcp_scratch *buf, int transp
 	e->payload_len = total > headers ? total - headers : 0;
 }
 
+/*
+ * --sport/--dport and --src/--dst name the ends as the event's record does: an event's source is this side,
+ * but for a received RST, whose record is the packet (diagnostics/tcp/resets.py: from the peer to us). Read
+ * from the socket's side, `--sport 80` kept the resets a server on :80 sent and not those its clients
+ * received from it.
+ */
 static __always_inline bool flow_matches(const struct tcp_event *e)
 {
+	const bool inbound = e->kind == TCP_EV_RESET_RECEIVED;
+
 	if (!ns_netns_matches(cfg.netns, cfg.filter_netns, e->netns))
 		return false;
 	if (cfg.family && e->family != cfg.family)
 		return false;
-	if (!ns_ports_match(cfg.port, cfg.sport, cfg.dport, e->lport, e->rport))
+	if (!ns_ports_match(cfg.port, cfg.sport, cfg.dport, inbound ? e->rport : e->lport,
+			    inbound ? e->lport : e->rport))
 		return false;
-	return ns_addresses_match(cfg.filter_host, cfg.filter_src, cfg.filter_dst, e->family, e->laddr, e->raddr);
+	return ns_addresses_match(cfg.filter_host, cfg.filter_src, cfg.filter_dst, e->family,
+				  inbound ? e->raddr : e->laddr, inbound ? e->laddr : e->raddr);
 }
 
 static __always_inline bool owner_matches(const struct tcp_event *e)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.netlab import wait_for
+from tests.netlab import Host, wait_for
 from tests.privileged.conftest import Pair
 from tests.privileged.tcp_helpers import Server, connect, send_segment
 from tests.tracerun import TraceRun, bpftool_netsleuth_programs, netsleuth_argv
@@ -93,6 +93,39 @@ def test_linger_zero_abort(pair: Pair) -> None:
     assert "SO_LINGER {on, 0}" in sent["cause"]
     assert received["cause_code"] == "peer_reset" and received["state"] == "ESTABLISHED"
     assert received["peer_cause"] == sent["cause"]
+
+
+def _one_abort(pair: Pair, server: str, client: Host, *filters: str) -> tuple[list[dict[str, Any]], int]:
+    """The resets, and the summary's total, of a trace with `filters` while a server at `server`:7088 (in b)
+    aborts one connection from `client`. Once connect() has seen ECONNRESET, both the RST sent and the RST
+    received are counted in the kernel: the summary read after the stop is final."""
+    with Server(pair.b, server, 7088, "linger0"), TraceRun("resets", *filters) as trace:
+        trace.wait_ready()
+        assert connect(client, server, 7088) == "ERROR 104"
+        assert trace.stop() == 0
+        return _resets(trace), trace.summary()["total"]
+
+
+def test_port_filters_read_each_reset_as_its_record_does(pair: Pair) -> None:
+    # On one namespace's loopback both ends are traced: the server's abortive close sends an RST from :7088
+    # and the client receives it. Both records say sport 7088 (the RST packet's source), so --sport 7088
+    # matches both and --dport 7088 neither. The kernel read a received RST from the socket's side (source =
+    # the local port) and kept the wrong half of each.
+    resets, total = _one_abort(pair, "127.0.0.1", pair.b, "--netns", pair.b.name, "--sport", "7088")
+    assert sorted(r["direction"] for r in resets) == ["received", "sent"], resets
+    assert all(r["sport"] == 7088 and r["dport"] != 7088 for r in resets), resets
+    assert total == 2
+    resets, total = _one_abort(pair, "127.0.0.1", pair.b, "--netns", pair.b.name, "--dport", "7088")
+    assert resets == [] and total == 0
+
+
+def test_address_filters_read_each_reset_as_its_record_does(pair: Pair) -> None:
+    # The server in b aborts a connection from a: one RST from b to a, sent in b and received in a; both
+    # records say saddr b, daddr a, and --src b --dst a keeps both.
+    resets, total = _one_abort(pair, pair.b4, pair.a, "--src", pair.b4, "--dst", pair.a4, "--port", "7088")
+    assert sorted(r["direction"] for r in resets) == ["received", "sent"], resets
+    assert all(r["saddr"] == pair.b4 and r["daddr"] == pair.a4 for r in resets), resets
+    assert total == 2
 
 
 def test_close_with_unread_data(pair: Pair) -> None:
