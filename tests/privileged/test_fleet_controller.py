@@ -615,3 +615,37 @@ def test_controller_killed_mid_session_agents_stop_at_the_deadline(
         assert view["state"] == "ended" and view["reason"].startswith("duration"), (host, view)
         assert "seen" in view["totals"], view
     assert listed and {h: v["state"] for h, v in listed[0]["hosts"].items()} == dict.fromkeys(HOSTS, "ended")
+
+
+def test_a_session_asked_for_by_selector_runs_on_the_hosts_it_selects(
+    fleet: tuple[FleetLab, ControllerProcess],
+) -> None:
+    """Every host, hosts by label, hosts holding a namespace: the controller picks them from the registry;
+    a pod no host holds is a 404 sentence; a host list too big for a request says to use a selector."""
+    lab, controller = fleet
+    server_netns = lab.hosts["server"].netns
+    with api(controller) as client:
+        for selector, expected in (
+            ({"all": True}, set(HOSTS)),
+            ({"labels": {"role": "lb"}}, {"lb"}),
+            ({"netns": server_netns}, {"server"}),
+        ):
+            created = create(client, selector=selector, diagnostic="drops", config={}, duration=1)
+            assert set(created["hosts"]) == expected, (selector, created["hosts"])
+            session = wait_state(client, created["id"], ("ended", "failed"), timeout=60)
+            assert session["state"] == "ended" and not session["partial"], (selector, session["hosts"])
+        by_pod = {"selector": {"pod": "team-b/db-0"}, "diagnostic": "drops", "duration": 1}
+        nobody = client.post("/api/v1/sessions", json=by_pod)
+        assert nobody.status_code == 404, nobody.text
+        assert nobody.json()["error"] == "no registered host you may use matches the selector."
+        many = [f"sim-{index:05d}" for index in range(10_000)]
+        too_big = client.post("/api/v1/sessions", json={"hosts": many, "diagnostic": "drops", "duration": 1})
+        assert too_big.status_code == 413, too_big.text
+        assert (
+            'a session on many hosts is asked for with a selector: {"selector": {"all": true}}'
+            in (too_big.json()["error"])
+        )
+    with api(controller, "root") as admin:
+        records = admin.get("/api/v1/audit", params={"limit": 50}).json()
+    allowed = [r for r in records if r["action"] == "session.create" and r.get("selector")]
+    assert {"netns": server_netns} in [r["selector"] for r in allowed], allowed[-4:]

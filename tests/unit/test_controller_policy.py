@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from netsleuth.controller.auth import Authenticator, AuthError, Principal, hash_token, token_matches
 from netsleuth.controller.config import ControllerConfig, load_controller_config, parse_controller_config
 from netsleuth.controller.rbac import Denied, Rbac
-from netsleuth.controller.requests import BadRequest, parse_session_request
+from netsleuth.controller.requests import BadRequest, Selector, parse_session_request
 from netsleuth.errors import UsageError
 from netsleuth.fleet.protocol import generate_private_key, private_key_to_text
 
@@ -254,7 +254,7 @@ def test_a_role_scoped_by_kubernetes_namespace_grants_that_namespaces_pods_only(
         (b'"x"', 400, "JSON object"),
         (b'{"diagnostic": "drops", "duration": 1}', 400, "exactly one of 'hosts'"),
         (
-            b'{"hosts": ["a"], "selector": {"x": "y"}, "diagnostic": "drops", "duration": 1}',
+            b'{"hosts": ["a"], "selector": {"all": true}, "diagnostic": "drops", "duration": 1}',
             400,
             "exactly one",
         ),
@@ -281,7 +281,41 @@ def test_a_role_scoped_by_kubernetes_namespace_grants_that_namespaces_pods_only(
             "list of",
         ),
         (b'{"hosts": ["a"], "diagnostic": "drops", "duration": 1, "x": 1}', 400, "unknown field 'x'"),
-        (b" " * 70_000, 413, "larger than"),
+        (b" " * 70_000, 413, "larger than 64 KiB; a session on many hosts is asked for with a selector"),
+        (
+            json.dumps(
+                {"hosts": [f"h{n}" for n in range(2000)], "diagnostic": "drops", "duration": 1}
+            ).encode(),
+            413,
+            "at most 1024 are allowed; a session on many hosts is asked for with a selector",
+        ),
+        (b'{"selector": {}, "diagnostic": "drops", "duration": 1}', 400, '{"selector": {"all": true}}'),
+        (
+            b'{"selector": {"all": false}, "diagnostic": "drops", "duration": 1}',
+            400,
+            "selector.all must be true (got False)",
+        ),
+        (
+            b'{"selector": {"all": true, "zone": "a"}, "diagnostic": "drops", "duration": 1}',
+            400,
+            "unknown field 'zone' of selector (known: all, labels, netns, pod, k8s_namespace)",
+        ),
+        (
+            b'{"selector": {"pod": "db-0"}, "diagnostic": "drops", "duration": 1}',
+            400,
+            "selector.pod must be NAMESPACE/NAME (got 'db-0')",
+        ),
+        (
+            b'{"selector": {"labels": {"a": 1}}, "diagnostic": "drops", "duration": 1}',
+            400,
+            "selector.labels must be an object of label: value strings (at most 64)",
+        ),
+        (
+            b'{"selector": {"zone": "a"}, "diagnostic": "drops", "duration": 1}',
+            400,
+            "unknown field 'zone' of selector",
+        ),
+        (b'{"selector": {"netns": ""}, "diagnostic": "drops", "duration": 1}', 400, "selector.netns"),
     ],
 )
 def test_session_requests_are_refused_with_one_sentence(body: bytes, status: int, words: str) -> None:
@@ -295,6 +329,36 @@ def test_a_good_session_request() -> None:
             "duration": 5}  # fmt: skip
     request = parse_session_request(json.dumps(body).encode(), DIAGNOSTICS)
     assert request.hosts == ("lb", "server") and request.netns == "web" and request.duration == 5.0
+
+
+def test_a_selector_names_hosts_by_labels_namespace_pod_or_all() -> None:
+    def selector(raw: dict[str, object]) -> Selector:
+        body = {"selector": raw, "diagnostic": "drops", "duration": 1}
+        parsed = parse_session_request(json.dumps(body).encode(), DIAGNOSTICS).selector
+        assert parsed is not None
+        return parsed
+
+    web = {
+        "host": "w1",
+        "labels": {"zone": "a", "tier": "web"},
+        "namespaces": [{"name": "web", "inode": 4026532290}],
+        "pods": [{"namespace": "team-b", "name": "db-0", "uid": "u", "netns": 4026532290, "labels": {}}],
+    }
+    bare = {"host": "b1", "labels": {"zone": "b"}}
+    every = selector({"all": True})
+    assert every.matches(web) and every.matches(bare) and every.to_json() == {"all": True}
+    zone_a = selector({"labels": {"zone": "a"}})
+    assert zone_a.matches(web) and not zone_a.matches(bare)
+    assert selector({"labels": {"zone": "a", "tier": "web"}}).matches(web)
+    assert not selector({"labels": {"zone": "a", "tier": "db"}}).matches(web)
+    assert selector({"netns": "web"}).matches(web) and not selector({"netns": "web"}).matches(bare)
+    assert selector({"pod": "team-b/db-0"}).matches(web) and not selector({"pod": "team-b/db-1"}).matches(web)
+    assert selector({"k8s_namespace": "team-b"}).matches(web) and not selector(
+        {"k8s_namespace": "x"}
+    ).matches(web)
+    both = selector({"labels": {"zone": "b"}, "pod": "team-b/db-0"})  # every criterion must hold
+    assert not both.matches(web) and not both.matches(bare)
+    assert both.to_json() == {"labels": {"zone": "b"}, "pod": "team-b/db-0"}
 
 
 def test_controller_check_says_one_sentence_and_exits_2(

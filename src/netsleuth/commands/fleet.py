@@ -47,7 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = run.add_mutually_exclusive_group(required=True)
     target.add_argument("--hosts", metavar="A,B,C", help="host ids, comma separated")
     target.add_argument(
-        "--selector", metavar="KEY=VALUE", action="append", help="hosts by label (repeatable)"
+        "--selector", metavar="KEY=VALUE", action="append", help="hosts by label (repeatable: all must hold)"
+    )
+    target.add_argument("--all-hosts", action="store_true", help="every registered host you may use")
+    target.add_argument("--hosts-with-netns", metavar="NS", help="the hosts holding network namespace NS")
+    target.add_argument("--hosts-with-pod", metavar="NAMESPACE/NAME", help="the hosts holding this pod")
+    target.add_argument(
+        "--hosts-with-k8s-namespace", metavar="NS", help="the hosts holding pods of Kubernetes namespace NS"
     )
     run.add_argument("--duration", type=float, required=True, metavar="S", help="seconds to watch")
     run.add_argument("--json", action="store_true", help="the merged stream as JSON lines")
@@ -334,6 +340,24 @@ def _session_after_stream(client: _Client, session_id: str) -> dict[str, Any]:
     return session
 
 
+def _selector(args: argparse.Namespace) -> dict[str, Any]:
+    if args.all_hosts:
+        return {"all": True}
+    if args.hosts_with_netns:
+        return {"netns": args.hosts_with_netns}
+    if args.hosts_with_pod:
+        return {"pod": args.hosts_with_pod}
+    if args.hosts_with_k8s_namespace:
+        return {"k8s_namespace": args.hosts_with_k8s_namespace}
+    labels = {}
+    for pair in args.selector:
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            raise UsageError(f"--selector {pair!r} must be KEY=VALUE")
+        labels[key] = value
+    return {"labels": labels}
+
+
 def _run(args: argparse.Namespace, client: _Client) -> int:
     if not 0 < args.duration <= 86400:
         raise UsageError("--duration must be from 0 to 86400 seconds")
@@ -348,13 +372,8 @@ def _run(args: argparse.Namespace, client: _Client) -> int:
             raise UsageError("--hosts names no host")
         body["hosts"] = hosts
     else:
-        selector = {}
-        for pair in args.selector:
-            key, equals, value = pair.partition("=")
-            if not equals or not key:
-                raise UsageError(f"--selector {pair!r} must be KEY=VALUE")
-            selector[key] = value
-        body["selector"] = selector
+        # A selector: how a fleet-sized session is asked for (a list of its hosts would be too big).
+        body["selector"] = _selector(args)
     created = client.request("POST", "/api/v1/sessions", json=body).json()
     session_id = created["id"]
     if args.json:
@@ -362,10 +381,9 @@ def _run(args: argparse.Namespace, client: _Client) -> int:
         _out(json.dumps({"type": "session", "id": session_id, "diagnostic": args.diagnostic,
                          "hosts": list(created.get("hosts", {})), "duration": args.duration}))  # fmt: skip
     else:
-        _out(
-            f"session {session_id}: {args.diagnostic} on {', '.join(created.get('hosts', {}))} "
-            f"for {args.duration:g} s"
-        )
+        names = list(created.get("hosts", {}))
+        on = ", ".join(names) if len(names) <= 20 else f"{len(names)} hosts ({', '.join(names[:5])}, ...)"
+        _out(f"session {session_id}: {args.diagnostic} on {on} for {args.duration:g} s")
     final: dict[str, Any] = {}
     printed: set[str] = set()  # records, once each: a stream followed again starts with the whole session
 

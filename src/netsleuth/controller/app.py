@@ -40,7 +40,7 @@ from netsleuth.controller.config import ControllerConfig
 from netsleuth.controller.diagnostic_schemas import catalogue, openapi_components
 from netsleuth.controller.leases import Leases, controller_instance, ensure_owners_bucket
 from netsleuth.controller.metrics import ControllerMetrics
-from netsleuth.controller.rbac import Denied, Rbac, host_matches
+from netsleuth.controller.rbac import Denied, Rbac
 from netsleuth.controller.registry import HostRegistry
 from netsleuth.controller.requests import BadRequest, SessionRequest, parse_session_request, read_config
 from netsleuth.controller.session_index import SessionIndex
@@ -330,12 +330,8 @@ def create_app(config: ControllerConfig) -> FastAPI:
     async def _resolve_hosts(who: Principal, data: SessionRequest) -> list[dict[str, Any]]:
         registry, rbac = services().registry, services().rbac
         if data.selector is not None:
-            chosen = [
-                host
-                for host in registry.all()
-                if all(host_matches(f"label:{k}={v}", host) for k, v in data.selector.items())
-                and rbac.may_see(who, host)
-            ]
+            selector = data.selector
+            chosen = [host for host in registry.all() if selector.matches(host) and rbac.may_see(who, host)]
             if not chosen:
                 raise ApiError(404, "no registered host you may use matches the selector.")
             return chosen
@@ -397,7 +393,11 @@ def create_app(config: ControllerConfig) -> FastAPI:
             scope=scope.to_json(),
             remote=_remote(request),
             outcome="dispatched",
-            extra={"config": data.config, "duration": data.duration},
+            extra={
+                "config": data.config,
+                "duration": data.duration,
+                **({"selector": data.selector.to_json()} if data.selector is not None else {}),
+            },
         )
         spec = SessionSpec(who.user, data.diagnostic, data.config, scope, data.duration, host_ids)
         return await svc.sessions.start(session_id, spec)

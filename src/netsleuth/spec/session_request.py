@@ -93,28 +93,55 @@ class ReadRequest(Generic[R]):
 
 _UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
 _MISSING = re.compile(r"Object missing required field `([^`]*)`")
-_AT = re.compile(r" - at `\$\.([A-Za-z_]+)")
+_AT = re.compile(r" - at `\$((?:\.[A-Za-z_]+)*)")
+
+
+def _struct_fields(kind: mi.Type) -> dict[str, mi.Field] | None:
+    """The fields of a Struct type (through its metadata and an optional `| None`), else None."""
+    while True:
+        if isinstance(kind, mi.Metadata):
+            kind = kind.type
+        elif isinstance(kind, mi.UnionType):
+            members = [member for member in kind.types if not isinstance(member, mi.NoneType)]
+            if len(members) != 1:
+                return None
+            kind = members[0]
+        else:
+            break
+    return {field.encode_name: field for field in kind.fields} if isinstance(kind, mi.StructType) else None
 
 
 def _sentence(kind: type[SessionRequest], raw: Mapping[str, Any], message: str) -> RequestError:
-    """msgspec's error on the request's own fields as one sentence naming the field."""
-    info = mi.type_info(kind)
-    assert isinstance(info, mi.StructType)
-    fields = {field.encode_name: field for field in info.fields}
-    unknown = _UNKNOWN.match(message)
-    if unknown:
-        return RequestError(400, f"unknown field {unknown.group(1)!r} (known: {', '.join(fields)}).")
-    missing = _MISSING.match(message)
-    if missing:
-        return RequestError(400, f"field {missing.group(1)!r} is required.")
+    """msgspec's error on the request's own fields - or a field of a Struct inside it, such as the
+    controller's selector - as one sentence naming the field (`selector.pod`)."""
+    fields = _struct_fields(mi.type_info(kind))
+    assert fields is not None
     at = _AT.search(message)
-    name = at.group(1) if at else None
-    field = fields.get(name or "")
+    container: dict[str, mi.Field] | None = fields  # the object the path ends in
+    field: mi.Field | None = None
+    names: list[str] = []
+    value: Any = raw
+    for part in (at.group(1) if at else "").split(".")[1:]:
+        field = container.get(part) if container is not None else None
+        if field is None:
+            break
+        names.append(part)
+        value = value.get(part) if isinstance(value, Mapping) else None
+        container = _struct_fields(field.type)
+    where = ".".join(names)
+    unknown = _UNKNOWN.match(message)
+    missing = _MISSING.match(message)
+    if (unknown or missing) and container is not None:
+        inside = f" of {where}" if where else ""
+        if unknown:
+            known = ", ".join(container)
+            return RequestError(400, f"unknown field {unknown.group(1)!r}{inside} (known: {known}).")
+        assert missing is not None
+        return RequestError(400, f"field {missing.group(1)!r}{inside} is required.")
     if field is None:
         return RequestError(400, f"the request is invalid: {message}.")
-    value = raw.get(field.encode_name)
     shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-    return RequestError(400, f"{field.encode_name} must be {describe(field.type)} (got {shown}).")
+    return RequestError(400, f"{where} must be {describe(field.type)} (got {shown}).")
 
 
 def _check_value(key: str, value: Any) -> None:

@@ -297,7 +297,8 @@ export async function renderNew(root, ctx) {
     if (byLabel.checked) {
       const text = labelInput.value.trim();
       const eq = text.indexOf("=");
-      request.selector = eq > 0 ? { [text.slice(0, eq).trim()]: text.slice(eq + 1).trim() } : { [text]: "" };
+      const labels = eq > 0 ? { [text.slice(0, eq).trim()]: text.slice(eq + 1).trim() } : { [text]: "" };
+      request.selector = { labels };
     } else {
       request.hosts = chosenHosts().map((host) => host.host);
     }
