@@ -1,23 +1,29 @@
-"""Fleet scale benchmark: 1,000 simulated agents (bench/fleet_sim.py: asyncio tasks in one process speaking
-the real protocol) on a real nats-server, driven by the real controller (`netsleuth controller`, HTTP API).
+"""Fleet scale benchmark: 10,000 simulated agents (bench/fleet_sim.py: asyncio tasks in one process speaking
+the real protocol, statuses and batches acknowledged by JetStream as the real agent's) on a three-server
+NATS cluster (JetStream R3: `--servers 1` for one server, R1), driven by the real controller (`netsleuth
+controller`, HTTP API).
 
-1. Small sessions: `--repeat` sessions of `--small` hosts each (drops, 1 s): the time from the API call
-   (POST /api/v1/sessions) to the moment the last of its hosts said "ready": p50 / p95 / max
-   (goal: p95 < 1 s).
-2. One session over every host (`--agents`): API call -> all ready -> all records in -> the controller's
-   session ended (goal: < 5 s for a 1 s window), the records the controller merged, and the controller's
-   CPU (% of one core) and RSS during it.
+1. Small sessions: `--repeat` sessions of `--small` hosts each (drops, 1 s), named host by host: the time
+   from the API call (POST /api/v1/sessions) to the moment the last of its hosts said "ready": p50 / p95 /
+   max (goal: p95 < 1 s).
+2. One session over every host (`--agents`), asked for by selector (`{"labels": {"sim": "yes"}}`: a list of
+   10,000 host ids is over the request limit): API call -> all ready -> T0 -> every agent ended -> the
+   controller's session ended with every record merged (goal: < 10 s for a 1 s window), and the CPU (% of
+   one core) and RSS of the controller, each nats-server and the simulator during it.
 3. The real agent's added idle cost of the fleet link: two real `netsleuth agent` processes idle side by
    side for `--idle` s, one with a [fleet] section (heartbeat every 5 s, as shipped) and one without:
    the difference in CPU time, as % of one core (goal: < 0.2 %).
 
-    sudo python bench/fleet_scale.py [--agents 1000] [--small 10] [--repeat 20] [--idle 30]
+The machine's load average is printed with the figures: on a shared machine they are what was left.
+
+    sudo python bench/fleet_scale.py [--agents 10000] [--servers 3] [--small 10] [--repeat 20] [--idle 0]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -91,13 +97,18 @@ class Sampler:
 async def _wait_session_end(client: httpx.AsyncClient, session_id: str, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        # Without the timeline: the full body of a 1,000-host session is megabytes, too dear to poll.
-        response = await client.get(f"/api/v1/sessions/{session_id}", params={"timeline": "false"})
+        # Its summary (what a listing shows): the whole body of a 10,000-host session is megabytes of host
+        # views, too dear to poll.
+        response = await client.get(f"/api/v1/sessions/{session_id}", params={"summary": "true"})
         body: dict[str, Any] = response.json()
         if body.get("ended"):
             return body
         await asyncio.sleep(0.05)
     raise TimeoutError(f"session {session_id} did not end within {timeout:g} s")
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 async def _wait_all(marks: dict[str, float], hosts: list[str], timeout: float, what: str) -> float:
@@ -113,26 +124,34 @@ async def _wait_all(marks: dict[str, float], hosts: list[str], timeout: float, w
 async def _fleet_run(
     args: argparse.Namespace, lab: FleetLab, controller: ControllerProcess
 ) -> dict[str, Any]:
-    hosts = [f"sim-{index:04d}" for index in range(args.agents)]
+    hosts = [f"sim-{index:05d}" for index in range(args.agents)]
     fleet = SimulatedFleet(
-        lab.nats_url, lab.admin_credentials, hosts, public_key_from_text(lab.controller_public_key_text),
-        agents_per_connection=args.per_connection, records=args.records,
+        lab.nats_urls, lab.admin_credentials, hosts, public_key_from_text(lab.controller_public_key_text),
+        agents_per_connection=args.per_connection, records=args.records, heartbeat_s=args.heartbeat,
+        labels=lambda host: {"sim": "yes", "zone": f"zone-{int(host[4:]) % 10}"},
     )  # fmt: skip
     started = time.monotonic()
     await fleet.start()
-    results: dict[str, Any] = {"agents": args.agents, "registered_in_s": round(time.monotonic() - started, 2)}
-    headers = {"Authorization": f"Bearer {controller.tokens['root']}"}
-    async with httpx.AsyncClient(base_url=controller.url, headers=headers, timeout=30) as client:
+    results: dict[str, Any] = {
+        "agents": args.agents,
+        "nats_servers": args.servers,
+        "replicas": lab.replicas,
+        "registered_in_s": round(time.monotonic() - started, 2),
+        "heartbeat_s": args.heartbeat,
+    }
+    headers = {"Authorization": f"Bearer {controller.tokens['fleet']}"}
+    async with httpx.AsyncClient(base_url=controller.url, headers=headers, timeout=60) as client:
 
         async def hosts_up() -> int:
             listed = (await client.get("/api/v1/hosts")).json()
             return sum(1 for host in listed if host.get("state") == "up" and host["host"].startswith("sim-"))
 
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while await hosts_up() < args.agents:
             if time.monotonic() > deadline:
                 raise TimeoutError("the controller does not list every simulated host as up")
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(1)
+        results["load_average_before"] = load_average()
 
         # 1. small sessions, one after the other
         latencies = []
@@ -156,28 +175,43 @@ async def _fleet_run(
             "api_to_all_ready_ms_max": round(latencies[-1] * 1000, 1),
         }
 
-        # 2. every host at once
+        # 2. every host at once, by selector
         assert controller.process is not None
-        assert lab.nats_pid is not None
-        with (
-            Sampler(controller.process.pid) as sampler,
-            Sampler(os.getpid()) as simulator,
-            Sampler(lab.nats_pid) as nats_server,
-        ):
-            body = {"hosts": hosts, "diagnostic": "drops", "config": {"proto": "tcp"}, "duration": 1}
+        servers = [pid for pid in lab.nats_pids if pid is not None]
+        with contextlib.ExitStack() as samplers:
+            sampler = samplers.enter_context(Sampler(controller.process.pid))
+            simulator = samplers.enter_context(Sampler(os.getpid()))
+            nats_servers = [samplers.enter_context(Sampler(pid)) for pid in servers]
+            selector = {"labels": {"sim": "yes"}}
+            body = {"selector": selector, "diagnostic": "drops", "config": {"proto": "tcp"}, "duration": 1}
             called, called_wall = time.monotonic(), time.time()
             response = await client.post("/api/v1/sessions", json=body)
             if response.status_code != 201:
                 raise RuntimeError(f"POST /api/v1/sessions: {response.status_code} {response.text}")
             session_id = response.json()["id"]
             accepted = time.monotonic()
-            all_ready = await _wait_all(fleet.ready_at[session_id], hosts, 60, "ready")
-            all_ended = await _wait_all(fleet.ended_at[session_id], hosts, 60, "ended")
-            final = await _wait_session_end(client, session_id, 60)
+            try:
+                all_ready = await _wait_all(fleet.ready_at[session_id], hosts, 60, "ready")
+                all_ended = await _wait_all(fleet.ended_at[session_id], hosts, 60, "ended")
+                final = await _wait_session_end(client, session_id, 60)
+            except TimeoutError:
+                tasks, ready = len(fleet.task_at[session_id]), len(fleet.ready_at[session_id])
+                ended = len(fleet.ended_at[session_id])
+                stored = (
+                    f"stored messages sent {fleet.sent}, acknowledged {fleet.acked}, {fleet.ack_errors[:3]}"
+                )
+                print(f"tasks {tasks}, ready {ready}, ended {ended}, refused {fleet.refused[:3]}; {stored}",
+                      file=sys.stderr)  # fmt: skip
+                print(controller.log_text()[-5000:], file=sys.stderr)
+                raise
             controller_ended = time.monotonic()
-        states = [view.get("state") for view in final.get("hosts", {}).values()]
+        by_state = final.get("hosts_by_state") or {
+            state: sum(1 for view in final.get("hosts", {}).values() if view.get("state") == state)
+            for state in {view.get("state") for view in final.get("hosts", {}).values()}
+        }
         timeline = (await client.get(f"/api/v1/sessions/{session_id}/records")).text.splitlines()
         results["fleet_session"] = {
+            "asked_by": {"selector": selector},
             "hosts": args.agents,
             "window_s": 1,
             "records_per_host": args.records,
@@ -189,13 +223,19 @@ async def _fleet_run(
             "api_to_t0_s": round(fleet.t0_ns[session_id] / 1e9 - called_wall, 3),
             "api_to_all_agents_ended_s": round(all_ended - called, 3),
             "api_to_controller_ended_s": round(controller_ended - called, 3),
-            "hosts_ended": states.count("ended"),
-            "hosts_not_ended": len(states) - states.count("ended"),
+            "hosts_ended": by_state.get("ended", 0),
+            "hosts_not_ended": sum(count for state, count in by_state.items() if state != "ended"),
             "partial": final.get("partial"),
             "merged_timeline_lines": len(timeline),
             "controller": sampler.report(),
             "simulator_process": simulator.report(),
-            "nats_server": nats_server.report(),
+            "nats_servers": [server.report() for server in nats_servers],
+            "simulator_stored_messages": {
+                "sent": fleet.sent,
+                "acknowledged": fleet.acked,
+                "refused": fleet.ack_errors[:3],
+            },
+            "load_average_after": load_average(),
         }
         # The controller's own phase timings for that session (its log), next to what the agents saw.
         results["fleet_session"]["controller_log"] = [
@@ -246,22 +286,42 @@ def agent_link_idle_cost(seconds: float) -> dict[str, float]:
     }
 
 
+BIG_ROLE = """
+[roles.fleet-wide]
+diagnostics = ["*"]
+hosts = ["*"]
+netns = ["*"]
+max_concurrent = 4
+max_duration = 300
+max_hosts = 100000
+"""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--agents", type=int, default=10_000)
+    parser.add_argument("--servers", type=int, default=3, choices=(1, 3), help="nats-servers (3: R3)")
     parser.add_argument("--small", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--records", type=int, default=10, help="drop records per host in the big session")
-    parser.add_argument("--per-connection", type=int, default=25, help="simulated agents per NATS connection")
-    parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle measurement (0: skip)")
+    parser.add_argument(
+        "--per-connection", type=int, default=100, help="simulated agents per NATS connection"
+    )
+    parser.add_argument("--heartbeat", type=float, default=15.0, help="simulated agents' heartbeat (s)")
+    parser.add_argument("--idle", type=float, default=0.0, help="seconds of idle measurement (0: skip)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root (the lab's namespaces and the real agents' BPF)", file=sys.stderr)
         return 1
     results: dict[str, Any] = {}
-    with FleetLab(hosts=(), agents=False) as lab, ControllerProcess(lab) as controller:
+    with (
+        FleetLab(hosts=(), agents=False, nats_servers=args.servers, max_file_store="2G") as lab,
+        ControllerProcess(
+            lab, extra_config=BIG_ROLE, extra_users={"fleet": ["fleet-wide"]}, records_max_bytes=512 << 20
+        ) as controller,
+    ):
         results.update(asyncio.run(_fleet_run(args, lab, controller)))
     if args.idle > 0:
         results["agent_idle"] = agent_link_idle_cost(args.idle)

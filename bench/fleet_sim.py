@@ -5,7 +5,10 @@ Each simulated host registers in the KV bucket and keeps its entry fresh, answer
 task like the real agent's admission does where it matters for load (the Ed25519 signature over the task,
 the host, the expiry, replays), replies, and then plays a session: preparing -> ready (after `prepare_s`),
 running at T0, `records` drop records in batches spread over the window, a summary, `ended` with exact
-totals. It attaches nothing: it measures the protocol, the server and the controller, not the kernel.
+totals and the number of batches sent. When the task says `stored` (the controller's streams keep the
+session), each status and batch is a JetStream publish with its message id, awaited like the real agent's
+outbox waits for the acknowledgement. It attaches nothing: it measures the protocol, the server and the
+controller, not the kernel. `labels(host)` gives each host its labels (e.g. a zone), for selectors.
 
     fleet = SimulatedFleet(nats_url, credentials, hosts=[f"sim-{i:04d}" for i in range(1000)],
                            controller_key=public_key, agents_per_connection=25)
@@ -22,7 +25,7 @@ import datetime
 import json
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +49,7 @@ from netsleuth.fleet.protocol import (
     control_subject,
     decode,
     ping_subject,
+    progress_subject,
     records_subject,
     status_subject,
     task_subject,
@@ -68,13 +72,15 @@ class SimulatedSession:
     t0_ns: int = 0
     started: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled: bool = False
+    statuses: int = 0
+    batches: int = 0
     runner: asyncio.Task[None] | None = None
 
 
 class SimulatedFleet:
     def __init__(
         self,
-        nats_url: str,
+        nats_url: str | list[str],
         credentials: dict[str, str],
         hosts: Sequence[str],
         controller_key: Ed25519PublicKey,
@@ -83,7 +89,7 @@ class SimulatedFleet:
         batch_records: int = 64,
         prepare_s: float = 0.0,
         heartbeat_s: float = 5.0,
-        labels: dict[str, str] | None = None,
+        labels: Callable[[str], dict[str, str]] | None = None,
     ) -> None:
         self.nats_url = nats_url
         self.credentials = credentials
@@ -94,7 +100,7 @@ class SimulatedFleet:
         self.batch_records = batch_records
         self.prepare_s = prepare_s
         self.heartbeat_s = heartbeat_s
-        self.labels = labels or {"sim": "yes"}
+        self.labels = labels or (lambda host: {"sim": "yes"})
         self.clients: list[Client] = []
         self._client_of: dict[str, Client] = {}
         self._sessions: dict[tuple[str, str], SimulatedSession] = {}
@@ -108,6 +114,10 @@ class SimulatedFleet:
         self.start_at: dict[str, dict[str, float]] = defaultdict(dict)  # when its start arrived
         self.t0_ns: dict[str, int] = {}
         self.refused: list[str] = []
+        self.sent = 0  # statuses and batches sent for JetStream to store ...
+        self.acked = 0  # ... acknowledged by it ...
+        self.ack_errors: list[str] = []  # ... or refused
+        self._acks_inbox: dict[int, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -121,6 +131,9 @@ class SimulatedFleet:
                 **self.credentials,
             )  # fmt: skip
             self.clients.append(client)
+            inbox = f"_INBOX.sim-acks.{len(self.clients)}"
+            self._acks_inbox[id(client)] = inbox
+            await client.subscribe(inbox, cb=self._on_ack)
             for host in group:
                 self._client_of[host] = client
                 await client.subscribe(task_subject(host), cb=self._task_handler(host))
@@ -151,7 +164,7 @@ class SimulatedFleet:
             kernel="6.18-sim",
             features={"simulated": True},
             version=__version__,
-            labels=self.labels,
+            labels=self.labels(host),
             namespaces=[],
             containers=[],
             heartbeat=time.strftime(_ISO, time.gmtime(now / 1e9)) + "Z",
@@ -171,12 +184,26 @@ class SimulatedFleet:
             )
 
     async def _heartbeats(self) -> None:
+        """Each host every `heartbeat_s`, spread evenly over the period as independent agents' are (not all
+        of them at the same instant)."""
+        period = self.heartbeat_s
+        slots = max(1, int(period / 0.1))
         while True:
-            await asyncio.sleep(self.heartbeat_s)
-            with contextlib.suppress(Exception):
-                await self._register_all()
+            for slot in range(slots):
+                started = time.monotonic()
+                with contextlib.suppress(Exception):
+                    await asyncio.gather(*(self._register(host) for host in self.hosts[slot::slots]))
+                await asyncio.sleep(max(0.0, period / slots - (time.monotonic() - started)))
+
+    async def _register(self, host: str) -> None:
+        await self._client_of[host].request(f"$KV.{HOSTS_BUCKET}.{host}", self._entry(host), timeout=10)
 
     # -- protocol ----------------------------------------------------------------------------------------
+    async def _on_ack(self, msg: Msg) -> None:
+        self.acked += 1
+        if b'"error"' in msg.data and len(self.ack_errors) < 20:
+            self.ack_errors.append(msg.data.decode(errors="replace"))
+
     async def _on_ping(self, msg: Msg) -> None:
         if msg.reply:
             await msg.respond(PingReply(time.time_ns()).encode())
@@ -225,9 +252,27 @@ class SimulatedFleet:
 
         return on_control
 
+    async def _send(self, session: SimulatedSession, subject: str, data: bytes, message_id: str) -> None:
+        """As the real agent: for a `stored` task a JetStream publish with its message id, whose
+        acknowledgement the stream sends back - the server does what it does for 10,000 real agents - but
+        counted on one subscription per connection rather than awaited one by one: a real agent awaits its
+        own on its own machine; 10,000 awaits in this one process would measure the simulator."""
+        if not session.task.stored:
+            await session.client.publish(subject, data)
+            return
+        inbox = self._acks_inbox[id(session.client)]
+        await session.client.publish(subject, data, reply=inbox, headers={"Nats-Msg-Id": message_id})
+        self.sent += 1
+
     async def _status(self, session: SimulatedSession, state: Any, reason: str = "", **extra: Any) -> None:
-        status = HostStatus(session.host, session.task.session, state, reason, 0, **extra)
-        await session.client.publish(status_subject(session.task.session, session.host), status.encode())
+        session.statuses += 1
+        task, host = session.task, session.host
+        status = HostStatus(host, task.session, state, reason, 0, batches=session.batches, **extra)
+        if state in ("preparing", "running"):  # progress, stored by no stream (as the real agent's)
+            await session.client.publish(progress_subject(task.session, host), status.encode())
+            return
+        message_id = f"{task.session}.{host}.status.{session.statuses}"
+        await self._send(session, status_subject(task.session, host), status.encode(), message_id)
 
     @staticmethod
     def _drop_record(host: str, now_ns: int, sport: int) -> dict[str, Any]:
@@ -290,7 +335,9 @@ class SimulatedFleet:
             records = [
                 self._drop_record(host, now, port) for port in range(40000 + sent, 40000 + sent + count)
             ]
-            await session.client.publish(subject, RecordBatch(host, task.session, seq, records).encode())
+            batch = RecordBatch(host, task.session, seq, records).encode()
+            await self._send(session, subject, batch, f"{task.session}.{host}.records.{seq}")
+            session.batches += 1
             sent += count
         await asyncio.sleep(max(0.0, (session.t0_ns + task.deadline_s * 1e9 - time.time_ns()) / 1e9))
         totals = {"seen": sent, "total": sent, "emitted": sent, "sampled": 0, "lost": 0, "ungrouped": 0}
@@ -305,7 +352,9 @@ class SimulatedFleet:
             "clock": {"monotonic_ns": mono, "wall_ns": wall, "offset_ns": wall - mono},
             "groups": [],
         }
-        await session.client.publish(subject, RecordBatch(host, task.session, batches, [summary]).encode())
+        summary_batch = RecordBatch(host, task.session, batches, [summary]).encode()
+        await self._send(session, subject, summary_batch, f"{task.session}.{host}.records.{batches}")
+        session.batches += 1
         reason = "cancelled" if session.cancelled else f"duration: ran for its {task.deadline_s:g} s"
         await self._status(
             session, "ended", reason, totals=totals, lost=0, sampled=0, events=sent,

@@ -904,7 +904,7 @@ class DirectController:
     def watch(self, session: str) -> None:
         async def on_message(msg: Msg) -> None:
             with self._lock:
-                if msg.subject.endswith(".status"):
+                if msg.subject.endswith((".status", ".progress")):
                     self.statuses.setdefault(session, []).append(
                         HostStatus.from_json(decode(msg.data, "status"))
                     )

@@ -634,6 +634,10 @@ def test_a_session_asked_for_by_selector_runs_on_the_hosts_it_selects(
             assert set(created["hosts"]) == expected, (selector, created["hosts"])
             session = wait_state(client, created["id"], ("ended", "failed"), timeout=60)
             assert session["state"] == "ended" and not session["partial"], (selector, session["hosts"])
+            # Each chosen agent ran it (its own exact totals came back), and only those were sent a task.
+            assert set(session["hosts"]) == expected, session["hosts"]
+            for host, view in session["hosts"].items():
+                assert view["state"] == "ended" and "seen" in view["totals"], (selector, host, view)
         by_pod = {"selector": {"pod": "team-b/db-0"}, "diagnostic": "drops", "duration": 1}
         nobody = client.post("/api/v1/sessions", json=by_pod)
         assert nobody.status_code == 404, nobody.text

@@ -311,7 +311,9 @@ def _run_session(
         diagnostic.t0_ns = time.time_ns() + int(start_in_s * 1e9)
         session.start_at(diagnostic.t0_ns)
     assert ended.wait(10)
-    statuses = [HostStatus.from_json(json.loads(d)) for s, d in published if s.endswith(".status")]
+    statuses = [
+        HostStatus.from_json(json.loads(d)) for s, d in published if s.endswith((".status", ".progress"))
+    ]
     records = [
         r
         for s, d in published

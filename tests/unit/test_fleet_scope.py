@@ -316,7 +316,9 @@ def test_the_ended_status_reports_what_was_withheld(monkeypatch: pytest.MonkeyPa
         time.sleep(0.005)
     session.start_at(time.time_ns())
     assert ended.wait(10)
-    statuses = [HostStatus.from_json(json.loads(d)) for s, d in published if s.endswith(".status")]
+    statuses = [
+        HostStatus.from_json(json.loads(d)) for s, d in published if s.endswith((".status", ".progress"))
+    ]
     records = [
         r
         for s, d in published

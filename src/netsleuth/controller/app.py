@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
@@ -287,7 +288,7 @@ def create_app(config: ControllerConfig) -> FastAPI:
         )
 
     @app.post("/api/v1/sessions", status_code=201)
-    async def create_session(request: Request) -> JSONResponse:
+    async def create_session(request: Request) -> Response:
         who = await principal(request)
         body = await _read_body(request)
         request_data: SessionRequest | None = None
@@ -312,7 +313,10 @@ def create_app(config: ControllerConfig) -> FastAPI:
                 outcome="refused",
             )
             return _error(status, message, field, problem)
-        return JSONResponse(session.snapshot(timeline=False), status_code=201)
+        # orjson: the answer for a 10,000-host session is megabytes of host views.
+        return Response(
+            orjson.dumps(session.snapshot(timeline=False)), status_code=201, media_type="application/json"
+        )
 
     async def _read_body(request: Request) -> bytes:
         from netsleuth.controller.requests import MAX_BODY
@@ -419,9 +423,18 @@ def create_app(config: ControllerConfig) -> FastAPI:
         return body
 
     @app.get("/api/v1/sessions/{session_id}")
-    async def get_session(request: Request, session_id: str, timeline: bool = True) -> Response:
+    async def get_session(
+        request: Request, session_id: str, timeline: bool = True, summary: bool = False
+    ) -> Response:
+        """`summary=true`: what a listing shows of it (hosts capped, counted by state): what a client of a
+        10,000-host session polls for its state."""
         who = await principal(request)
-        found = await services().sessions.get_json(session_id, timeline) if len(session_id) <= 64 else None
+        sessions = services().sessions
+        found = None
+        if len(session_id) <= 64:
+            found = await (
+                sessions.get_summary(session_id) if summary else sessions.get_json(session_id, timeline)
+            )
         if found is None:
             raise ApiError(404, f"no session {session_id[:64]}.")
         owner, data = found
@@ -434,9 +447,10 @@ def create_app(config: ControllerConfig) -> FastAPI:
     async def session_records(request: Request, session_id: str) -> Response:
         who = await principal(request)
         body = await _visible_session(request, who, session_id)
-        lines = [json.dumps(entry) for entry in body.get("timeline", [])]
-        lines += [json.dumps(verdict) for verdict in body.get("verdicts", [])]
-        return Response("".join(line + "\n" for line in lines), media_type="application/x-ndjson")
+        entries = [*body.get("timeline", []), *body.get("verdicts", [])]
+        return Response(
+            b"".join(orjson.dumps(entry) + b"\n" for entry in entries), media_type="application/x-ndjson"
+        )
 
     @app.post("/api/v1/sessions/{session_id}/cancel")
     async def cancel_session(request: Request, session_id: str) -> dict[str, Any]:

@@ -8,19 +8,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from netsleuth.fleet.merge import MergedTimeline
 from netsleuth.fleet.protocol import Scope
 
-__all__ = ["ACTIVE", "FINAL", "FleetSession", "HostView", "SessionSpec", "iso", "session_result"]
+__all__ = [
+    "ACTIVE",
+    "FINAL",
+    "SUMMARY_HOSTS",
+    "FleetSession",
+    "HostView",
+    "SessionSpec",
+    "iso",
+    "session_result",
+]
 
 FINAL = frozenset({"ended", "failed", "rejected"})
 ACTIVE = frozenset({"preparing", "running"})
 _SUBSCRIBER_QUEUE = 20_000
+SUMMARY_HOSTS = 200  # a summary lists at most this many hosts (those not ended first); the rest are counted
 
 
 def iso(ns: int | None) -> str | None:
@@ -128,6 +139,13 @@ class FleetSession:
         self.done = asyncio.Event()
         self._listeners: list[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = []
 
+    def request_cancel(self) -> None:
+        """Every waiter wakes: the supervisor, and each host's wait for its ready."""
+        self.cancel_requested = True
+        for view in self.hosts.values():
+            view.progressed.set()
+        self.changed.set()
+
     # -- host states ------------------------------------------------------------------------------------
     def set_host(self, host: str, state: str, reason: str) -> HostView:
         view = self.hosts[host]
@@ -191,10 +209,34 @@ class FleetSession:
         """The running session as JSON, serialised again only when a record or a status came in since."""
         version = (self.merged.records, self.status_events, self.state)
         if self._live_cache is None or self._live_cache[0] != version:
-            self._live_cache = (version, json.dumps(self.snapshot(timeline=True)).encode())
+            self._live_cache = (version, orjson.dumps(self.snapshot(timeline=True)))
         return self._live_cache[1]
 
-    def snapshot(self, timeline: bool) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
+        """The session as a listing shows it (session_store.summary_of's shape), without a view of every
+        host first: what a client of a 10,000-host session polls, and the stored summary."""
+        body = self.snapshot(timeline=False, hosts=False)
+        body.pop("verdicts")
+        body["verdicts_count"] = len(self.verdicts)
+        body["hosts_total"] = len(self.hosts)
+        if len(self.hosts) <= SUMMARY_HOSTS:
+            body["hosts"] = self.host_states()
+            return body
+        by_state: dict[str, int] = {}
+        not_ended: list[str] = []
+        for host, view in self.hosts.items():
+            by_state[view.state] = by_state.get(view.state, 0) + 1
+            if view.state != "ended":
+                not_ended.append(host)
+        shown = sorted(not_ended)[:SUMMARY_HOSTS]
+        if len(shown) < SUMMARY_HOSTS:
+            ended = sorted(host for host, view in self.hosts.items() if view.state == "ended")
+            shown += ended[: SUMMARY_HOSTS - len(shown)]
+        body["hosts"] = {host: self.hosts[host].to_json() for host in shown}
+        body["hosts_by_state"] = by_state
+        return body
+
+    def snapshot(self, timeline: bool, hosts: bool = True) -> dict[str, Any]:
         spread = self.start_spread_ns()
         body: dict[str, Any] = {
             "id": self.id,
@@ -208,7 +250,7 @@ class FleetSession:
             "t0": iso(self.t0_ns),
             "ended": iso(self.ended_ns),
             "start_spread_ms": None if spread is None else spread / 1e6,
-            "hosts": self.host_states(),
+            "hosts": self.host_states() if hosts else {},
             "partial": self.partial,
             "verdicts": self.verdicts,
             "timeline_length": sum(view.records for view in self.hosts.values()),

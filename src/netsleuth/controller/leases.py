@@ -74,8 +74,18 @@ class Leases:
         try:
             self._revisions[session_id] = await self._kv.create(session_id, self.instance.encode())
         except KeyWrongLastSequenceError:
-            return False
+            return await self._ours_after_all(session_id)
         return True
+
+    async def _ours_after_all(self, session_id: str) -> bool:
+        """A compare-and-set refused because of this controller's own write, whose acknowledgement was lost
+        (a busy server timed it out, and it was stored): the key names this instance, at a newer revision."""
+        with contextlib.suppress(Exception):
+            entry = await self._kv.get(session_id)
+            if entry.value == self.instance.encode() and entry.revision is not None:
+                self._revisions[session_id] = entry.revision
+                return True
+        return False
 
     async def renew(self, session_id: str) -> None:
         """Raises LeaseLost when another controller took the session over."""
@@ -89,8 +99,10 @@ class Leases:
             return
         except KeyWrongLastSequenceError:
             pass
-        # The key moved on: it expired (this controller stalled past the lease) - then taking it again works
-        # unless another controller already did.
+        # The key moved on: this controller's own renewal whose acknowledgement was lost, or it expired (this
+        # controller stalled past the lease) - then taking it again works unless another controller did.
+        if await self._ours_after_all(session_id):
+            return
         if not await self.take(session_id):
             self._revisions.pop(session_id, None)
             raise LeaseLost(f"session {session_id} is run by another controller now")

@@ -29,14 +29,13 @@ from typing import Any
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from netsleuth.controller.fleet_session import SessionSpec
+from netsleuth.controller.fleet_session import SUMMARY_HOSTS, SessionSpec
 from netsleuth.controller.streams import read_stream
 from netsleuth.fleet.protocol import SESSIONS_STREAM, Scope
 
 __all__ = ["SessionStore", "StoredSpec", "StoredT0", "history_subject", "summary_of"]
 
 _CHUNK = 900 << 10  # under max_payload (1 MiB) with room for headers
-_SUMMARY_HOSTS = 200  # a summary lists at most this many hosts (those not ended first); the rest are counted
 
 
 def history_subject(session_id: str, part: str) -> str:
@@ -90,11 +89,11 @@ def summary_of(body: dict[str, Any]) -> dict[str, Any]:
     entry["verdicts_count"] = len(body.get("verdicts") or [])
     hosts = body.get("hosts") or {}
     entry["hosts_total"] = len(hosts)
-    if len(hosts) > _SUMMARY_HOSTS:
+    if len(hosts) > SUMMARY_HOSTS:
         by_state: dict[str, int] = {}
         for view in hosts.values():
             by_state[str(view.get("state"))] = by_state.get(str(view.get("state")), 0) + 1
-        shown = sorted(hosts, key=lambda host: (hosts[host].get("state") == "ended", host))[:_SUMMARY_HOSTS]
+        shown = sorted(hosts, key=lambda host: (hosts[host].get("state") == "ended", host))[:SUMMARY_HOSTS]
         entry["hosts"] = {host: hosts[host] for host in shown}
         entry["hosts_by_state"] = by_state
     return entry

@@ -36,8 +36,9 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
+import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
@@ -79,6 +80,7 @@ from netsleuth.fleet.protocol import (
     parse_session_subject,
     ping_subject,
     session_subjects,
+    status_subject,
     task_subject,
 )
 
@@ -225,11 +227,22 @@ class SessionManager:
                 live = await self._follow(session_id)
         if live is not None:
             if not timeline:
-                return live.spec.user, json.dumps(live.snapshot(timeline=False)).encode()
+                return live.spec.user, orjson.dumps(live.snapshot(timeline=False))
             if live.final_json is not None:
                 return live.spec.user, live.final_json
             return live.spec.user, live.live_json()
         return await self._ended(session_id, timeline)
+
+    async def get_summary(self, session_id: str) -> tuple[str, bytes] | None:
+        """(owner, the session as a listing shows it): hosts capped and counted by state, no timeline."""
+        live = self._sessions.get(session_id)
+        if live is not None:
+            return live.spec.user, orjson.dumps(live.summary())
+        summary = await self._store.summary(session_id)
+        if summary is None or summary.get("state") in ACTIVE:
+            found = await self.get_json(session_id, timeline=False)  # followed from now on, or an older one's
+            return None if found is None else (found[0], orjson.dumps(listing_entry(json.loads(found[1]))))
+        return str(summary.get("user")), json.dumps(summary).encode()
 
     async def _ended(self, session_id: str, timeline: bool) -> tuple[str, bytes] | None:
         """An ended session from the store (kept here for the next reader), or an older controller's."""
@@ -238,7 +251,7 @@ class SessionManager:
             data = await self._store.result(session_id)
             if data is not None:
                 body = json.loads(data)
-                without = json.dumps({k: v for k, v in body.items() if k != "timeline"}).encode()
+                without = orjson.dumps({k: v for k, v in body.items() if k != "timeline"})
                 cached = (str(body.get("user")), data, without)
                 self._results[session_id] = cached
                 while len(self._results) > 20:
@@ -270,7 +283,7 @@ class SessionManager:
         here as they are now."""
         found = {summary["id"]: summary for summary in self._index.all()}
         for session in self._sessions.values():
-            found[session.id] = listing_entry(session.snapshot(timeline=False))
+            found[session.id] = session.summary()
         sessions = [s for s in found.values() if user is None or s.get("user") == user]
         sessions.sort(key=lambda s: str(s.get("created") or ""), reverse=True)
         return sessions
@@ -313,7 +326,7 @@ class SessionManager:
     async def cancel(self, session: FleetSession) -> None:
         """Asked of this controller, whichever runs the session: the hosts are told at once, and the cancel
         is stored, where the controller running it (this one or another) reads it."""
-        session.cancel_requested = True
+        session.request_cancel()
         await self._send_control(session, [h for h in session.open_hosts], "cancel")
         with contextlib.suppress(Exception):
             await self._store.request_cancel(session.id, session.spec.user)
@@ -381,6 +394,14 @@ class SessionManager:
             ):
                 for message in messages:
                     await handle(message)
+
+    async def _stored_ends(self, session: FleetSession, at_most: int = 100) -> None:
+        handle = self._on_message(session, replayed=True)
+        quiet = sorted(session.open_hosts, key=lambda host: session.hosts[host].last_seen)[:at_most]
+        for host in quiet:
+            with contextlib.suppress(Exception):
+                message = await self._js.get_last_msg(STATUS_STREAM, status_subject(session.id, host))
+                await handle(cast(Msg, message))
 
     async def _reconcile(self, session: FleetSession) -> None:
         """Before the verdicts: record batches the hosts say they sent that did not come live (the
@@ -493,8 +514,7 @@ class SessionManager:
             part = message.subject[len(history_subject(session.id, "")) :]
             if part == "cancel":
                 if not session.cancel_requested and session.active:
-                    session.cancel_requested = True
-                    session.changed.set()
+                    session.request_cancel()
                 return
             if session.owned:
                 return  # its own writes
@@ -557,7 +577,7 @@ class SessionManager:
                 _log.warning("session %s: lease not renewed: %s", session.id, error)
 
     async def _save_summary(self, session: FleetSession, body: dict[str, Any] | None = None) -> None:
-        summary = summary_of(body or session.snapshot(timeline=False))
+        summary = summary_of(body) if body is not None else session.summary()
         self._index.note(summary)
         try:
             await self._store.save_summary(summary)
@@ -573,6 +593,8 @@ class SessionManager:
             parsed = parse_session_subject(message.subject)
             parts = message.subject.split(".")
             sender = parts[3] if len(parts) > 3 else "?"
+            if parsed is not None and parsed[2] == "progress":
+                parsed = (parsed[0], parsed[1], "status")  # a status on its way, stored by no stream
             if parsed is None or parsed[2] not in ("status", "records"):
                 what = f"a message on {message.subject}, which is neither a status nor records"
                 await self._refuse(session, sender, "other", "unknown_kind", what, replayed)
@@ -690,7 +712,8 @@ class SessionManager:
                     # Stored before any host starts: a controller taking over starts the others at this T0.
                     await self._store.save_t0(session.id, StoredT0(t0, offsets))
                     await asyncio.gather(*(self._start(session, host, t0) for host in ready))
-                    session.emit("session", session.snapshot(timeline=False))
+                    if session.listened:
+                        session.emit("session", session.snapshot(timeline=False))
                     await self._save_summary(session)
             else:
                 waiting = [h for h, v in session.hosts.items() if v.state in ("preparing", "ready")]
@@ -851,10 +874,9 @@ class SessionManager:
         while view.state == "preparing" and time.monotonic() < deadline and not session.cancel_requested:
             view.progressed.clear()
             with contextlib.suppress(TimeoutError):
-                # Woken by this host's next status (or a cancel, within half a second).
-                await asyncio.wait_for(
-                    view.progressed.wait(), timeout=min(0.5, max(0.01, deadline - time.monotonic()))
-                )
+                # Woken by this host's next status, or a cancel (which sets every host's): one wait per host
+                # until then, not a timer every half second (10,000 hosts prepare at once).
+                await asyncio.wait_for(view.progressed.wait(), timeout=max(0.01, deadline - time.monotonic()))
         if view.state == "preparing" and not session.cancel_requested:
             self._fail(session, host, f"not ready within {self._config.prepare_timeout:g} s")
             await self._send_control(session, [host], "cancel")
@@ -905,10 +927,10 @@ class SessionManager:
                     return
                 if time.time_ns() >= next_replay_ns:
                     # Past the deadline and some host has not said it ended: its end may have been stored
-                    # while this controller's connection was away.
+                    # while its delivery to this controller was lost (asked of the leader, host by host, for
+                    # the longest quiet few: a 10,000-host session's stragglers are not 10,000 reads a round).
                     next_replay_ns = time.time_ns() + int(_QUIET_S * 1e9)
-                    with contextlib.suppress(Exception):
-                        await self._replay(session, statuses=True, records=False)
+                    await self._stored_ends(session)
                     continue
                 if session.cancel_requested and not cancelled:
                     cancelled = True
@@ -1032,7 +1054,7 @@ class SessionManager:
         # No await from here to final_json: readers see either the running session or the finished one.
         session.state, session.ended_ns = state, ended_ns
         body = session.snapshot(timeline=True)
-        session.final_json = json.dumps(body).encode()
+        session.final_json = orjson.dumps(body)
         for verdict in session.verdicts:
             session.emit("verdict", verdict)
         ending = ("id", "state", "partial", "hosts", "start_spread_ms")

@@ -362,17 +362,18 @@ class FleetLink:
         self._set_error(f"NATS: {error or type(error).__name__}")
 
     # -- messages --------------------------------------------------------------------------------------
-    def publisher(self, stored: bool) -> Callable[[str, bytes, str, bool], None]:
-        """What a session publishes with: through the outbox when the controller's streams store its
-        messages (the task says so), else a plain publish."""
+    def publisher(self, stored: bool) -> Callable[[str, bytes, str, str], None]:
+        """What a session publishes with: its statuses and record batches through the outbox when the
+        controller's streams store them (the task says so), else - and its progress - a plain publish."""
 
-        def publish(subject: str, data: bytes, message_id: str, droppable: bool) -> None:
+        def publish(subject: str, data: bytes, message_id: str, kind: str) -> None:
             """From a session's thread: queue it on the loop, never wait for it."""
             loop, nc = self._loop, self._nc
             if loop is None or nc is None or loop.is_closed():
                 return
             with contextlib.suppress(RuntimeError):  # the loop has just stopped
-                if stored and self._outbox is not None:
+                if stored and kind != "progress" and self._outbox is not None:
+                    droppable = kind == "records"
                     loop.call_soon_threadsafe(self._outbox.put, subject, data, message_id, droppable)
                 else:
                     loop.call_soon_threadsafe(self._publish_now, subject, data)

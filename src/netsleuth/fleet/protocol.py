@@ -13,6 +13,7 @@ Subjects (`<host>` and `<session>` are single NATS tokens, see HOST_ID_PATTERN):
     netsleuth.host.<host>.ping                 controller -> agent, request/reply: {} -> PingReply
     netsleuth.session.<session>.<host>.status  agent -> controller: HostStatus
     netsleuth.session.<session>.<host>.records agent -> controller: RecordBatch
+    netsleuth.session.<session>.<host>.progress agent -> controller: HostStatus preparing/running (not stored)
     netsleuth.audit.agent.<host>               agent -> stream NETSLEUTH_AUDIT_AGENTS: its refusals
     netsleuth.audit.controller.<decision>      controller -> stream NETSLEUTH_AUDIT: its decisions
     KV bucket netsleuth_hosts, key <host>      agent: HostEntry (heartbeat)
@@ -79,6 +80,7 @@ __all__ = [
     "ping_subject",
     "private_key_from_text",
     "private_key_to_text",
+    "progress_subject",
     "public_key_from_text",
     "public_key_to_text",
     "records_subject",
@@ -172,6 +174,12 @@ def status_subject(session: str, host: str) -> str:
 
 def records_subject(session: str, host: str) -> str:
     return f"{PREFIX}.session.{validate_session_id(session)}.{validate_host_id(host)}.records"
+
+
+def progress_subject(session: str, host: str) -> str:
+    """A status on its way (preparing, running): for the controller's live view, stored by no stream - each
+    is superseded by the next, and the stored `ready` and `ended` say what a controller taking over needs."""
+    return f"{PREFIX}.session.{validate_session_id(session)}.{validate_host_id(host)}.progress"
 
 
 def session_subjects(session: str) -> str:

@@ -40,7 +40,14 @@ from netsleuth.errors import NetsleuthError
 from netsleuth.fleet.admission import AcceptedTask
 from netsleuth.fleet.conntrack_records import ConntrackWatch, joins_conntrack
 from netsleuth.fleet.diagnostic_source import EncodedRecords, FleetDiagnostic, Records
-from netsleuth.fleet.protocol import HostState, HostStatus, RecordBatch, records_subject, status_subject
+from netsleuth.fleet.protocol import (
+    HostState,
+    HostStatus,
+    RecordBatch,
+    progress_subject,
+    records_subject,
+    status_subject,
+)
 from netsleuth.fleet.scope_filter import ScopeFilter
 from netsleuth.spec.records import encode, to_builtins
 
@@ -51,10 +58,13 @@ _POLL_MS = 50
 _BATCH_RECORDS = 256  # records per message: bounded, so one message stays well under NATS's 1 MB max_payload
 _BATCH_BYTES = 256 << 10
 
-# (subject, data, message id, droppable): the id names the message for JetStream's duplicate detection
+# (subject, data, message id, kind): the id names the message for JetStream's duplicate detection
 # (`<session>.<host>.status.<n>`, `.records.<seq>`), so a message sent again after a lost acknowledgement is
-# stored once; a status is never dropped for want of room (fleet/outbox.py), a record batch may be.
-Publish = Callable[[str, bytes, str, bool], None]
+# stored once. kind "status" (ready and the ends: stored, never dropped for want of room), "records" (stored,
+# may be dropped: a batch gap) or "progress" (preparing, running: published, stored by no stream - the next
+# status supersedes it, and 10,000 hosts' writes a session are what a cluster's streams are short of).
+Publish = Callable[[str, bytes, str, str], None]
+_PROGRESS = frozenset({"preparing", "running"})
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -214,11 +224,14 @@ class FleetSession:
         )
         self._statuses += 1
         message_id = f"{self.id}.{self.host}.status.{self._statuses}"
-        self._publish(status_subject(self.id, self.host), status.encode(), message_id, False)
+        if state in _PROGRESS:
+            self._publish(progress_subject(self.id, self.host), status.encode(), message_id, "progress")
+        else:
+            self._publish(status_subject(self.id, self.host), status.encode(), message_id, "status")
 
     def _publish_batch(self, data: bytes) -> None:
         message_id = f"{self.id}.{self.host}.records.{self._batches}"
-        self._publish(records_subject(self.id, self.host), data, message_id, True)
+        self._publish(records_subject(self.id, self.host), data, message_id, "records")
         self._batches += 1
 
     def _send(self, records: Records) -> tuple[str, str] | None:
