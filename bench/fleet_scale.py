@@ -26,12 +26,14 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,24 @@ async def _wait_session_end(client: httpx.AsyncClient, session_id: str, timeout:
             return body
         await asyncio.sleep(0.05)
     raise TimeoutError(f"session {session_id} did not end within {timeout:g} s")
+
+
+@contextlib.contextmanager
+def _profiled(py_spy: str, pid: int, out: str) -> Iterator[None]:
+    """py-spy sampling the controller (`--py-spy`) while the block runs: its collapsed stacks in `out`
+    (`--profile-out`), the first column of each line a stack, the last its samples."""
+    command = [py_spy, "record", "-p", str(pid), "-o", out, "-f", "raw", "-r", "100", "--nonblocking"]
+    recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(0.5)  # attached before the API call
+    try:
+        yield
+    finally:
+        recorder.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        try:
+            recorder.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            recorder.kill()
+            recorder.wait()
 
 
 def load_average() -> str:
@@ -182,6 +202,8 @@ async def _fleet_run(
             sampler = samplers.enter_context(Sampler(controller.process.pid))
             simulator = samplers.enter_context(Sampler(os.getpid()))
             nats_servers = [samplers.enter_context(Sampler(pid)) for pid in servers]
+            if args.py_spy:
+                samplers.enter_context(_profiled(args.py_spy, controller.process.pid, args.profile_out))
             selector = {"labels": {"sim": "yes"}}
             body = {"selector": selector, "diagnostic": "drops", "config": {"proto": "tcp"}, "duration": 1}
             called, called_wall = time.monotonic(), time.time()
@@ -311,6 +333,8 @@ def main() -> int:
     )
     parser.add_argument("--heartbeat", type=float, default=15.0, help="simulated agents' heartbeat (s)")
     parser.add_argument("--idle", type=float, default=0.0, help="seconds of idle measurement (0: skip)")
+    parser.add_argument("--py-spy", metavar="PATH", help="py-spy: sample the controller in the big session")
+    parser.add_argument("--profile-out", default="/tmp/fleet_scale_controller.txt", metavar="FILE")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root (the lab's namespaces and the real agents' BPF)", file=sys.stderr)

@@ -366,7 +366,7 @@ def test_a_forged_task_sent_straight_over_nats_shows_in_the_audit_api(
 def test_cancel_and_the_concurrency_limit(fleet: tuple[FleetLab, ControllerProcess]) -> None:
     _lab, controller = fleet
     with api(controller) as alice:  # operators: at most 2 sessions at once
-        first = create(alice, selector={"role": "lb"}, diagnostic="drops", config={}, duration=25)
+        first = create(alice, selector={"labels": {"role": "lb"}}, diagnostic="drops", config={}, duration=25)
         second = create(alice, hosts=["server"], diagnostic="drops", config={}, duration=25)
         assert list(first["hosts"]) == ["lb"]  # the label selector chose the host
         third = alice.post(
