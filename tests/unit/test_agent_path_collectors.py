@@ -10,11 +10,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from netsleuth.agent.collectors.conntrack import ConntrackCollector
+from netsleuth.agent.collectors.links import LinkCollector
+from netsleuth.agent.collectors.netstat import NetstatCollector
+from netsleuth.agent.collectors.softnet import InterruptsCollector, SoftnetCollector
 from netsleuth.agent.config import InterruptsExporterConfig, NicExporterConfig
-from netsleuth.agent.conntrack_collector import ConntrackCollector
-from netsleuth.agent.link_collector import LinkCollector
-from netsleuth.agent.netstat_collector import NetstatCollector
-from netsleuth.agent.softnet_collector import InterruptsCollector, SoftnetCollector
 
 ROOT = Path(__file__).parents[1] / "fixtures" / "doctor" / "base" / "after"
 

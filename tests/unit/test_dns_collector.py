@@ -7,7 +7,7 @@ from prometheus_client.core import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from netsleuth.agent.dns_collector import LATENCY_BOUNDS_US, DnsCollector, cumulative_buckets
+from netsleuth.diagnostics.dns.collector import LATENCY_BOUNDS_US, DnsCollector, cumulative_buckets
 from netsleuth.diagnostics.dns.summary import DnsGroupStats, DnsTotals
 from netsleuth.diagnostics.totals import EventTotals
 

@@ -1,10 +1,11 @@
 """The agent: one always-on summary attachment feeding the exporter, the session runner, the HTTP servers.
 
-Start order: check privileges -> turn on bpf_stats -> attach the exporter's drops program -> register the
-collectors -> bind the servers -> ready. Stop order (SIGTERM): not ready -> end every session with
-reason agent_stopping (they send their summary) -> stop accepting and wait for responses in flight ->
-detach. Links belong to this process and are never pinned, so a SIGKILL leaves nothing attached either:
-the kernel releases them with the last fd.
+Start order: check privileges -> turn on bpf_stats -> attach the exporter's BPF sources (drops', dns' if on)
+-> register the collectors (netsleuth.agent.collectors: each in its own file or on its diagnostic's spec) ->
+bind the servers -> ready. Stop order (SIGTERM): not ready -> end every session with reason agent_stopping
+(they send their summary) -> stop accepting and wait for responses in flight -> detach. Links belong to this
+process and are never pinned, so a SIGKILL leaves nothing attached either: the kernel releases them with the
+last fd.
 """
 
 from __future__ import annotations
@@ -18,23 +19,17 @@ from typing import TYPE_CHECKING
 from prometheus_client import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from netsleuth.agent.collectors import registered
 from netsleuth.agent.config import AgentConfig
-from netsleuth.agent.conntrack_collector import ConntrackCollector
-from netsleuth.agent.dns_collector import DnsCollector, DnsExporterSession
-from netsleuth.agent.drops_collector import DropsCollector
-from netsleuth.agent.drops_source import ExporterDropsSession
-from netsleuth.agent.function_names import FunctionNames
 from netsleuth.agent.http import TcpServer, UnixServer, bind_tcp, bind_unix
-from netsleuth.agent.link_collector import LinkCollector
-from netsleuth.agent.netstat_collector import NetstatCollector
 from netsleuth.agent.programs import ProgramLedger
 from netsleuth.agent.self_collector import ScrapeTimings, SelfCollector, TimedCollector
 from netsleuth.agent.session_diagnostics import DiagnosticContext
 from netsleuth.agent.sessions import SessionManager
-from netsleuth.agent.softnet_collector import InterruptsCollector, SoftnetCollector
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.stats import RunTimeStats, bpf_stats_sysctl_enabled
 from netsleuth.kernel.reasons import load_drop_reasons
+from netsleuth.spec.collectors import CollectorInputs, ExporterCollector, ExporterSource
 
 if TYPE_CHECKING:
     from netsleuth.fleet.agent_link import FleetLink
@@ -55,10 +50,10 @@ class Agent:
         self.timings = ScrapeTimings()
         self._ready = threading.Event()
         self._run_time_stats: RunTimeStats | None = None
-        self._drops: ExporterDropsSession | None = None
-        self._drops_handle: int | None = None
-        self._dns: DnsExporterSession | None = None
-        self._dns_handles: list[int] = []
+        # The exporter's collectors that are on, each with its started BPF source (None: it has none) and
+        # that source's programs in the ledger.
+        self._exporting: list[tuple[ExporterCollector, ExporterSource | None]] = []
+        self._source_handles: list[int] = []
         self._servers: list[TcpServer | UnixServer] = []
         self._threads: list[threading.Thread] = []
         self._collectors: list[Collector] = []
@@ -83,7 +78,9 @@ class Agent:
 
     @property
     def attach_kind(self) -> str:
-        return self._drops.attach_kind if self._drops is not None else ""
+        """How the first of the exporter's BPF sources attached (drops'), "" with none."""
+        kinds = [source.attach_kind for _, source in self._exporting if source is not None]
+        return kinds[0] if kinds else ""
 
     # -- start -----------------------------------------------------------------------------------------
     def _enable_bpf_stats(self) -> None:
@@ -101,24 +98,9 @@ class Agent:
         self.registry.register(timed)
         self._collectors.append(timed)
 
-    def _register_collectors(self, context: DiagnosticContext) -> None:
-        exporter = self.config.exporter
-        if self._dns is not None:
-            self._register("dns", DnsCollector(self._dns, exporter.dns.server_series))
-        if self._drops is not None:
-            self._register(
-                "drops", DropsCollector(self._drops, context.reasons, FunctionNames(), exporter.drops)
-            )
-        if exporter.tcp:
-            self._register("netstat", NetstatCollector(self.root))
-        if exporter.nic.enabled:
-            self._register("links", LinkCollector(exporter.nic, self.root))
-        if exporter.softnet:
-            self._register("softnet", SoftnetCollector(self.root))
-        if exporter.interrupts.enabled:
-            self._register("interrupts", InterruptsCollector(exporter.interrupts, self.root))
-        if exporter.conntrack:
-            self._register("conntrack", ConntrackCollector(self.root))
+    def _register_collectors(self, inputs: CollectorInputs) -> None:
+        for offer, source in self._exporting:
+            self._register(offer.name, offer.collector(source, inputs))
         process = ProcessCollector(registry=None)
         self.registry.register(process)
         self._collectors.append(process)
@@ -128,30 +110,24 @@ class Agent:
         self.registry.register(own)  # last: it reports the timings of the scrape it is part of
         self._collectors.append(own)
 
-    def _attach_exporter(self, context: DiagnosticContext) -> None:
-        if not self.config.exporter.drops.enabled:
-            return
-        drops = ExporterDropsSession(context.reasons)
-        try:
-            drops.start()
-        except BaseException:
-            drops.close()
-            raise
-        self._drops = drops
-        ((program, fd),) = drops.program_fds().items()
-        self._drops_handle = self.ledger.attached("exporter", program, fd)
-
-    def _attach_dns(self) -> None:
-        if not self.config.exporter.dns.enabled:
-            return
-        dns = DnsExporterSession(self.config.exporter.dns.timeout)
-        try:
-            dns.start()
-        except BaseException:
-            dns.close()
-            raise
-        self._dns = dns
-        self._dns_handles = [self.ledger.attached("exporter", p, fd) for p, fd in dns.program_fds().items()]
+    def _attach_exporter(self, inputs: CollectorInputs) -> None:
+        """Start the BPF source of every collector that is on, in the registry's order (drops first)."""
+        for offer in registered():
+            if not offer.enabled(self.config.exporter):
+                continue
+            if offer.source is None:
+                self._exporting.append((offer, None))
+                continue
+            source = offer.source(inputs)
+            try:
+                source.start()
+            except BaseException:
+                source.close()
+                raise
+            self._exporting.append((offer, source))
+            self._source_handles += [
+                self.ledger.attached("exporter", program, fd) for program, fd in source.program_fds().items()
+            ]
 
     def _serve(self, server: TcpServer | UnixServer, name: str) -> None:
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name=name)
@@ -168,19 +144,17 @@ class Agent:
             raise
 
     def _start(self) -> None:
-        needs_bpf = (
-            self.config.exporter.drops.enabled
-            or self.config.sessions.enabled
-            or self.config.exporter.dns.enabled
+        attaching = any(
+            offer.source is not None and offer.enabled(self.config.exporter) for offer in registered()
         )
-        if needs_bpf:
+        if attaching or self.config.sessions.enabled:
             require_tracing()
         context = DiagnosticContext(reasons=load_drop_reasons())
+        inputs = CollectorInputs(exporter=self.config.exporter, root=self.root, reasons=context.reasons)
         self._enable_bpf_stats()
-        self._attach_exporter(context)
-        self._attach_dns()
+        self._attach_exporter(inputs)
         self._sessions = SessionManager(self.config.sessions, context, self.ledger, self.bpf_stats_enabled)
-        self._register_collectors(context)
+        self._register_collectors(inputs)
         if self.config.fleet is not None:
             from netsleuth.fleet.agent_link import FleetLink  # nats-py is loaded by fleet agents only
 
@@ -225,16 +199,13 @@ class Agent:
             with contextlib.suppress(KeyError):
                 self.registry.unregister(collector)
         self._collectors.clear()
-        if self._drops is not None:
-            if self._drops_handle is not None:
-                self.ledger.detaching(self._drops_handle)
-            self._drops.close()
-            self._drops = None
-        if self._dns is not None:
-            for handle in self._dns_handles:
-                self.ledger.detaching(handle)
-            self._dns.close()
-            self._dns = None
+        for handle in self._source_handles:
+            self.ledger.detaching(handle)
+        self._source_handles.clear()
+        for _, source in self._exporting:
+            if source is not None:
+                source.close()
+        self._exporting.clear()
         if self._run_time_stats is not None:
             self._run_time_stats.close()
             self._run_time_stats = None

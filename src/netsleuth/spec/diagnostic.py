@@ -22,6 +22,7 @@ from netsleuth.spec.scope import ScopeTraits
 if TYPE_CHECKING:
     from netsleuth.diagnostics.model import DiagnosticSession
     from netsleuth.kernel.context import KernelContext
+    from netsleuth.spec.collectors import ExporterCollector
     from netsleuth.spec.diagnose import DiagnoseWatch
 
 __all__ = ["CliRun", "DiagnosticSpec"]
@@ -48,7 +49,8 @@ class DiagnosticSpec(Generic[C]):
     `needs` names the kernel features it cannot run without (netsleuth.bpf.features), so a host can say
     which diagnostics it runs; `view(config)` is how its records read on a terminal (None: no CLI command, or
     one that `cli.run` runs its own way);
-    `diagnose` its part of `netsleuth diagnose` (netsleuth.spec.diagnose), if it has one.
+    `diagnose` its part of `netsleuth diagnose` (netsleuth.spec.diagnose), if it has one;
+    `collectors` what it offers the agent's exporter (netsleuth.spec.collectors), if anything.
     """
 
     name: str
@@ -63,6 +65,7 @@ class DiagnosticSpec(Generic[C]):
     cli: CliRun = field(default_factory=CliRun)
     description: str = ""
     diagnose: DiagnoseWatch | None = None
+    collectors: tuple[ExporterCollector, ...] = ()
 
     @property
     def command(self) -> tuple[str, ...]:

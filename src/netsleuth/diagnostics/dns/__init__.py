@@ -17,6 +17,7 @@ from netsleuth.diagnostics.dns.records import (
     DnsTimeout,
     DnsUnmatched,
 )
+from netsleuth.spec.collectors import ExporterCollector
 from netsleuth.spec.diagnose import DiagnoseWatch, lazy
 from netsleuth.spec.diagnostic import DiagnosticSpec
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from netsleuth.kernel.context import KernelContext
 
 __all__ = ["DIAGNOSTIC"]
+
+_COLLECTOR = "netsleuth.diagnostics.dns.collector"  # its part of the agent's exporter
 
 
 def _open(config: DnsConfig, context: KernelContext | None) -> DiagnosticSession:
@@ -57,5 +60,14 @@ DIAGNOSTIC: DiagnosticSpec[DnsConfig] = DiagnosticSpec(
         open=lazy("netsleuth.diagnostics.dns.rules", "open_watch"),
         rules=lazy("netsleuth.diagnostics.dns.rules", "diagnose_verdicts"),
         keep=10_000,  # enough evidence for any verdict; a storm's rest is in the kernel's counts
+    ),
+    # The agent's exporter: per-server counters in the kernel ([exporter.dns], off by default).
+    collectors=(
+        ExporterCollector(
+            "dns",
+            enabled=lambda exporter: exporter.dns.enabled,
+            collector=lazy(_COLLECTOR, "open_collector"),
+            source=lazy(_COLLECTOR, "open_source"),
+        ),
     ),
 )

@@ -15,8 +15,9 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from netsleuth.doctor.procfs import read_netstat
+from netsleuth.spec.collectors import CollectorInputs, ExporterCollector
 
-__all__ = ["NETSTAT_METRICS", "NetstatCollector", "NetstatMetric"]
+__all__ = ["COLLECTORS", "NETSTAT_METRICS", "NetstatCollector", "NetstatMetric"]
 
 
 @dataclass(frozen=True)
@@ -144,3 +145,11 @@ class NetstatCollector:
                     family.add_metric([label_value] if metric.label else [], counters[key])
             families.append(family)
         return families
+
+
+def _collector(_source: None, inputs: CollectorInputs) -> NetstatCollector:
+    return NetstatCollector(inputs.root)
+
+
+# [exporter] tcp = true|false
+COLLECTORS = (ExporterCollector("netstat", lambda exporter: exporter.tcp, _collector),)

@@ -17,8 +17,9 @@ from netsleuth.doctor.model import InterruptLine
 from netsleuth.doctor.procfs import read_interrupts, read_softirqs, read_softnet
 from netsleuth.doctor.sysfs import read_device
 from netsleuth.doctor.topology import device_irqs
+from netsleuth.spec.collectors import CollectorInputs, ExporterCollector
 
-__all__ = ["InterruptsCollector", "SoftnetCollector"]
+__all__ = ["COLLECTORS", "InterruptsCollector", "SoftnetCollector"]
 
 # Which IRQs belong to which NIC changes only when a driver (re)loads; re-derived at most this often.
 _IRQ_MAP_TTL_S = 60.0
@@ -123,3 +124,17 @@ class InterruptsCollector:
                 for cpu, count in enumerate(counts):
                     softirqs.add_metric([kind, str(cpu)], count)
         return [nic, softirqs]
+
+
+def _softnet(_source: None, inputs: CollectorInputs) -> SoftnetCollector:
+    return SoftnetCollector(inputs.root)
+
+
+def _interrupts(_source: None, inputs: CollectorInputs) -> InterruptsCollector:
+    return InterruptsCollector(inputs.exporter.interrupts, inputs.root)
+
+
+COLLECTORS = (
+    ExporterCollector("softnet", lambda exporter: exporter.softnet, _softnet),  # [exporter] softnet = ...
+    ExporterCollector("interrupts", lambda exporter: exporter.interrupts.enabled, _interrupts),
+)

@@ -1,4 +1,5 @@
-"""DNS metrics for Prometheus from the dns programs' exact in-kernel counters, read at scrape time.
+"""The agent exporter's DNS metrics (dns offers them on its spec: `collectors`), from the dns programs'
+exact in-kernel counters, read at scrape time.
 
 The exporter runs `dns` in its per-server mode (bpf/dns.h `per_server`): the kernel groups every client query
 on this host by server only, so the table never fills with names or processes. Each scrape reads the running
@@ -30,8 +31,16 @@ from prometheus_client.metrics_core import Metric
 from netsleuth.agent.cardinality import OTHER, SeriesGuard
 from netsleuth.diagnostics.dns.summary import DnsGroupStats, DnsTotals, latency_bucket_bounds_us
 from netsleuth.diagnostics.dns.wire import rcode_name
+from netsleuth.spec.collectors import CollectorInputs
 
-__all__ = ["LATENCY_BOUNDS_US", "DnsCollector", "DnsCounts", "DnsExporterSession"]
+__all__ = [
+    "LATENCY_BOUNDS_US",
+    "DnsCollector",
+    "DnsCounts",
+    "DnsExporterSession",
+    "open_collector",
+    "open_source",
+]
 
 # 256 us .. ~4.2 s, doubling: each is the lower edge of a kernel bucket (b % 4 == 0), so buckets map exactly.
 LATENCY_BOUNDS_US = tuple(1 << power for power in range(8, 23))
@@ -209,3 +218,11 @@ class DnsExporterSession:
     def close(self) -> None:
         with self._lock:
             self._session.close()
+
+
+def open_source(inputs: CollectorInputs) -> DnsExporterSession:
+    return DnsExporterSession(inputs.exporter.dns.timeout)
+
+
+def open_collector(source: DnsExporterSession, inputs: CollectorInputs) -> DnsCollector:
+    return DnsCollector(source, inputs.exporter.dns.server_series)

@@ -18,8 +18,9 @@ from prometheus_client.metrics_core import Metric
 from netsleuth.agent.cardinality import OTHER, SeriesGuard
 from netsleuth.agent.config import NicExporterConfig
 from netsleuth.doctor.links import read_links
+from netsleuth.spec.collectors import CollectorInputs, ExporterCollector
 
-__all__ = ["LINK_COUNTERS", "LinkCollector"]
+__all__ = ["COLLECTORS", "LINK_COUNTERS", "LinkCollector"]
 
 # stats64 field (include/uapi/linux/if_link.h struct rtnl_link_stats64) -> metric name, help.
 LINK_COUNTERS: tuple[tuple[str, str, str], ...] = (
@@ -102,3 +103,11 @@ class LinkCollector:
             up.add_metric([name], 1 if links[name].operstate == "UP" else 0)
             mtu.add_metric([name], links[name].mtu)
         return [*counters.values(), up, mtu]
+
+
+def _collector(_source: None, inputs: CollectorInputs) -> LinkCollector:
+    return LinkCollector(inputs.exporter.nic, inputs.root)
+
+
+# [exporter.nic]
+COLLECTORS = (ExporterCollector("links", lambda exporter: exporter.nic.enabled, _collector),)

@@ -10,8 +10,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from netsleuth.doctor.procfs import read_conntrack
+from netsleuth.spec.collectors import CollectorInputs, ExporterCollector
 
-__all__ = ["ConntrackCollector"]
+__all__ = ["COLLECTORS", "ConntrackCollector"]
 
 
 class ConntrackCollector:
@@ -40,3 +41,11 @@ class ConntrackCollector:
             ),
             events,
         ]
+
+
+def _collector(_source: None, inputs: CollectorInputs) -> ConntrackCollector:
+    return ConntrackCollector(inputs.root)
+
+
+# [exporter] conntrack = true|false
+COLLECTORS = (ExporterCollector("conntrack", lambda exporter: exporter.conntrack, _collector),)
