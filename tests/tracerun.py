@@ -7,7 +7,6 @@ records they expect, then stop it with SIGINT and read its complete output. No f
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -144,11 +143,3 @@ def programs_held_by(pid: int) -> set[int]:
             if line.startswith("prog_id:"):
                 held.add(int(line.split()[1]))
     return held
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

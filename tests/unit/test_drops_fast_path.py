@@ -130,12 +130,15 @@ def test_unserializable_is_the_standard_librarys_error() -> None:
 def test_writer_text_and_binary_streams_agree() -> None:
     objects = [{"type": "drop", "n": n, "name": "é"} for n in range(5)]
     text = io.StringIO()
-    JsonLinesWriter(text).write_many(objects)
+    text_writer = JsonLinesWriter(text)
+    for obj in objects:
+        text_writer.write(obj)
     raw = io.BytesIO()
     wrapper = io.TextIOWrapper(raw, encoding="utf-8")
     wrapper.write("before\n")  # text written first stays first
     writer = JsonLinesWriter(wrapper)
-    writer.write_many(objects)
+    for obj in objects:
+        writer.write(obj)
     writer.flush()
     assert raw.getvalue().decode() == "before\n" + text.getvalue()
     assert text.getvalue() == "".join(_STDLIB(obj) + "\n" for obj in objects)

@@ -93,7 +93,6 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_program__name": (ctypes.c_char_p, [_P]),
     "bpf_program__attach": (_P, [_P]),
     "bpf_program__attach_cgroup": (_P, [_P, ctypes.c_int]),
-    "bpf_program__attach_perf_event": (_P, [_P, ctypes.c_int]),
     "bpf_link__destroy": (ctypes.c_int, [_P]),
     "bpf_link__fd": (ctypes.c_int, [_P]),
     "bpf_map__reuse_fd": (ctypes.c_int, [_P, ctypes.c_int]),
@@ -113,7 +112,6 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "perf_buffer__new": (_P, [ctypes.c_int, ctypes.c_size_t, PerfSampleCallback, PerfLostCallback, _P, _P]),
     "perf_buffer__poll": (ctypes.c_int, [_P, ctypes.c_int]),
     "perf_buffer__consume": (ctypes.c_int, [_P]),
-    "perf_buffer__epoll_fd": (ctypes.c_int, [_P]),
     "perf_buffer__free": (None, [_P]),
     "bpf_prog_test_run_opts": (ctypes.c_int, [ctypes.c_int, _P]),
     "bpf_prog_load": (

@@ -35,10 +35,6 @@ class _BtfEnum64(ctypes.Structure):
     _fields_ = (("name_off", ctypes.c_uint32), ("val_lo32", ctypes.c_uint32), ("val_hi32", ctypes.c_uint32))
 
 
-class _BtfParam(ctypes.Structure):
-    _fields_ = (("name_off", ctypes.c_uint32), ("type", ctypes.c_uint32))
-
-
 class _BtfVarSecinfo(ctypes.Structure):
     _fields_ = (("type", ctypes.c_uint32), ("offset", ctypes.c_uint32), ("size", ctypes.c_uint32))
 
@@ -181,20 +177,6 @@ class Btf:
         if _kind(proto.info) != _libbpf.BTF_KIND_FUNC_PROTO:
             return None
         return _vlen(proto.info) - 1
-
-    def tracepoint_params(self, tracepoint: str) -> list[str]:
-        """The parameter names of a tracepoint's prototype when BTF keeps them (it usually does not)."""
-        typedef_id = self.find(f"btf_trace_{tracepoint}", _libbpf.BTF_KIND_TYPEDEF)
-        if typedef_id is None:
-            return []
-        proto_id = self._type(self._type(typedef_id).size_or_type).size_or_type
-        proto_pointer = self._lib.btf__type_by_id(self._handle, proto_id)
-        header = _BtfType.from_address(proto_pointer)
-        base = proto_pointer + ctypes.sizeof(_BtfType)
-        return [
-            self._name(_BtfParam.from_address(base + i * ctypes.sizeof(_BtfParam)).name_off)
-            for i in range(1, _vlen(header.info))
-        ]
 
     def datasec_var_offset(self, section: str, variable: str) -> int | None:
         """Offset of a global `variable` inside a data section of this (object) BTF, e.g. .rodata."""

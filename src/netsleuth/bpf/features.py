@@ -126,13 +126,6 @@ retransmit_err = TracepointArgument(
 )
 
 
-@functools.cache
-def bpf_helper(name: str) -> bool:
-    """Does the running kernel have the BPF helper `name` (e.g. "get_current_task_btf", 5.11)? Read from its
-    BTF's `enum bpf_func_id`, which lists every helper the kernel was built with."""
-    return f"BPF_FUNC_{name}" in (vmlinux_btf().enum("bpf_func_id") or {})
-
-
 # netsleuth attaches tracepoints as raw_tp at the oldest (4.17, c4f6699dfcb8 "bpf: introduce
 # BPF_RAW_TRACEPOINT"), so a tracepoint older than that needs 4.17; the ones that came later are listed.
 _RAW_TRACEPOINT_KERNEL = "4.17"
@@ -170,14 +163,6 @@ class Features:
     ring_buffer: bool
     kprobes: bool
     can_trace: bool  # root, or CAP_BPF + CAP_PERFMON, or CAP_SYS_ADMIN
-
-    def as_dict(self) -> dict[str, bool]:
-        return {
-            "btf": self.btf,
-            "ring_buffer": self.ring_buffer,
-            "kprobes": self.kprobes,
-            "can_trace": self.can_trace,
-        }
 
 
 def _effective_caps(status: Path = Path("/proc/self/status")) -> int:

@@ -164,15 +164,6 @@ class BpfObject:
             raise last_errno_error(f"cannot attach {program} to the cgroup", messages)
         self._links.append((program, int(link)))
 
-    def attach_perf_event(self, program: str, perf_event_fd: int) -> None:
-        """A perf_event program on an open perf event (netsleuth.bpf.perf_event); on success the link owns
-        the event's fd (libbpf closes it when the link is destroyed), on failure the caller still does."""
-        with _libbpf.capture_messages() as messages:
-            link = self._lib.bpf_program__attach_perf_event(self._program(program), perf_event_fd)
-        if not link:
-            raise last_errno_error(f"cannot attach {program} to perf event fd {perf_event_fd}", messages)
-        self._links.append((program, int(link)))
-
     def link_fd(self, program: str) -> int:
         """The fd of the link that attached `program` (for an iterator: what bpf_iter_create() takes)."""
         for name, link in self._links:

@@ -1,5 +1,6 @@
 """perf_event_open(2) for the profiler: one software CPU clock per CPU, sampling at a frequency, for a BPF
-perf_event program to attach to (BpfObject.attach_perf_event). The only place netsleuth opens perf events.
+perf_event program to attach to (`attach_program`: PERF_EVENT_IOC_SET_BPF). The only place netsleuth opens
+perf events.
 
 PERF_COUNT_SW_CPU_CLOCK is an hrtimer-driven software event: it works in VMs and containers without a PMU,
 which is why profilers (bcc profile, bpftrace profile:hz) use it. With `freq` set, `sample_freq` is samples

@@ -78,12 +78,6 @@ class PerfBuffer:
         records, self._pending = self._pending, []
         return records
 
-    def epoll_fd(self) -> int:
-        """One fd that is readable when any CPU's buffer has data (to wait on it beside other fds)."""
-        if self._handle is None:
-            raise ValueError("the perf buffers are closed")
-        return int(self._lib.perf_buffer__epoll_fd(self._handle))
-
     def close(self) -> None:
         if self._handle:
             self._lib.perf_buffer__free(self._handle)

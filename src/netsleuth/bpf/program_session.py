@@ -168,9 +168,6 @@ class ProgramSession:
             return self._ring.poll_blob(timeout_ms)
         return joined_records(self.poll(timeout_ms))
 
-    def drain_blob(self) -> RecordBlob:
-        return joined_records(self.drain())
-
     @property
     def perf_lost(self) -> int | None:
         """Records the kernel reported lost to a perf buffer (PERF_RECORD_LOST); None with a ring buffer. The

@@ -134,9 +134,6 @@ class _MappedRing:
             records.extend(batch)
         return records
 
-    def drain_blob(self) -> RecordBlob:
-        return joined_records(self.drain())
-
     def close(self) -> None:
         if self._closed:
             return
@@ -248,9 +245,6 @@ class RingBuffer:
     def drain(self) -> list[bytes]:
         """Everything still queued, without waiting (used at exit so nothing produced is left unread)."""
         return self._ring.drain()
-
-    def drain_blob(self) -> RecordBlob:
-        return joined_records(self._ring.drain())
 
     def close(self) -> None:
         self._ring.close()

@@ -67,9 +67,6 @@ class TcpNames:
     def ca_state(self, value: int) -> str:
         return self.ca_states.get(value, str(value))
 
-    def state_value(self, name: str) -> int | None:
-        return next((value for value, known in self.states.items() if known == name), None)
-
 
 def errno_name(number: int) -> str:
     """`ECONNREFUSED`, or the number when the platform has no name for it."""

@@ -60,9 +60,6 @@ class Window:
     def netstat_delta(self, key: str) -> int:
         return counter_delta(self.before.netstat.get(key), self.after.netstat.get(key))
 
-    def netstat_rate(self, key: str) -> float:
-        return self.per_second(self.netstat_delta(key))
-
     def softnet_deltas(self) -> list[SoftnetRow]:
         """Per-CPU growth of softnet_stat; backlog_len is a gauge, so it keeps the later value."""
         before = {row.cpu: row for row in self.before.softnet}

@@ -95,9 +95,6 @@ class JsonLinesWriter:
     def write(self, obj: Mapping[str, Any]) -> None:
         self._write(encode_line(obj))
 
-    def write_many(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        self._write(b"".join(map(encode_line, objects)))
-
     def write_records(self, records: Sequence[Any]) -> None:
         """Records (each with `to_json`) as lines, in one write."""
         self._write(record_blob(records))

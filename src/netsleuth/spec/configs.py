@@ -15,7 +15,7 @@ import difflib
 import enum
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 import msgspec
@@ -239,7 +239,3 @@ def _bounds(ge: float | None, gt: float | None, le: float | None, lt: float | No
     if high is not None:
         text += (" and" if text else "") + (f" up to {high:g}" if le is not None else f" under {high:g}")
     return text
-
-
-def known_fields(config_type: type[Config]) -> Iterable[str]:
-    return (field.encode_name for field in config_fields(config_type))

@@ -11,7 +11,7 @@ for a diagnostic that lives outside this package); nothing outside its package n
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -87,6 +87,3 @@ class DiagnosticSpec(Generic[C]):
     def keys(self) -> tuple[str, ...]:
         """The JSON config keys it accepts (its config's fields)."""
         return tuple(field.encode_name for field in config_fields(self.config))
-
-    def record_types(self) -> Sequence[str]:
-        return tuple(record.record_type() for record in self.records)
