@@ -9,17 +9,33 @@ asserted text happens to be there.
 from __future__ import annotations
 
 import contextlib
+import functools
+import http.server
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
-__all__ = ["CHROMIUM", "BrowserPage", "browser", "chromium_path", "open_page", "sign_in"]
+__all__ = [
+    "CHROMIUM",
+    "SSE_SCRIPT",
+    "UI_DIR",
+    "BrowserPage",
+    "browser",
+    "chromium_path",
+    "module_page",
+    "open_page",
+    "run_module",
+    "sign_in",
+]
 
 CHROMIUM = "/usr/bin/chromium"
+UI_DIR = Path(__file__).resolve().parents[1] / "src" / "netsleuth" / "controller" / "ui"
 
 
 def chromium_path() -> str:
@@ -77,3 +93,65 @@ def sign_in(page: Page, token: str, timeout_ms: float = 10_000) -> None:
     page.get_by_label("API token").fill(token)
     page.get_by_role("button", name="Sign in").click()
     page.get_by_role("heading", name="Hosts").wait_for(timeout=timeout_ms)
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def module_page() -> Iterator[Page]:
+    """A page that can import the UI's JavaScript modules without a controller: the ui/ directory served as
+    static files (as the controller serves them), the UI's stylesheet loaded (the timeline's scroll box is
+    CSS). Fails on any script error the page logged."""
+    handler = functools.partial(_Quiet, directory=str(UI_DIR.parent))  # so /ui/... resolves
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with browser() as instance:
+            opened = open_page(instance, f"http://127.0.0.1:{server.server_address[1]}")
+            # A page of the same origin with the UI's stylesheet.
+            opened.page.goto("/ui/vendor/uplot/uPlot.min.css")
+            opened.page.evaluate(
+                """() => new Promise((resolve, reject) => {
+                    document.body.textContent = '';
+                    const link = document.createElement('link');
+                    link.rel = 'stylesheet';
+                    link.href = '/ui/app.css';
+                    link.onload = resolve; link.onerror = reject;
+                    document.head.append(link);
+                })"""
+            )
+            yield opened.page
+            opened.assert_no_errors()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def run_module(page: Page, script: str, arg: Any = None) -> Any:
+    """Run `script` as the body of an async function of `arg` in the page (it may `await import(...)`)."""
+    return page.evaluate(f"async (arg) => {{ {script} }}", arg)
+
+
+# api.js's SSE parser (streamEvents) fed exactly the chunks in `arg`, through a stand-in for fetch: returns
+# the events as [name, data, id] and the last event id.
+SSE_SCRIPT = """
+const { streamEvents } = await import('/ui/js/api.js');
+const chunks = arg;
+const encoder = new TextEncoder();
+// Replace fetch with a stream that delivers exactly these chunks.
+const realFetch = window.fetch;
+window.fetch = async () => new Response(new ReadableStream({
+    start(controller) { for (const c of chunks) controller.enqueue(encoder.encode(c)); controller.close(); }
+}), { status: 200, headers: { 'Content-Type': 'text/event-stream' } });
+const events = [];
+try {
+    const lastId = await streamEvents('/x', (name, data, id) => events.push([name, data, id ?? null]));
+    return { events, lastId: lastId ?? null };
+} finally {
+    window.fetch = realFetch;
+}
+"""

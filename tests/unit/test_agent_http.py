@@ -210,10 +210,9 @@ def test_a_client_that_disconnects_ends_its_session(servers: Servers) -> None:
     stream = servers.socket.session({"diagnostic": "tick", "duration": 60})
     assert next(iter(stream))["type"] == "session_start"
     assert len(servers.socket.sessions()) == 1
-    started = time.monotonic()
     stream.close()
+    # Ended long before its 60 s, and for that reason (how soon the agent notices is no unit test's to time).
     wait_for(lambda: servers.socket.sessions() == [], 5, "the session to notice its client left")
-    assert time.monotonic() - started < 2
     assert servers.endpoints.sessions.stats.ended[("tick", "client_gone")] == 1
 
 

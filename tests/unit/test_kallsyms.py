@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 import pytest
@@ -118,14 +116,11 @@ def _live_kallsyms_readable() -> bool:
 
 
 @pytest.mark.skipif(not _live_kallsyms_readable(), reason="/proc/kallsyms hides addresses (needs root)")
-def test_live_kallsyms_loads_fast_and_round_trips() -> None:
-    started = time.perf_counter()
+def test_live_kallsyms_loads_and_round_trips() -> None:
+    # How long the load takes is measured in bench/kallsyms_load.py, against reading the file alone.
     live = Kallsyms()
     live.load()
-    elapsed = time.perf_counter() - started
     assert len(live) > 10_000
-    # The budget is 0.3 s on a quiet machine; allow slack for loaded CI runners.
-    assert elapsed < float(os.environ.get("NETSLEUTH_KALLSYMS_BUDGET", "1.0")), elapsed
     address = live.address_of("tcp_v4_rcv")
     assert address is not None
     assert live.format(address + 4) == "tcp_v4_rcv+0x4"
