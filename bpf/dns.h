@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs shared between dns.bpf.c and src/netsleuth/diagnostics/dns_abi.py. Fixed-width types only; Python
- * mirrors each struct once and checks its size against this object's BTF at load.
+ * Structs shared between dns.bpf.c and src/netsleuth/_generated/dns_abi.py. Fixed-width types only; the Python
+ * side is generated from this object's BTF (`make bpf`: src/netsleuth/bpf/abigen.py), never written by hand.
  */
 #ifndef NETSLEUTH_DNS_H
 #define NETSLEUTH_DNS_H

@@ -83,7 +83,7 @@ static __always_inline __u32 log2_bucket(__u64 value)
 
 /* A count of packets: bucket 0 holds 0, bucket b >= 1 holds [2^(b-1), 2^b) (bpftrace's hist() buckets), so a
  * run or poll of 1 packet is in the bucket whose lower edge is 1, and userspace labels each bucket by that edge
- * (diagnostics/softirq.py CountHistogram). Counts past 2^30 share the last bucket. */
+ * (diagnostics/softirq/counts.py CountHistogram). Counts past 2^30 share the last bucket. */
 static __always_inline __u32 count_bucket(__u64 count)
 {
 	__u32 bucket;

@@ -1,6 +1,6 @@
 """The small BPF programs under tests/privileged/bpf/, compiled for a test with the clang `make bpf` uses.
 
-They include only UAPI headers (linux/bpf.h, bpf/bpf_helpers.h), no vmlinux.h: each tests one loader
+They include only UAPI headers (<linux/bpf.h>, <bpf/bpf_helpers.h>), no vmlinux.h: each tests one loader
 mechanism (perf buffers, the ring buffer fallback, failing loads), not a diagnostic.
 """
 

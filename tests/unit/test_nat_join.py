@@ -88,7 +88,7 @@ def test_replies_both_sides_of_the_nat_and_snat() -> None:
 
 
 def test_chains_of_hops_across_hosts_from_fleet_records() -> None:
-    """Two load balancers in a row on two hosts: the records as agents ship them (FLEET-CONTRACT.md)."""
+    """Two load balancers in a row on two hosts: the records as agents ship them (docs/fleet-api.md)."""
     first = ConntrackEntry(
         "host a netns lb1",
         tcp("198.18.0.2", 40000, "198.18.1.10", 80),

@@ -130,7 +130,7 @@ class ConntrackEntry:
         return self.dnat and not self.snat and self.reply.src[0] == self.original.dst[0]
 
     def to_record(self, netns: str, time: str) -> dict[str, Any]:
-        """The fleet's `conntrack` record (FLEET-CONTRACT.md)."""
+        """The fleet's `conntrack` record, shipped beside a session's records (docs/fleet-api.md)."""
         return {
             "type": "conntrack",
             "v": 1,

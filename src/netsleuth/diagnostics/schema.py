@@ -3,8 +3,8 @@
 A consumer in another process or on another host (an agent session's client, the fleet controller) reads
 `v` before anything else: a version it does not know is refused, never half-read. A version grows when a
 key changes meaning or goes away; adding a key does not change it (readers ignore keys they do not know).
-The JSON Schema of each type is in docs/schema/ (written by `netsleuth.diagnostics.record_schemas`, checked
-by the tests against real output).
+Each type's keys are in docs/records.md, written by `netsleuth.diagnostics.record_schemas` from the JSON
+Schemas the tests check real output against.
 """
 
 from __future__ import annotations

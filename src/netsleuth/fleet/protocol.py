@@ -3,8 +3,8 @@ signature that lets an agent trust a task whoever delivered it.
 
 Every message is JSON. `from_json` validates and raises `ProtocolError` (a UsageError: one sentence naming
 the field) on anything malformed, so a bad message is refused with a reason, never a traceback. The
-signature covers the canonical JSON of the task object exactly as received (sorted keys, no spaces; the
-contract in /work/coord/FLEET-CONTRACT.md), so verification does not depend on how either side
+signature covers the canonical JSON of the task object exactly as received (sorted keys, no spaces:
+`canonical_json`; docs/fleet.md, "Wire protocol"), so verification does not depend on how either side
 normalises numbers.
 
 Subjects (`<host>` and `<session>` are single NATS tokens, see HOST_ID_PATTERN):
@@ -292,7 +292,7 @@ def decode(data: bytes | str, what: str) -> object:
 
 
 def canonical_json(value: object) -> bytes:
-    """The bytes that are signed: sorted keys, no whitespace (the contract's definition)."""
+    """The bytes that are signed: sorted keys, no whitespace (docs/fleet.md; the agent checks these bytes)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 

@@ -1,5 +1,5 @@
 """The softirq vectors of this kernel, by the names /proc/softirqs gives them (softirq_to_name[]): read at run
-time rather than kept in a table, as ARCHITECTURE.md asks of kernel enums."""
+time rather than kept in a table: a kernel's enums are read from that kernel, never copied."""
 
 from __future__ import annotations
 
