@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jsonschema
+import msgspec
 import pytest
 
 from netsleuth.diagnostics.record_schemas import (
@@ -39,6 +40,14 @@ def test_schemas_are_valid_json_schema(record_type: str) -> None:
     schema = json_schema(record_type)
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["properties"]["v"] == {"const": SCHEMA_VERSIONS[record_type.split(":", 1)[0]]}
+
+
+@pytest.mark.parametrize("record_type", list(typed_record_types()))
+def test_a_typed_records_json_starts_with_its_type_and_version(record_type: str) -> None:
+    """A reader checks `v` before anything else, so it comes right after `type` (the fields' order is the
+    JSON's: a subclass without kw_only=True moves the inherited `v` after its own fields)."""
+    kind = typed_record_types()[record_type]
+    assert msgspec.structs.fields(kind)[0].name == "v", kind.__name__
 
 
 def test_docs_are_what_is_declared() -> None:

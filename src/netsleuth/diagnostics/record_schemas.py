@@ -303,12 +303,25 @@ def markdown() -> str:
         for key, value in hints.items():
             lines.append(f"| `{key}` | {_type_text(value)} | {'yes' if key in required else 'no'} |")
         lines.append("")
-    from netsleuth.spec.schemas import record_key_rows
+    from netsleuth.spec.schemas import nested_parts, part_key_rows, record_key_rows
 
-    for record_type, kind in typed_record_types().items():
+    typed = typed_record_types()
+    for record_type, kind in typed.items():
         version = next(field.default for field in msgspec.structs.fields(kind) if field.name == "v")
         lines += [f"## `{record_type}` (v{version})", "", "| key | type | always |", "| --- | --- | --- |"]
         for key, words, always in record_key_rows(kind):
+            lines.append(f"| `{key}` | `{words}` | {'yes' if always else 'no'} |")
+        lines.append("")
+    lines += [
+        "## Parts",
+        "",
+        "The objects nested in the records above, by the name their keys' types give them (`ClockPart`,",
+        "`list of TcpGroup`). A name ending in Record is a record of its own section (`ExecRecord`: `exec`).",
+        "",
+    ]
+    for part in nested_parts(list(typed.values())):
+        lines += [f"### `{part.__name__.lstrip('_')}`", "", "| key | type | always |", "| --- | --- | --- |"]
+        for key, words, always in part_key_rows(part):
             lines.append(f"| `{key}` | `{words}` | {'yes' if always else 'no'} |")
         lines.append("")
     return "\n".join(lines)

@@ -16,7 +16,15 @@ import msgspec
 from netsleuth.spec.configs import Config, field_opts
 from netsleuth.spec.records import Record, schema_hook
 
-__all__ = ["config_schema", "record_schema", "schema_components"]
+__all__ = [
+    "config_schema",
+    "nested_parts",
+    "part_key_rows",
+    "record_key_rows",
+    "record_schema",
+    "schema_components",
+    "type_words",
+]
 
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -82,11 +90,16 @@ def schema_components(types: list[type[Any]]) -> tuple[tuple[dict[str, Any], ...
 
 def record_key_rows(record_type: type[Record]) -> list[tuple[str, str, bool]]:
     """(key, type in words, always present) for each key of a record type: docs/records.md's table."""
+    return [("type", f'"{record_type.record_type()}"', True), *part_key_rows(record_type)]
+
+
+def part_key_rows(part: type[msgspec.Struct]) -> list[tuple[str, str, bool]]:
+    """(key, type in words, always present) for each field of a record or of a part nested in one."""
     from msgspec import inspect as mi
 
-    info = mi.type_info(record_type)
+    info = mi.type_info(part)
     assert isinstance(info, mi.StructType)
-    rows = [("type", f'"{record_type.record_type()}"', True)]
+    rows = []
     for field in info.fields:
         # A field that defaults to msgspec.UNSET is left out of the JSON while unset: a key that is there
         # only sometimes (`netfilter` of a firewall's reset).
@@ -129,3 +142,36 @@ def type_words(kind: Any) -> str:
         mi.AnyType: "any",
     }
     return names.get(type(kind), type(kind).__name__)
+
+
+def nested_parts(record_types: list[type[Record]]) -> list[type[msgspec.Struct]]:
+    """The Structs nested in these records that are not records themselves (`ClockPart`, `TcpGroup`...), at
+    any depth, each once, in the order first met: what docs/records.md describes under "Parts"."""
+    from msgspec import inspect as mi
+
+    found: dict[type[msgspec.Struct], None] = {}
+    met: set[type[msgspec.Struct]] = set(record_types)  # a record has its own section; each is walked once
+
+    def visit(kind: Any) -> None:
+        if isinstance(kind, mi.Metadata):
+            visit(kind.type)
+        elif isinstance(kind, mi.UnionType):
+            for member in kind.types:
+                visit(member)
+        elif isinstance(kind, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
+            visit(kind.item_type)
+        elif isinstance(kind, mi.DictType):
+            visit(kind.value_type)
+        elif isinstance(kind, mi.StructType) and kind.cls not in met:
+            met.add(kind.cls)
+            if not issubclass(kind.cls, Record):
+                found[kind.cls] = None
+            for field in kind.fields:
+                visit(field.type)
+
+    for record_type in record_types:
+        info = mi.type_info(record_type)
+        assert isinstance(info, mi.StructType)
+        for field in info.fields:
+            visit(field.type)
+    return list(found)

@@ -18,8 +18,12 @@ class ClockPart(msgspec.Struct, frozen=True, kw_only=True):
     offset_ns: int
 
 
-class Summary(Record, frozen=True, tag="summary"):
-    """Exact totals of a run: every matched event was emitted, sampled away or lost (`total` = matched)."""
+class Summary(Record, frozen=True, kw_only=True, tag="summary"):
+    """Exact totals of a run: every matched event was emitted, sampled away or lost (`total` = matched).
+
+    kw_only (here and in every subclass) keeps the fields in the order they are declared, the base's first:
+    the JSON reads `type`, `v`, `diagnostic`... (msgspec puts keyword-only fields after the others, so
+    without it the inherited `v` came after `clock`, or last)."""
 
     diagnostic: str
     seen: int
@@ -31,6 +35,9 @@ class Summary(Record, frozen=True, tag="summary"):
     attach: str
     interrupted: bool
     clock: ClockPart
+    # Set by an agent or fleet session that cut a summary's `groups` to fit its byte cap: how many it left
+    # out (netsleuth.agent.sessions, netsleuth.fleet.session_runner). Unset, it is not in the JSON.
+    groups_omitted: int | msgspec.UnsetType = msgspec.UNSET
 
     @property
     def totals(self) -> EventTotals:

@@ -47,7 +47,7 @@ class RouteConfig(PacketConfig, frozen=True, kw_only=True):
 # -- records -------------------------------------------------------------------------------------------
 
 
-class RouteLookupRecord(Record, frozen=True, tag="route"):
+class RouteLookupRecord(Record, frozen=True, kw_only=True, tag="route"):
     """One route lookup, named: which rule sent it to which table, which prefix matched, with what result."""
 
     time: WallTime
@@ -75,7 +75,7 @@ class RouteLookupRecord(Record, frozen=True, tag="route"):
     cpu: int
 
 
-class NeighRecord(Record, frozen=True, tag="neigh"):
+class NeighRecord(Record, frozen=True, kw_only=True, tag="neigh"):
     """A next hop's neighbour entry: created (resolution starts), resolved, failed (nobody answered), dead."""
 
     time: WallTime
@@ -88,7 +88,7 @@ class NeighRecord(Record, frozen=True, tag="neigh"):
     state: str  # NUD states: "INCOMPLETE|PROBE"...
 
 
-class RouteDropRecord(Record, frozen=True, tag="route_drop"):
+class RouteDropRecord(Record, frozen=True, kw_only=True, tag="route_drop"):
     """A packet the kernel dropped because its next hop did not resolve (NEIGH_FAILED, NEIGH_QUEUEFULL...)."""
 
     time: WallTime
@@ -114,10 +114,8 @@ class RouteGroup(msgspec.Struct, frozen=True, kw_only=True):
     example: RouteRecord
 
 
-class RouteSummary(Summary, frozen=True, tag="summary"):
+class RouteSummary(Summary, frozen=True, kw_only=True, tag="summary"):
     # Every kind's exact totals; the summary's own totals are their sum (table misses included).
     by_kind: dict[str, TotalsPart]
     problems: tuple[str, ...]  # namespaces whose rules and routes could not be read, and why
     groups: tuple[RouteGroup, ...]
-    # Set by an agent or fleet session that cut the group list to fit its byte cap: how many it left out.
-    groups_omitted: int | msgspec.UnsetType = msgspec.UNSET

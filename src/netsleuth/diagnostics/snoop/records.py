@@ -75,7 +75,7 @@ class _Process(Record, kw_only=True, frozen=True):
     container: str | None
 
 
-class ExecRecord(_Process, frozen=True, tag="exec"):
+class ExecRecord(_Process, frozen=True, kw_only=True, tag="exec"):
     path: str
     args: tuple[str, ...]
     args_truncated: bool
@@ -84,13 +84,13 @@ class ExecRecord(_Process, frozen=True, tag="exec"):
     duration_us: float
 
 
-class ExitRecord(_Process, frozen=True, tag="exit"):
+class ExitRecord(_Process, frozen=True, kw_only=True, tag="exit"):
     exit_code: int | None  # None when a signal ended it
     signal: int | None
     runtime_ms: float  # since the exec that was reported
 
 
-class OpenRecord(_Process, frozen=True, tag="open"):
+class OpenRecord(_Process, frozen=True, kw_only=True, tag="open"):
     path: str
     flags: str  # O_RDONLY|O_CLOEXEC...
     fd: int | None
@@ -109,6 +109,6 @@ class SnoopGroup(msgspec.Struct, frozen=True, kw_only=True):
     example: SnoopRecord
 
 
-class SnoopSummary(Summary, frozen=True, tag="summary"):
+class SnoopSummary(Summary, frozen=True, kw_only=True, tag="summary"):
     by_kind: dict[str, TotalsPart]
     groups: tuple[SnoopGroup, ...]

@@ -203,8 +203,6 @@ class ResetsSummary(Summary, frozen=True, kw_only=True, tag="summary"):
     firewall: TotalsPart  # by REJECT rules
     aborts: int
     groups: tuple[ResetGroup, ...]
-    # Set by an agent or fleet session that cut the group list to fit its byte cap: how many it left out.
-    groups_omitted: int | UnsetType = UNSET
 
 
 # -- tcp life | states | retrans | connlat | queues ------------------------------------------------------
@@ -308,5 +306,3 @@ class TcpSummary(Summary, frozen=True, kw_only=True, tag="summary"):
     groups: tuple[TcpGroup, ...]
     netstat: dict[str, int] | UnsetType = UNSET  # queues: TcpExt counters' growth during the trace
     segments: int | UnsetType = UNSET  # retrans: retransmitted segments over every group
-    # Set by an agent or fleet session that cut the group list to fit its byte cap: how many it left out.
-    groups_omitted: int | UnsetType = UNSET
