@@ -21,7 +21,7 @@ class SignalsConfig(RunConfig, frozen=True, kw_only=True):
     ] = None  # fmt: skip
 
 
-class SignalRecord(Record, frozen=True, tag="signal"):
+class SignalRecord(Record, frozen=True, kw_only=True, tag="signal"):
     time: WallTime
     pid: int
     comm: str
@@ -33,5 +33,5 @@ class SignalRecord(Record, frozen=True, tag="signal"):
     target_netns: Annotated[int | None, ScopeRole("netns")]
 
 
-class SignalsSummary(Summary, frozen=True, tag="summary"):
+class SignalsSummary(Summary, frozen=True, kw_only=True, tag="summary"):
     netns_filter: int | None  # the namespace inode the kernel filtered by: what the session was given
