@@ -50,7 +50,10 @@ def _scanned_files() -> list[Path]:
     return [
         REPO / name
         for name in listed
-        if name.endswith(_SCANNED) and "/_generated/" not in name and "/vendor/" not in name
+        if name.endswith(_SCANNED)
+        and "/_generated/" not in name
+        and "/vendor/" not in name
+        and REPO / name != Path(__file__).resolve()  # its own examples
     ]
 
 
