@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 # diagnose's verdicts that are facts about the whole machine, not about one namespace: the per-CPU NET_RX
-# budget (diagnose/softirq_rules.py) is spent on every namespace's packets alike.
+# budget (diagnostics/softirq/rules.py) is spent on every namespace's packets alike.
 HOST_WIDE_VERDICTS = frozenset({"net-rx-budget"})
 _HOST_WIDE = "*"
 
