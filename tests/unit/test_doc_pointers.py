@@ -10,6 +10,7 @@ package) sends a reader nowhere. What counts as a pointer into the repository:
 - a Markdown file named alone (`FLEET-CONTRACT.md`): a file of that name is in the repository; by an
   absolute path (`/work/coord/...md`) it never is;
 - a relative Markdown link (`[drops](drops.md)`).
+Markdown's fenced code blocks are left out: they show output, and files a walk-through makes.
 Kernel sources (`net/core/dev.c`, `include/uapi/...`), other projects' files (nftables' `src/proto.c`, a C
 file is checked only under bpf/, bench/ or tests/), `#include <bpf/...>` and the placeholder NAME
 (`bpf/NAME.h`) are not this repository's. `python -m tests.unit.test_doc_pointers` prints what is missing.
@@ -32,6 +33,7 @@ _FOLDER = re.compile(r"(?<![\w./~<:-])((?:src|docs|bench|tests|packaging|bpf)/(?
 _BARE_MARKDOWN = re.compile(r"(?<![\w./~<:-])([\w-]+\.md)(?![\w/])")
 # A Markdown file by absolute path (`/work/coord/FLEET-CONTRACT.md`): outside any checkout of the repository.
 _ABSOLUTE_MARKDOWN = re.compile(r"(?<![\w.~:-])(/(?:[\w.-]+/)+[\w.-]+\.md)(?![\w/])")
+_FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 _MARKDOWN_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
 _PLACEHOLDER = re.compile(r"(?<![A-Za-z])NAME(?![A-Za-z])").search
 _TOP = ("src/", "docs/", "bench/", "tests/", "packaging/", "bpf/")
@@ -79,6 +81,9 @@ def missing_pointers() -> Iterator[str]:
     markdown_names = {Path(name).name for name in _tracked() if name.endswith(".md")}
     for source in _scanned_files():
         text = source.read_text(errors="replace")
+        if source.suffix == ".md":
+            # Code blocks show files being made (adding-a-diagnostic.md's walk) and output: not pointers.
+            text = _FENCED.sub(lambda block: "\n" * block.group(0).count("\n"), text)
         found = [
             (match.start(), match.group(1), _candidates(match.group(1), source))
             for match in _PATH.finditer(text)
