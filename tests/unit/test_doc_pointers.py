@@ -38,13 +38,26 @@ _MARKDOWN_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
 _PLACEHOLDER = re.compile(r"(?<![A-Za-z])NAME(?![A-Za-z])").search
 _TOP = ("src/", "docs/", "bench/", "tests/", "packaging/", "bpf/")
 _C_UNDER = ("bpf/", "bench/", "tests/")
+_UNTRACKED = {".venv", "build", "dist", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 _SCANNED = (".py", ".md", ".c", ".h", ".js")
 
 
 def _tracked(*where: str) -> list[str]:
-    return subprocess.run(
-        ["git", "ls-files", *where], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split()
+    """The repository's files under `where` (all of them without): git's list in a checkout, else (an
+    unpacked source tree) every file but the ones a build or a run leaves."""
+    if (REPO / ".git").exists():
+        return subprocess.run(
+            ["git", "ls-files", *where], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.split()
+    found = []
+    for top in [REPO / name for name in where] or [REPO]:
+        paths = top.rglob("*") if top.is_dir() else [top]
+        found += [
+            str(path.relative_to(REPO))
+            for path in paths
+            if path.is_file() and not _UNTRACKED.intersection(path.relative_to(REPO).parts)
+        ]
+    return found
 
 
 def _scanned_files() -> list[Path]:
