@@ -21,6 +21,7 @@ from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.maps import BpfMap
 from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.perfbuf import PerfBuffer, retire_ring_buffer_map
+from netsleuth.bpf.quiesce import wait_for_running_programs
 from netsleuth.bpf.ringbuf import RecordBlob, RingBuffer, joined_records
 
 __all__ = ["TP_BTF_THEN_RAW_TP", "PerfFallback", "ProgramBacked", "ProgramSession", "Variant"]
@@ -77,6 +78,7 @@ class ProgramSession:
         self.attach_kind = ""
         self.attached: tuple[str, ...] = ()
         self.attach_seconds = 0.0
+        self.stopped_at: float | None = None  # time.monotonic() when stop() ended the run's events
 
     # -- start -----------------------------------------------------------------------------------------
     def start(
@@ -196,13 +198,26 @@ class ProgramSession:
             return {}
         return {name: self._object.program_fd(name) for name in self._object.attached_programs()}
 
-    # -- close -----------------------------------------------------------------------------------------
-    def detach(self) -> None:
-        """Stop the programs running (their links destroyed) and keep the rest: maps and counters stay
-        readable and the ring buffer holds what they sent, so a last read misses nothing and the totals read
-        after it are final."""
-        if self._object is not None:
-            self._object.detach_all()
+    # -- the end of a run ------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """End the run's events: every program is detached and any still running on another CPU has
+        returned (netsleuth.bpf.quiesce). Maps, counters and the ring stay readable and no longer move, so
+        the last `drain` misses nothing and the totals and groups read after it are final and agree with each
+        other. Safe to call twice, and before `start` (nothing to stop)."""
+        if self._object is None or self.stopped_at is not None:
+            return
+        self._object.detach_all()
+        wait_for_running_programs()
+        self.stopped_at = time.monotonic()
+
+    @property
+    def stopped(self) -> bool:
+        return self.stopped_at is not None
+
+    def last_drain(self) -> list[bytes]:
+        """A run's last read: `stop`, then everything the ring still holds."""
+        self.stop()
+        return self.drain()
 
     def close(self) -> None:
         """Detach and free everything; safe to call twice."""
@@ -225,9 +240,13 @@ class ProgramSession:
 
 class ProgramBacked:
     """Base of a diagnostic's kernel session that owns one `ProgramSession` as `_programs`: what it attached
-    as, its programs' fds, and closing (also as a context manager)."""
+    as, its programs' fds, stopping and closing (also as a context manager)."""
 
     _programs: ProgramSession
+
+    def stop(self) -> None:
+        """End the run's events before its last read (ProgramSession.stop)."""
+        self._programs.stop()
 
     @property
     def attach_kind(self) -> str:

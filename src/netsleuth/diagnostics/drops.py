@@ -291,18 +291,10 @@ class DropsSession(ProgramBacked):
         return self._programs.poll_blob(timeout_ms)
 
     def last_records(self) -> list[bytes]:
-        """The last read of a run: the programs are detached first, so every event the counters say was
-        emitted is in what is read here and a run's summary adds up to what it printed (drops that kept
-        coming while a run read its last events and its totals were counted emitted and never read). A
-        program already running on another CPU when its link goes finishes within microseconds: the ring is
-        read again until the emitted count stops moving."""
-        self._programs.detach()
-        records: list[bytes] = []
-        while True:
-            emitted = self.totals().emitted
-            records += self._programs.drain()
-            if self.totals().emitted == emitted:
-                return records
+        """The last read of a run: the programs are stopped first (ProgramSession.stop: detached, none still
+        running), so every event the counters say was emitted is in what is read here and a run's summary
+        adds up to what it printed."""
+        return self._programs.last_drain()
 
     def decode(self, records: list[bytes]) -> list[RawDrop]:
         if self._decoder is None:
@@ -536,6 +528,7 @@ class DropsDiagnostic:
         return sorted((enrich_group(group) for group in self._raw.groups()), key=lambda g: -g.count)
 
     def summary(self, interrupted: bool) -> DropsSummary:
+        self._raw.stop()  # one read of stopped counters, also when the run ended without its drain
         return DropsSummary(
             self._raw.totals(),
             self._raw.attach_kind,

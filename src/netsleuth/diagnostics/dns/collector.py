@@ -202,7 +202,7 @@ class DnsExporterSession:
 
     def refresh(self) -> None:
         with self._lock:
-            self._session.drain()
+            self._session.catch_up()
 
     def groups(self) -> list[DnsGroupStats]:
         with self._lock:

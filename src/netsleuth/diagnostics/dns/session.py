@@ -469,6 +469,14 @@ class DnsDiagnostic:
         return self._in_time_order(records)
 
     def drain(self) -> list[DnsRecord]:
+        """The run's last events: the programs stop first (every caller drains once, at its end), so the
+        totals and groups read after it are final and agree."""
+        self._program.stop()
+        return self.catch_up()
+
+    def catch_up(self) -> list[DnsRecord]:
+        """Everything queued now, and the timeouts due, without ending the run (the agent's exporter, which
+        never ends its run, reads so before each scrape)."""
         records = self._decode(self._program.drain(), final=True)
         records.extend(self._sweep(force=True))
         return self._in_time_order(records)
@@ -534,6 +542,7 @@ class DnsDiagnostic:
         return [group for group in groups if self.config.name_wanted(group.name)]
 
     def summary(self, interrupted: bool) -> DnsSummary:
+        self._program.stop()  # one read of stopped counters: the totals are the groups' sums
         totals = self.dns_totals()
         return DnsSummary(
             diagnostic="dns",

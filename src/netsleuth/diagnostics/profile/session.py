@@ -172,9 +172,11 @@ class ProfileDiagnostic:
         """Every CPU's clock stopped, then the end stamped: no sample is taken after it, and none is counted
         while the stacks and totals are read (one consistent read)."""
         from netsleuth.bpf.perf_event import disable
+        from netsleuth.bpf.quiesce import wait_for_running_programs
 
         for fd in self._clocks:
             disable(fd)
+        wait_for_running_programs()  # a sample taken just before its clock stopped has been counted
         self._stopped = time.monotonic()
 
     def _close_clocks(self) -> None:

@@ -398,7 +398,9 @@ class RouteDiagnostic:
         return self._decode(self._programs.poll(timeout_ms))
 
     def drain(self) -> list[RouteRecord]:
-        return self._decode(self._programs.drain())
+        """The run's last events: the programs stop first (every caller drains once, at its end), so the
+        totals and groups read after it are final and agree."""
+        return self._decode(self._programs.last_drain())
 
     def kind_totals(self) -> dict[str, EventTotals]:
         """Exact kernel counts per kind: lookups that decided, table misses, neighbour events, drops."""
@@ -436,6 +438,7 @@ class RouteDiagnostic:
         return sorted(groups, key=lambda group: -group.count)
 
     def summary(self, interrupted: bool) -> RouteSummary:
+        self._programs.stop()  # one read of stopped counters: the total is the groups' sum (+ ungrouped)
         by_kind = self.kind_totals()
         return RouteSummary(
             diagnostic="route",

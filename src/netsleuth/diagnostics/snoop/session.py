@@ -218,7 +218,9 @@ class SnoopDiagnostic:
         return self._records(self._programs.poll(timeout_ms))
 
     def drain(self) -> list[SnoopRecord]:
-        return self._records(self._programs.drain())
+        """The run's last events: the programs stop first (every caller drains once, at its end), so the
+        totals and groups read after it are final and agree."""
+        return self._records(self._programs.last_drain())
 
     def kind_totals(self) -> dict[str, EventTotals]:
         sums = self._programs.counter_sums("snoop_stats", KIND_COUNT * STAT_COUNT)
@@ -252,6 +254,7 @@ class SnoopDiagnostic:
         return sorted(groups, key=lambda group: -group.count)
 
     def summary(self, interrupted: bool) -> SnoopSummary:
+        self._programs.stop()  # one read of stopped counters: the total is the groups' sum (+ ungrouped)
         by_kind = self.kind_totals()
         total = EventTotals()
         for totals in by_kind.values():

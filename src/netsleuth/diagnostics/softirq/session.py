@@ -122,6 +122,7 @@ class SoftirqDiagnostic:
         return []
 
     def drain(self) -> list[Any]:
+        self._programs.stop()  # the run's end: what the summary reads no longer moves
         return []
 
     def _cpu_states(self) -> list[SoftirqCpuStateC]:
@@ -230,8 +231,12 @@ class SoftirqDiagnostic:
         return EventTotals(seen=runs, matched=runs)
 
     def summary(self, interrupted: bool) -> SoftirqSummary:
+        # One read of stopped counters (vectors, NET_RX runs and NAPI instances agree), over the window the
+        # programs ran.
+        self._programs.stop()
+        end = self._programs.stopped_at or time.monotonic()
         return softirq_summary(
-            seconds=time.monotonic() - self._started if self._started else 0.0,
+            seconds=end - self._started if self._started else 0.0,
             budget=self.budget,
             budget_usecs=self.budget_usecs,
             vectors=self.vector_stats(),

@@ -481,7 +481,9 @@ class TcpSession(ProgramBacked):
         return self._decode_all(self._programs.poll(timeout_ms))
 
     def drain(self) -> list[RawTcpEvent]:
-        return self._decode_all(self._programs.drain())
+        """The run's last events: the programs stop first (every caller drains once, at its end), so the
+        totals and groups read after it are final and agree."""
+        return self._decode_all(self._programs.last_drain())
 
     def _decode_all(self, records: list[bytes]) -> list[RawTcpEvent]:
         events = [decode_record(record) for record in records]

@@ -73,6 +73,7 @@ class TcpWindowSession:
 
     def summary(self, interrupted: bool) -> TcpWindow:
         assert self._enricher is not None, "start() first"
+        self._session.stop()  # the groups and the retransmits of one window
         groups = (self._enricher.enrich_group(raw) for raw in self._session.groups(RESET_KINDS))
         return TcpWindow(tuple(group for group in groups if group is not None), self.retransmits())
 

@@ -149,6 +149,7 @@ class ResetsDiagnostic(_TcpDiagnostic):
         return sorted(groups, key=lambda g: -g.count)
 
     def summary(self, interrupted: bool) -> ResetsSummary:
+        self._session.stop()  # one read of stopped counters: the total is the groups' sum (+ ungrouped)
         kinds = self._session.totals()
         groups = tuple(self.groups())
         by_key = {key: TotalsPart.of(kinds.get(kind, KindTotals())) for kind, key in RESET_KEYS.items()}
@@ -253,6 +254,7 @@ class TcpEventsDiagnostic(_TcpDiagnostic):
         return _sum_kinds(self._session.totals(), self.kinds)
 
     def summary(self, interrupted: bool) -> TcpSummary:
+        self._session.stop()  # one read of stopped counters: the total is the groups' sum (+ ungrouped)
         enricher = self.enricher
         groups = sorted(
             (
