@@ -361,19 +361,44 @@ def test_bad_input_is_one_sentence_and_exit_2(args: list[str], words: str) -> No
     assert os.geteuid() == 0  # privileged suite: root is what made it past the argument checks
 
 
+def _own_server_addresses() -> tuple[str, str]:
+    """Two addresses no other test on this machine queries at the same time (from this process's pid, in
+    198.19.0.0/16): the agent's exporter counts every namespace's DNS by server address, and other tests'
+    labs ask 198.18.0.2 too."""
+    index = 2 * (os.getpid() % 32768)
+    return f"198.19.{index >> 8}.{index & 255}", f"198.19.{index >> 8}.{(index & 255) + 1}"
+
+
 def test_agent_exports_dns_counters_by_server_and_rcode(dns_lab: DnsLab) -> None:
     from tests.privileged.test_agent_harness import AgentProcess
 
-    # A second server address where nothing listens: its queries are never answered (timeouts).
-    dns_lab.server.run("ip", "addr", "add", "198.18.0.3/24", "dev", "veth0")
+    # This test's own server, and a second address where nothing listens: its queries are never answered
+    # (timeouts). Both on b, reached from a through b.
+    answering, silent_address = _own_server_addresses()
+    for address in (answering, silent_address):
+        dns_lab.server.run("ip", "addr", "add", f"{address}/32", "dev", "veth0")
+    dns_lab.client.run("ip", "route", "add", "198.19.0.0/16", "via", dns_lab.pair.b4)
     config = {"exporter": {"dns": {"enabled": True, "timeout": 1.0}}}
-    with AgentProcess(config) as agent:
-        agent.wait_ready()
-        for name, count in (("www.ok.test", 3), ("nothing.test", 2), ("servfail.test", 1)):
-            for _ in range(count):
-                dig(dns_lab.client, dns_lab.pair.b4, name)
-        dig(dns_lab.client, "198.18.0.3", "www.ok.test")
-        server, silent = "198.18.0.2:53/udp", "198.18.0.3:53/udp"
+    with (
+        tempfile.TemporaryDirectory(prefix="netsleuth-dns-") as scratch,
+        AgentProcess(config) as agent,
+    ):
+        ready = Path(scratch) / "ready"
+        own_server = dns_lab.server.popen(
+            [sys.executable, "-m", "tests.dns_server", "--address", answering, "--ready-file", str(ready)],
+            cwd=str(REPO),
+        )
+        try:
+            wait_for(ready.exists, 20, "the DNS server to listen")
+            agent.wait_ready()
+            for name, count in (("www.ok.test", 3), ("nothing.test", 2), ("servfail.test", 1)):
+                for _ in range(count):
+                    dig(dns_lab.client, answering, name)
+            dig(dns_lab.client, silent_address, "www.ok.test")
+        finally:
+            own_server.kill()
+            own_server.wait()
+        server, silent = f"{answering}:53/udp", f"{silent_address}:53/udp"
 
         def swept() -> bool:
             return agent.metric("netsleuth_dns_timeouts_total", server=silent) == 1
