@@ -76,26 +76,60 @@ def test_closed_port_flood_is_no_listener_with_resets(pair: Pair) -> None:
     assert "nothing listens on tcp port 9099 of 198.18.0.2" in first["cause"]
 
 
+# Connections opened all at once when a line comes on stdin (the process is started, and Python loaded,
+# before diagnose attaches), held open until stdin closes.
+CONNECT_AT_ONCE = """
+import socket, sys
+print("ready", flush=True)
+sys.stdin.readline()
+held = []
+for _ in range(int(sys.argv[3])):
+    s = socket.socket()
+    s.setblocking(False)
+    s.connect_ex((sys.argv[1], int(sys.argv[2])))
+    held.append(s)
+print("sent", flush=True)
+sys.stdin.read()
+"""
+
+
+def _listen_overflows(host: Host) -> int:
+    lines = host.run("cat", "/proc/net/netstat").stdout.splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=True):
+        if names.startswith("TcpExt:"):
+            return int(dict(zip(names.split(), values.split(), strict=True))["ListenOverflows"])
+    raise AssertionError("no TcpExt in /proc/net/netstat")
+
+
 def test_listen_queue_overflow_names_the_owner(pair: Pair) -> None:
     server = pair.b.popen(
         [sys.executable, "-c", NEVER_ACCEPTS, "7070"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
+    # Eight connections to a backlog of one: two complete into the accept queue, the others overflow it.
+    # Sent at once inside the window (a client process each, started after attaching on a busy machine,
+    # once sent two and no more inside it: a full queue and no overflow yet, a warning).
+    clients = pair.a.popen(
+        [sys.executable, "-c", CONNECT_AT_ONCE, pair.b4, "7070", "8"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert server.stdout is not None and server.stdout.readline() == b"ready\n"
+        assert clients.stdout is not None and clients.stdout.readline() == b"ready\n"
+        before = _listen_overflows(pair.b)
 
-        # Connections complete into the accept queue until it is full; later ones are dropped. Started once
-        # diagnose is attached: overflows before its window (a slow start on a busy machine) are not its.
         def connect() -> None:
-            clients = [
-                pair.a.popen([sys.executable, "-c", CONNECT, pair.b4, "7070", "1", "3"]) for _ in range(8)
-            ]
-            for client in clients:
-                client.wait(20)
+            assert clients.stdin is not None and clients.stdout is not None
+            clients.stdin.write(b"go\n")
+            clients.stdin.flush()
+            assert clients.stdout.readline() == b"sent\n"
+            wait_for(lambda: _listen_overflows(pair.b) > before, 10, "the accept queue to overflow")
 
         verdicts = diagnose(pair.b.name, connect)
     finally:
-        server.kill()
-        server.wait()
+        for process in (clients, server):
+            process.kill()
+            process.wait()
     first = verdicts[0]
     assert first["category"] == "listen-overflow" and first["severity"] == "critical"
     assert first["cause_code"] == "listen_overflow"  # the same code as doctor's finding and tcp queues
