@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
 
@@ -192,10 +193,14 @@ class BpfObject:
         )
 
     # -- close -----------------------------------------------------------------------------------------
-    def detach_all(self) -> None:
+    def detach_all(self, keep: Collection[str] = ()) -> None:
+        """Destroy every link but those of the programs named in `keep` (full names)."""
+        kept = [(name, link) for name, link in self._links if name in keep]
         while self._links:
-            _, link = self._links.pop()
-            self._lib.bpf_link__destroy(link)
+            name, link = self._links.pop()
+            if name not in keep:
+                self._lib.bpf_link__destroy(link)
+        self._links = kept
 
     def close(self) -> None:
         self.detach_all()

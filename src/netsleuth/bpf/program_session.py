@@ -199,14 +199,16 @@ class ProgramSession:
         return {name: self._object.program_fd(name) for name in self._object.attached_programs()}
 
     # -- the end of a run ------------------------------------------------------------------------------
-    def stop(self) -> None:
+    def stop(self, keep: Sequence[str] = ()) -> None:
         """End the run's events: every program is detached and any still running on another CPU has
         returned (netsleuth.bpf.quiesce). Maps, counters and the ring stay readable and no longer move, so
         the last `drain` misses nothing and the totals and groups read after it are final and agree with each
-        other. Safe to call twice, and before `start` (nothing to stop)."""
+        other. `keep` (base names) stay attached until `close`: a helper whose map no summary reads, e.g.
+        drops' marker of netsleuth's own netlink sockets, which must see the firewall reads that name the
+        last events. Safe to call twice, and before `start` (nothing to stop)."""
         if self._object is None or self.stopped_at is not None:
             return
-        self._object.detach_all()
+        self._object.detach_all(keep={name + variant.suffix for name in keep for variant in self.variants})
         wait_for_running_programs()
         self.stopped_at = time.monotonic()
 
@@ -214,9 +216,9 @@ class ProgramSession:
     def stopped(self) -> bool:
         return self.stopped_at is not None
 
-    def last_drain(self) -> list[bytes]:
-        """A run's last read: `stop`, then everything the ring still holds."""
-        self.stop()
+    def last_drain(self, keep: Sequence[str] = ()) -> list[bytes]:
+        """A run's last read: `stop` (but `keep`), then everything the ring still holds."""
+        self.stop(keep)
         return self.drain()
 
     def close(self) -> None:
@@ -246,7 +248,10 @@ class ProgramBacked:
 
     def stop(self) -> None:
         """End the run's events before its last read (ProgramSession.stop)."""
-        self._programs.stop()
+        self._programs.stop(self._kept_attached)
+
+    # Programs left attached by `stop` until `close` (ProgramSession.stop's `keep`).
+    _kept_attached: tuple[str, ...] = ()
 
     @property
     def attach_kind(self) -> str:

@@ -138,6 +138,11 @@ class DropsSession(ProgramBacked):
     `programs` narrows the variants tried (e.g. `("drops_raw_tp",)` to test the fallback; by default all, in
     order, or raw_tp alone when the config says so)."""
 
+    # The marker of netsleuth's own netlink sockets runs until close: the firewall reads that name a run's
+    # last drops (and diagnose's other verdicts) come after the drops program stopped, and their sockets'
+    # purges fall in the next run (lazy RCU) unless they are marked and handed on.
+    _kept_attached = (_OWN_MARKER,)
+
     def __init__(
         self,
         config: DropsConfig,
@@ -294,7 +299,7 @@ class DropsSession(ProgramBacked):
         """The last read of a run: the programs are stopped first (ProgramSession.stop: detached, none still
         running), so every event the counters say was emitted is in what is read here and a run's summary
         adds up to what it printed."""
-        return self._programs.last_drain()
+        return self._programs.last_drain(self._kept_attached)
 
     def decode(self, records: list[bytes]) -> list[RawDrop]:
         if self._decoder is None:
