@@ -1,8 +1,8 @@
 """Where the `drops --json` consumer's time goes, in microseconds per event, stage by stage.
 
 Offline stages run on records built like a storm's (one kind of drop, each at its own time): the plain
-path (decode every record, enrich the batch, `to_json` + encode each) against the batch path
-(netsleuth.diagnostics.drop_batch: group by kind, enrich one of each, cut its line around the time, then
+path (decode every record, enrich the batch, encode each) against the batch path
+(netsleuth.diagnostics.drops.batch: group by kind, enrich one of each, cut its line around the time, then
 each drop's time text and the joined lines), and the write of the lines to a file. With --ring (root) a
 storm goes through a real ring buffer, read by libbpf's per-record callback and by the mapped reader
 (netsleuth.bpf.ringbuf): CPU time of the reading thread per record.
@@ -27,11 +27,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from netsleuth._generated.drops_abi import DropEvent  # noqa: E402
-from netsleuth.diagnostics.drop_batch import DropBatcher  # noqa: E402
-from netsleuth.diagnostics.drops_decode import decode_records  # noqa: E402
-from netsleuth.diagnostics.drops_enrich import DropEnricher  # noqa: E402
+from netsleuth.diagnostics.drops.batch import DropBatcher  # noqa: E402
+from netsleuth.diagnostics.drops.decode import decode_records  # noqa: E402
+from netsleuth.diagnostics.drops.enrich import DropEnricher  # noqa: E402
 from netsleuth.kernel.reasons import load_drop_reasons  # noqa: E402
-from netsleuth.render.jsonl import encode_line  # noqa: E402
+from netsleuth.spec.records import encode  # noqa: E402
 
 
 def _kernel_address(name: str) -> int:
@@ -82,7 +82,7 @@ def offline(events: int, batch_size: int) -> None:
 
     def plain() -> None:
         for batch in batches:
-            b"".join(encode_line(record.to_json()) for record in enricher.enrich_many(decode_records(batch)))
+            b"".join(encode(record) + b"\n" for record in enricher.enrich_many(decode_records(batch)))
 
     grouped = [batcher.batch(batch) for batch in batches]
     blobs = [batch.json_blob() for batch in grouped]
@@ -96,7 +96,7 @@ def offline(events: int, batch_size: int) -> None:
             out.flush()
 
         stages = [
-            ("plain path: decode + enrich + to_json + encode, each", plain),
+            ("plain path: decode + enrich + encode, each", plain),
             ("batch: group by kind, enrich one of each", lambda: [batcher.batch(b) for b in batches]),
             ("batch lines: time text + one %-format", lambda: [b.json_blob() for b in grouped]),
             ("write the lines to a file", write),
@@ -113,7 +113,7 @@ def ring(count: int) -> None:
 
     import netsleuth.bpf.ringbuf as ringbuf
     from bench.udp_storm import build_sender, storm
-    from netsleuth.diagnostics.drops import DropsConfig, DropsSession
+    from netsleuth.diagnostics.drops.program import DropsProgramConfig, DropsSession
     from netsleuth.diagnostics.filters import PacketFilter
 
     lab = Lab()
@@ -127,7 +127,7 @@ def ring(count: int) -> None:
         for mapped in (False, True):
             ringbuf._TSO = mapped  # which reader RingBuffer picks
             with DropsSession(
-                DropsConfig(packet_filter=PacketFilter(netns=a.inode)), load_drop_reasons()
+                DropsProgramConfig(packet_filter=PacketFilter(netns=a.inode)), load_drop_reasons()
             ) as s:
                 s.start()
                 done = threading.Event()

@@ -25,7 +25,6 @@ __all__ = ["build_parser", "main"]
 # Subcommand name -> the module exporting its COMMAND. Only the module of the command being run is imported
 # (drops' attach time should not pay for importing doctor); `netsleuth --help` imports them all.
 _COMMAND_MODULES = {
-    "drops": "netsleuth.commands.drops",
     "doctor": "netsleuth.commands.doctor",
     "offload": "netsleuth.commands.offload",
     "rollback": "netsleuth.commands.rollback",
@@ -38,7 +37,7 @@ _COMMAND_MODULES = {
 # The commands whose run is one `run_session` (commands/_runloop.py), which resumes garbage collection once
 # the probes are attached: for them collection is held off from here to there (netsleuth.startup_gc). Every
 # other command runs with it on. tests/unit/test_cli_startup.py checks this list against the modules.
-_ATTACHING_COMMANDS = frozenset({"drops", "conn"})
+_ATTACHING_COMMANDS = frozenset({"conn"})
 
 
 def _diagnostic_words(with_plugins: bool) -> list[str]:

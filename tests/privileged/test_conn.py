@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from netsleuth.diagnostics.drops import FALLBACK_ENV
+from netsleuth.diagnostics.drops.program import FALLBACK_ENV
 from tests.netlab import Host, Lab, lab
 from tests.privileged.conftest import Pair
 from tests.privileged.tcp_helpers import Server, connect

@@ -293,12 +293,14 @@ def test_not_root_gets_one_sentence(pair: Pair) -> None:
 @pytest.mark.parametrize("program", ["drops_tp_btf", "drops_raw_tp"])
 def test_each_program_variant_loads_and_sees_drops(pair: Pair, program: str) -> None:
     """The raw_tp fallback (kernels that refuse tp_btf) must verify and see the same drops."""
-    from netsleuth.diagnostics.drops import DropsConfig, DropsSession
-    from netsleuth.diagnostics.drops_decode import RawDrop
+    from netsleuth.diagnostics.drops.decode import RawDrop
+    from netsleuth.diagnostics.drops.program import DropsProgramConfig, DropsSession
     from netsleuth.diagnostics.filters import PacketFilter
     from netsleuth.kernel.reasons import load_drop_reasons
 
-    config = DropsConfig(packet_filter=PacketFilter(netns=pair.b.inode, dport=6001), stack=True, snaplen=64)
+    config = DropsProgramConfig(
+        packet_filter=PacketFilter(netns=pair.b.inode, dport=6001), stack=True, snaplen=64
+    )
     with DropsSession(config, load_drop_reasons(), programs=(program,)) as session:
         session.start()
         assert session.attach_kind == program.removeprefix("drops_")

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from netsleuth.bpf.ringbuf import RingBuffer
-from netsleuth.diagnostics.drops import DropsConfig, DropsSession
+from netsleuth.diagnostics.drops.program import DropsProgramConfig, DropsSession
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.kernel.reasons import load_drop_reasons
 from tests.netlab import wait_for
@@ -29,7 +29,7 @@ def _flood(pair: Pair, udpflood: str, port: int, count: int) -> None:
 def test_every_committed_record_is_read_once(pair: Pair, udpflood: str, mapped: bool) -> None:
     pair.a.run("iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "6310", "-j", "DROP")
     count = 300_000
-    config = DropsConfig(packet_filter=PacketFilter(netns=pair.a.inode, dport=6310))
+    config = DropsProgramConfig(packet_filter=PacketFilter(netns=pair.a.inode, dport=6310))
     read: list[bytes] = []
     with DropsSession(config, load_drop_reasons()) as session:
         session.start()

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from netsleuth.bpf import _libbpf
-from netsleuth.diagnostics.drops import FALLBACK_ENV, DropsConfig, DropsDiagnostic, DropsSession
-from netsleuth.diagnostics.drops_decode import RawDrop
-from netsleuth.diagnostics.drops_enrich import DropRecord
+from netsleuth.diagnostics.drops.decode import RawDrop
+from netsleuth.diagnostics.drops.program import FALLBACK_ENV, DropsProgramConfig, DropsSession
+from netsleuth.diagnostics.drops.records import DropRecord
+from netsleuth.diagnostics.drops.session import DropsDiagnostic
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.kernel.inferred_reasons import infer_reason
 from netsleuth.kernel.reasons import load_drop_reasons
@@ -64,7 +65,7 @@ def _collect(session: DropsSession, drops: list[RawDrop], until: Callable[[], bo
 
 def test_perf_buffer_delivers_every_drop_with_exact_totals(pair: Pair) -> None:
     dropped = _drop_udp_ports(pair.b, 6201)
-    config = DropsConfig(packet_filter=PacketFilter(netns=pair.b.inode, dport=6201), perf_buffer=True)
+    config = DropsProgramConfig(packet_filter=PacketFilter(netns=pair.b.inode, dport=6201), perf_buffer=True)
     with DropsSession(config, load_drop_reasons()) as session:
         session.start()
         assert session.buffer == "perf"
@@ -85,7 +86,7 @@ def test_perf_buffer_losses_are_counted_and_equal_the_kernels(pair: Pair) -> Non
     dropped = _drop_udp_ports(pair.b, 6202)
     # Large events (a stack and 2 KB of packet each, ~2.5 KB) not read while 1500 drops happen: far more
     # than the 256 KiB each CPU's perf buffer holds.
-    config = DropsConfig(
+    config = DropsProgramConfig(
         packet_filter=PacketFilter(netns=pair.b.inode, dport=6202), stack=True, snaplen=2048, perf_buffer=True
     )
     sent = 1500
@@ -134,8 +135,8 @@ def test_inferred_reasons_are_the_kernels_and_marked(pair: Pair) -> None:
     it from the location. Every reason must agree, and only the second marks its reasons inferred."""
     dropped = _drop_udp_ports(pair.b, 6301)
     netns = PacketFilter(netns=pair.b.inode)
-    given = DropsDiagnostic(DropsConfig(packet_filter=netns))
-    inferred = DropsDiagnostic(DropsConfig(packet_filter=netns, kernel_reasons=False))
+    given = DropsDiagnostic(DropsProgramConfig(packet_filter=netns))
+    inferred = DropsDiagnostic(DropsProgramConfig(packet_filter=netns, kernel_reasons=False))
     try:
         given.start()
         inferred.start()
@@ -149,7 +150,7 @@ def test_inferred_reasons_are_the_kernels_and_marked(pair: Pair) -> None:
         by_location: list[DropRecord] = []
 
         def mine(records: list[DropRecord]) -> list[DropRecord]:
-            return [record for record in records if record.packet.dport in ours]
+            return [record for record in records if record.dport in ours]
 
         _records(given, by_kernel, lambda: len(mine(by_kernel)) >= 12)
         _records(inferred, by_location, lambda: len(mine(by_location)) >= 12)
@@ -163,8 +164,8 @@ def test_inferred_reasons_are_the_kernels_and_marked(pair: Pair) -> None:
         inferred.close()
     assert dropped() == 5
     assert given_matched == inferred_matched
-    kernel_reasons = {(r.packet.dport, r.packet.family, r.location, r.reason) for r in mine(by_kernel)}
-    inferred_reasons = {(r.packet.dport, r.packet.family, r.location, r.reason) for r in mine(by_location)}
+    kernel_reasons = {(r.dport, r.family, r.location, r.reason) for r in mine(by_kernel)}
+    inferred_reasons = {(r.dport, r.family, r.location, r.reason) for r in mine(by_location)}
     assert inferred_reasons == kernel_reasons
     assert {reason for *_, reason in inferred_reasons} == {"NETFILTER_DROP", "NO_SOCKET"}
     assert all(r.reason_inferred and r.to_json()["reason_inferred"] is True for r in by_location)
@@ -260,10 +261,10 @@ def _attaches_as_two_argument_tracepoint(session: DropsSession) -> bool:
 def test_without_reasons_the_program_reads_only_what_old_kernels_pass(pair: Pair) -> None:
     netns = PacketFilter(netns=pair.b.inode)
     reasons = load_drop_reasons()
-    with DropsSession(DropsConfig(packet_filter=netns, raw_tp_only=True), reasons) as reading:
+    with DropsSession(DropsProgramConfig(packet_filter=netns, raw_tp_only=True), reasons) as reading:
         reading.start()
         assert not _attaches_as_two_argument_tracepoint(reading)  # it reads reason (and rx_sk)
-    config = DropsConfig(packet_filter=netns, raw_tp_only=True, kernel_reasons=False, perf_buffer=True)
+    config = DropsProgramConfig(packet_filter=netns, raw_tp_only=True, kernel_reasons=False, perf_buffer=True)
     with DropsSession(config, reasons) as old_kernel:
         old_kernel.start()
         assert old_kernel.attach_kind == "raw_tp"
@@ -278,7 +279,7 @@ def _bpftool(*argv: str) -> dict[str, object]:
 
 def test_with_perf_buffers_the_loaded_program_uses_no_ring_buffer(pair: Pair) -> None:
     """What a kernel before 5.8 could not create is gone from the loaded program: no ring buffer map."""
-    config = DropsConfig(packet_filter=PacketFilter(netns=pair.b.inode), perf_buffer=True)
+    config = DropsProgramConfig(packet_filter=PacketFilter(netns=pair.b.inode), perf_buffer=True)
     with DropsSession(config, load_drop_reasons()) as session:
         session.start()
         fd = session.program_fds()[f"drops_{session.attach_kind}"]
@@ -312,7 +313,7 @@ def test_without_task_btf_owners_are_still_told_apart(pair: Pair, raw_tp: bool) 
     try:
         for host, port in ((pair.a, 6701), (pair.b, 6702)):
             packets = PacketFilter(netns=host.inode, dport=port)
-            config = DropsConfig(packet_filter=packets, current_task_btf=False, raw_tp_only=raw_tp)
+            config = DropsProgramConfig(packet_filter=packets, current_task_btf=False, raw_tp_only=raw_tp)
             sessions[port] = diagnostic = DropsDiagnostic(config, reasons=reasons)
             diagnostic.start()
             assert diagnostic.attach_kind == ("raw_tp" if raw_tp else "tp_btf")
@@ -326,8 +327,8 @@ def test_without_task_btf_owners_are_still_told_apart(pair: Pair, raw_tp: bool) 
     finally:
         for diagnostic in sessions.values():
             diagnostic.close()
-    assert all(r.owner.source == "task" and r.owner.comm.startswith("python") for r in records[6701])
-    assert all(r.owner.source == "kernel" and r.owner.pid is None for r in records[6702])
+    assert all(r.owner == "task" and r.comm.startswith("python") for r in records[6701])
+    assert all(r.owner == "kernel" and r.pid is None for r in records[6702])
 
 
 def _records_of(diagnostic: DropsDiagnostic, records: list[DropRecord], count: int) -> None:
@@ -336,7 +337,7 @@ def _records_of(diagnostic: DropsDiagnostic, records: list[DropRecord], count: i
 
 def test_by_default_the_program_uses_task_btf_here(pair: Pair) -> None:
     with DropsSession(
-        DropsConfig(packet_filter=PacketFilter(netns=pair.b.inode)), load_drop_reasons()
+        DropsProgramConfig(packet_filter=PacketFilter(netns=pair.b.inode)), load_drop_reasons()
     ) as session:
         session.start()
         assert "bpf_get_current_task_btf" in _xlated(session)

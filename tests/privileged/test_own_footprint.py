@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from netsleuth.diagnostics.drops import DropsConfig, DropsSession
+from netsleuth.diagnostics.drops.program import DropsProgramConfig, DropsSession
 from netsleuth.diagnostics.own_sockets import recent_own_sockets
 from netsleuth.firewall.iptables import read_iptables
 from netsleuth.kernel.reasons import load_drop_reasons
@@ -29,7 +29,7 @@ def test_purges_of_netsleuths_own_firewall_reads_are_told_apart_from_the_hosts()
         host = lab.host("o")
         host.run("iptables", "-A", "INPUT", "-p", "udp", "--sport", "53", "-j", "DROP")
         flush_rcu_callbacks()  # the purge of this `iptables -A` happens now, before anything watches
-        session = DropsSession(DropsConfig(summary_only=True, skip_own=True))
+        session = DropsSession(DropsProgramConfig(summary_only=True, skip_own=True))
         try:
             session.start()
             assert session.own_marked
@@ -62,7 +62,7 @@ def test_firewall_reads_after_the_last_drain_are_still_netsleuths() -> None:
     lab = Lab()
     try:
         host = lab.host("l")
-        session = DropsSession(DropsConfig(summary_only=True, skip_own=True))
+        session = DropsSession(DropsProgramConfig(summary_only=True, skip_own=True))
         try:
             session.start()
             assert session.own_marked

@@ -8,7 +8,8 @@ from typing import Any
 
 from netsleuth._generated.tcp_abi import EventKind, TcpEventC
 from netsleuth.diagnostics.attribution import Owner
-from netsleuth.diagnostics.drops_enrich import DropRecord
+from netsleuth.diagnostics.drops.enrich import drop_record as make_drop_record
+from netsleuth.diagnostics.drops.records import DropRecord
 from netsleuth.diagnostics.tcp.program import RawTcpEvent, decode_event
 from netsleuth.diagnostics.tcp_names import TcpNames
 from netsleuth.kernel.context import KernelContext
@@ -130,12 +131,11 @@ def drop_record(
     time: float = 1.0,
 ) -> DropRecord:
     netfilter = {"hook": "input", "table": "filter", "chain": "INPUT", "rule": rule} if rule else None
-    return DropRecord(
+    return make_drop_record(
         time=time,
         reason=reason,
         reason_code=6,
         location="nf_hook_slow+0x9a",
-        location_address=0,
         packet=PacketTuple(4, 6, source[0], destination[0], source[1], destination[1], flags, length=60),
         owner=Owner(None, "kernel", "kernel"),
         netns=netns,
@@ -147,5 +147,4 @@ def drop_record(
         stack=None,
         source=None,
         netfilter=netfilter,
-        packet_bytes=b"",
     )

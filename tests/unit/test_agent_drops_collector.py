@@ -12,8 +12,8 @@ from netsleuth._generated.drops_abi import DropEvent
 from netsleuth.agent.config import DropsExporterConfig
 from netsleuth.agent.drops_collector import DropsCollector
 from netsleuth.agent.function_names import FunctionNames, _names_from, resolve_in_child
-from netsleuth.diagnostics.drops import DropTotals
-from netsleuth.diagnostics.drops_decode import RawDropGroup, decode_event
+from netsleuth.diagnostics.drops.decode import RawDropGroup, decode_event
+from netsleuth.diagnostics.drops.program import DropTotals
 from netsleuth.errors import EnvironmentProblem
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.netns import NetnsNames

@@ -187,7 +187,7 @@ def test_request_defaults_and_refusals() -> None:
 
 
 def test_drops_config_is_the_cli_flags() -> None:
-    from netsleuth.diagnostics.drops import DropsDiagnostic
+    from netsleuth.diagnostics.drops.session import DropsDiagnostic
 
     reasons = load_drop_reasons()
     context = DiagnosticContext(reasons)
@@ -215,11 +215,15 @@ def test_drops_config_is_the_cli_flags() -> None:
     opened.close()
     assert context.symbols.holders == 0  # the last session out lets the symbol table go
     cases: list[tuple[str, dict[str, Any], str]] = [
-        ("drops", {"port": 70000}, "port '70000' is not a port"),
-        ("drops", {"reason": "NOPE"}, "unknown drop reason 'NOPE'"),
-        ("drops", {"family": 5}, "family must be 4 or 6"),
-        ("drops", {"pcap": "/tmp/x.pcapng"}, "drops has no option 'pcap'"),
-        ("drops", {"dport": [1, 2]}, "--dport must be text or a number"),
+        ("drops", {"port": 70000}, "^port 70000 is not a port: give a number from 1 to 65535$"),
+        ("drops", {"reason": "NOPE"}, "^unknown drop reason 'NOPE'"),
+        ("drops", {"family": 5}, r"^family must be one of 4, 6 \(got 5\)$"),
+        ("drops", {"pcap": "/tmp/x.pcapng"}, "^pcap is not an option of drops; it knows comm, dev, dport, "),
+        (
+            "drops",
+            {"dport": [1, 2]},
+            r"^dport must be a port: give a number from 1 to 65535 \(got \[1, 2\]\)$",
+        ),
         ("resets", {"proto": "udp"}, "^proto can only be tcp: this command traces TCP$"),
         ("tcp.queues", {"summary": "yes"}, "^summary must be true or false"),
         ("diagnose", {"duration": 7200}, "^duration 7200 is not a number of seconds over 0 and at most 3600"),

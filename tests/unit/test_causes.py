@@ -10,9 +10,11 @@ import pytest
 
 from netsleuth._generated.tcp_abi import TCP_REASON_SYN_ACCEPT_QUEUE_FULL, EventKind
 from netsleuth.diagnose.listeners import FullListener, listener_verdicts
+from netsleuth.diagnostics.attribution import Owner
 from netsleuth.diagnostics.causes import CATALOGUE, cause
-from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord, Owner
-from netsleuth.diagnostics.drops_rules import drop_verdicts
+from netsleuth.diagnostics.drops.enrich import drop_record
+from netsleuth.diagnostics.drops.records import DropGroup
+from netsleuth.diagnostics.drops.rules import drop_verdicts
 from netsleuth.diagnostics.tcp.events import TcpEventEnricher
 from netsleuth.diagnostics.tcp.records import QueueRecord
 from netsleuth.diagnostics.tcp.reset_causes import ResetCause
@@ -55,12 +57,11 @@ def test_a_record_cannot_carry_a_code_outside_the_catalogue() -> None:
 
 
 def _overflow_group() -> DropGroup:
-    example = DropRecord(
+    example = drop_record(
         time=0.0,
         reason="TCP_LISTEN_OVERFLOW",
         reason_code=0,
         location="tcp_v4_syn_recv_sock+0x9a",
-        location_address=0,
         packet=PacketTuple(4, 6, "198.18.0.1", "198.18.0.2", 40000, 80, 0x10, length=60),
         owner=Owner(42, "nginx", "socket"),
         netns=4026532999,
@@ -72,9 +73,16 @@ def _overflow_group() -> DropGroup:
         stack=None,
         source=None,
         netfilter=None,
-        packet_bytes=b"",
     )
-    return DropGroup(example.reason, example.location, example.netns, "srv", 7, 420, example)
+    return DropGroup(
+        reason=example.reason,
+        location=example.location,
+        netns=example.netns,
+        netns_name="srv",
+        count=7,
+        bytes=420,
+        example=example,
+    )
 
 
 def test_listen_overflow_reads_the_same_everywhere(tmp_path: Path) -> None:

@@ -48,8 +48,8 @@ def test_unknown_reason_names_the_closest_ones() -> None:
 @pytest.mark.parametrize(
     ("argv", "sentence"),
     [
-        (["drops", "--duration", "-1"], "--duration must be a positive number of seconds"),
-        (["drops", "-4", "--duration", "-0.5"], "--duration must be a positive number of seconds"),
+        (["drops", "--duration", "-1"], "--duration '-1' is not a positive number of seconds"),
+        (["drops", "-4", "--duration", "-0.5"], "--duration '-0.5' is not a positive number of seconds"),
         (
             ["diagnose", "--duration", "0"],
             "--duration '0' is not a number of seconds over 0 and at most 3600",

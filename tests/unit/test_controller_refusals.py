@@ -26,7 +26,7 @@ def _refusal(diagnostic: str, config: dict[str, Any]) -> BadRequest:
             "drops",
             {"dport": 99999},
             "dport",
-            "'99999' is not a port: give a number from 1 to 65535",
+            "99999 is not a port: give a number from 1 to 65535",
             "--dport",
         ),
         ("conn", {"pid": "x"}, "pid", "'x' is not a process id", "--pid"),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from netsleuth.diagnose.correlate import merge_findings
 from netsleuth.diagnose.verdicts import Severity, rank
-from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord, Owner
-from netsleuth.diagnostics.drops_rules import drop_verdicts
+from netsleuth.diagnostics.attribution import Owner
+from netsleuth.diagnostics.drops.enrich import drop_record
+from netsleuth.diagnostics.drops.records import DropGroup
+from netsleuth.diagnostics.drops.rules import drop_verdicts
 from netsleuth.doctor.findings import Finding
 from netsleuth.doctor.findings import Severity as FindingSeverity
 from netsleuth.packet import PacketTuple
@@ -15,12 +17,11 @@ CONTEXT = Window(seconds=10.0, sysctls={"net.core.netdev_max_backlog": "1000"})
 
 
 def group(reason: str, count: int, *, cpu: int = 1, netfilter: dict[str, object] | None = None) -> DropGroup:
-    example = DropRecord(
+    example = drop_record(
         time=0.0,
         reason=reason,
         reason_code=0,
         location="enqueue_to_backlog+0x1a0",
-        location_address=0,
         packet=PacketTuple(4, 17, "198.18.0.1", "198.18.0.2", 40000, 53, length=60),
         owner=Owner(None, "kernel", "kernel"),
         netns=4026531840,
@@ -32,9 +33,16 @@ def group(reason: str, count: int, *, cpu: int = 1, netfilter: dict[str, object]
         stack=None,
         source=None,
         netfilter=netfilter,
-        packet_bytes=b"",
     )
-    return DropGroup(reason, example.location, example.netns, None, count, count * 60, example)
+    return DropGroup(
+        reason=reason,
+        location=example.location,
+        netns=example.netns,
+        netns_name=None,
+        count=count,
+        bytes=count * 60,
+        example=example,
+    )
 
 
 def backlog_finding() -> Finding:

@@ -7,9 +7,9 @@ import random
 import socket
 from pathlib import Path
 
-from netsleuth.diagnostics.drop_batch import DropBatcher
-from netsleuth.diagnostics.drops_decode import decode_records
-from netsleuth.diagnostics.drops_enrich import DropEnricher
+from netsleuth.diagnostics.drops.batch import DropBatcher
+from netsleuth.diagnostics.drops.decode import decode_records
+from netsleuth.diagnostics.drops.enrich import DropEnricher
 from netsleuth.render.jsonl import JsonLinesWriter, encode_line, record_blob, record_lines
 from tests.unit.test_drops_decode import enricher, make_event
 from tests.unit.test_drops_fast_path import random_record

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from netsleuth._generated.drops_abi import DropGroupKey, DropGroupValue, DropRunC
-from netsleuth.diagnostics.drop_runs import groups_with_runs
+from netsleuth.diagnostics.drops.runs import groups_with_runs
 
 
 def _run(location: int, reason: int, netns: int, count: int, size: int, flushes: int) -> bytes:

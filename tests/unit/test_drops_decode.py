@@ -8,11 +8,11 @@ import socket
 from pathlib import Path
 
 from netsleuth._generated.drops_abi import DropEvent
-from netsleuth.diagnostics.drops_decode import decode_record
-from netsleuth.diagnostics.drops_enrich import DropEnricher
+from netsleuth.diagnostics.drops.decode import decode_record
+from netsleuth.diagnostics.drops.enrich import DropEnricher
+from netsleuth.diagnostics.drops.view import drop_line
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.reasons import load_drop_reasons
-from netsleuth.render.drops_text import drop_line
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 KALLSYMS = """\
@@ -83,9 +83,9 @@ def test_softirq_never_blames_the_interrupted_task(tmp_path: Path) -> None:
     frames = (0xFFFFFFFF81300150, 0xFFFFFFFF81200099, 0xFFFFFFFF81100410, 0xFFFFFFFF81300010)
     raw = decode_record(make_event(in_task=0, pid=99, comm=b"innocent", frames=frames))
     record = enricher(tmp_path).enrich(raw)
-    assert record.owner.source == "kernel" and record.owner.pid is None
+    assert record.owner == "kernel" and record.pid is None
     # The stack starts at the dropping function, not at our program or kfree_skb.
-    assert record.stack is not None and record.stack[0] == "tcp_v4_rcv+0x99"
+    assert isinstance(record.stack, tuple) and record.stack[0] == "tcp_v4_rcv+0x99"
     assert record.reason == "NO_SOCKET" and record.location == "tcp_v4_rcv+0x99"
 
 
@@ -94,14 +94,14 @@ def test_process_context_is_the_sender(tmp_path: Path) -> None:
     record = enricher(tmp_path).enrich(
         decode_record(make_event(in_task=1, pid=1234, comm=b"sender", frames=frames))
     )
-    assert (record.owner.pid, record.owner.comm, record.owner.source) == (1234, "sender", "task")
+    assert (record.pid, record.comm, record.owner) == (1234, "sender", "task")
 
 
 def test_a_kernel_thread_is_not_an_owner(tmp_path: Path) -> None:
     # ksoftirqd runs softirqs on its own task stack: "in task" but nobody's process.
     raw = dataclasses.replace(decode_record(make_event(in_task=1, pid=15, comm=b"ksoftirqd/1")), kthread=True)
     record = enricher(tmp_path).enrich(raw)
-    assert record.owner.source == "kernel" and record.owner.pid is None
+    assert record.owner == "kernel" and record.pid is None
 
 
 def test_socket_owner_is_used_in_softirq(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def test_socket_owner_is_used_in_softirq(tmp_path: Path) -> None:
         inode = os.fstat(receiver.fileno()).st_ino
         raw = decode_record(make_event(in_task=0, sock_ino=inode))
         record = enricher(tmp_path).enrich(raw)
-        assert record.owner.source == "socket" and record.owner.pid == os.getpid()
+        assert record.owner == "socket" and record.pid == os.getpid()
     finally:
         receiver.close()
 

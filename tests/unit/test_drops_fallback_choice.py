@@ -8,17 +8,18 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from netsleuth.bpf import features
-from netsleuth.diagnostics import drops
-from netsleuth.diagnostics.drops import DropsConfig, drop_reasons_for_run, forced_fallbacks
-from netsleuth.diagnostics.drops_decode import decode_record
-from netsleuth.diagnostics.drops_enrich import DropEnricher
+from netsleuth.diagnostics.drops import program
+from netsleuth.diagnostics.drops.decode import decode_record
+from netsleuth.diagnostics.drops.enrich import DropEnricher
+from netsleuth.diagnostics.drops.program import DropsProgramConfig, drop_reasons_for_run, forced_fallbacks
+from netsleuth.diagnostics.drops.view import drop_line
 from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.reasons import DropReasons
-from netsleuth.render.drops_text import drop_line
 from tests.unit.test_drops_decode import FIXTURES, KALLSYMS, enricher, make_event
 
 
@@ -41,11 +42,11 @@ def _kernel(monkeypatch: pytest.MonkeyPatch, kfree_skb_arity: int) -> None:
 
 def test_reasons_are_inferred_only_where_the_kernel_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
     _kernel(monkeypatch, 2)  # 5.4 - 5.16: (skb, location)
-    assert DropsConfig().infers_reasons
-    assert not DropsConfig(kernel_reasons=True).infers_reasons
+    assert DropsProgramConfig().infers_reasons
+    assert not DropsProgramConfig(kernel_reasons=True).infers_reasons
     _kernel(monkeypatch, 3)  # 5.17+
-    assert not DropsConfig().infers_reasons
-    assert DropsConfig(kernel_reasons=False).infers_reasons
+    assert not DropsProgramConfig().infers_reasons
+    assert DropsProgramConfig(kernel_reasons=False).infers_reasons
 
 
 def test_fallback_words(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,7 +61,7 @@ def test_fallback_words(monkeypatch: pytest.MonkeyPatch) -> None:
         UsageError, match="unknown fallback 'ring'; known: perf-buffer, no-reason, raw-tp, no-task-btf"
     ):
         forced_fallbacks("ring")
-    monkeypatch.setenv(drops.FALLBACK_ENV, "no-reason")
+    monkeypatch.setenv(program.FALLBACK_ENV, "no-reason")
     assert forced_fallbacks() == {"kernel_reasons": False}
 
 
@@ -80,7 +81,7 @@ def test_a_kernel_without_reason_names_gets_an_empty_table(monkeypatch: pytest.M
 
 def test_reason_filters_need_the_kernels_reasons() -> None:
     with pytest.raises(UsageError, match="inferred from where each packet was freed"):
-        DropsConfig(reasons=frozenset({2}), kernel_reasons=False)
+        DropsProgramConfig(reasons=frozenset({2}), kernel_reasons=False)
 
 
 def _inferring(tmp_path: Path) -> DropEnricher:
@@ -99,7 +100,7 @@ def test_an_inferred_reason_comes_from_the_location_and_says_so(tmp_path: Path) 
     inferred = _inferring(tmp_path).enrich(raw)
     given = enricher(tmp_path).enrich(decode_record(make_event(in_task=0)))
     assert (inferred.reason, inferred.reason_inferred) == ("NO_SOCKET", True)
-    assert (given.reason, given.reason_inferred) == ("NO_SOCKET", False)
+    assert (given.reason, given.reason_inferred) == ("NO_SOCKET", msgspec.UNSET)
     # The number is this kernel's for the inferred name (6.1's tracefs table here), never the 0 it carried.
     assert inferred.reason_code == given.reason_code == 2
     assert inferred.to_json()["reason_inferred"] is True and "reason_inferred" not in given.to_json()
@@ -116,11 +117,11 @@ def test_an_unlisted_location_is_not_specified_and_still_marked(tmp_path: Path) 
 
 
 def test_diagnose_says_a_reason_was_inferred_and_fixes_without_reason_filters() -> None:
-    from netsleuth.diagnostics.drops_rules import drop_verdicts
+    from netsleuth.diagnostics.drops.rules import drop_verdicts
     from tests.unit.test_diagnose_rules import CONTEXT, group
 
     given = group("IP_INHDR", 40)
-    inferred = dataclasses.replace(given, reason_inferred=True)
+    inferred = msgspec.structs.replace(given, reason_inferred=True)
     [plain] = drop_verdicts([given], CONTEXT)
     [marked] = drop_verdicts([inferred], CONTEXT)
     assert "with reason IP_INHDR at" in plain.cause and "inferred" not in plain.cause
@@ -130,6 +131,6 @@ def test_diagnose_says_a_reason_was_inferred_and_fixes_without_reason_filters() 
     assert not any("--reason" in line for line in marked.fix) and marked.fix
     # A rule with its own sentence says it too.
     [backlog] = drop_verdicts(
-        [dataclasses.replace(group("CPU_BACKLOG", 1200), reason_inferred=True)], CONTEXT
+        [msgspec.structs.replace(group("CPU_BACKLOG", 1200), reason_inferred=True)], CONTEXT
     )
     assert backlog.cause.endswith("(drop reason CPU_BACKLOG inferred from the drop location)")

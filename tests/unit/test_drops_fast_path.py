@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from netsleuth._generated.drops_abi import DropEvent, DropGroupValue
-from netsleuth.diagnostics.drops_decode import EVENT_SIZE, decode_event, decode_records
+from netsleuth.diagnostics.drops.decode import EVENT_SIZE, decode_event, decode_records
 from netsleuth.diagnostics.iso_times import IsoTimes, iso_time
 from netsleuth.diagnostics.struct_layout import flat_struct
 from netsleuth.firewall import FirewallMatcher
@@ -165,7 +165,7 @@ def test_batch_enrichment_equals_one_at_a_time(tmp_path: Path) -> None:
         receiver.close()
     assert batch == one_by_one
     assert [record.to_json() for record in batch] == [record.to_json() for record in one_by_one]
-    assert batch[2].owner.source == "socket"
+    assert batch[2].owner == "socket"
 
 
 def test_the_matchers_memo_is_dropped_with_its_reading() -> None:

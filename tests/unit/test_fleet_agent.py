@@ -3,6 +3,7 @@ caps and deadline on a fake diagnostic, clock offsets, conntrack matching, confi
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -89,19 +90,21 @@ def _signed(task: Task) -> bytes:
 def test_accepted_task_has_scope_pushed_into_its_config_and_budgets_capped() -> None:
     accepted = _admission().admit(_signed(_task(scope=Scope(netns=("web",), addresses=("198.18.0.0/16",)))))
     # The namespace as the inode resolved at admission: a name re-pointed later changes nothing.
-    assert accepted.config == {"proto": "tcp", "netns": str(WEB.inode), "host": ["198.18.0.0/16"]}
+    config = accepted.config
+    assert (config.proto, config.netns) == ("tcp", str(WEB.inode))
+    assert config.host == (ipaddress.ip_network("198.18.0.0/16"),)
     assert accepted.budgets == Budgets(max_events=5, max_bytes=10_000, cpu_percent=2)
 
 
 def test_empty_scope_means_the_hosts_own_namespace() -> None:
-    assert _admission().admit(_signed(_task(scope=Scope()))).config["netns"] == str(OWN)
+    assert _admission().admit(_signed(_task(scope=Scope()))).config.netns == str(OWN)
     with pytest.raises(TaskRefused, match="outside the task's scope"):
         _admission().admit(_signed(_task(scope=Scope(), config={"netns": "web"})))
 
 
 def test_a_namespaced_agent_forces_its_namespace() -> None:
     admission = _admission(host_netns="lab-client")
-    assert admission.admit(_signed(_task(scope=Scope()))).config["netns"] == str(LAB.inode)
+    assert admission.admit(_signed(_task(scope=Scope()))).config.netns == str(LAB.inode)
     with pytest.raises(TaskRefused, match="outside this host"):
         admission.admit(_signed(_task(scope=Scope(netns=("web",)))))
 
@@ -134,11 +137,7 @@ def test_refusals(task: Task, reason: str) -> None:
 
 
 def test_config_is_validated_by_the_diagnostic_before_acceptance() -> None:
-    def validate(name: str, config: dict[str, Any]) -> object:
-        if not isinstance(config.get("dport"), int):
-            raise UsageError("--dport must be a port number from 0 to 65535 (got 'http')")
-        return config
-
+    # drops' typed config checks it (the same sentence as its CLI flag's), before anything is accepted.
     admission = TaskAdmission(
         host_id="node-a",
         run_id=RUN,
@@ -148,10 +147,12 @@ def test_config_is_validated_by_the_diagnostic_before_acceptance() -> None:
         host_netns="lab-client",
         namespaces=FakeNamespaces((LAB,)),
         clock=lambda: NOW,
-        validate_config=validate,
     )
-    assert admission.admit(_signed(_task(scope=Scope(), config={"dport": 80}))).config["dport"] == 80
-    with pytest.raises(TaskRefused, match=r"invalid config for drops: --dport must be a port number"):
+    assert admission.admit(_signed(_task(scope=Scope(), config={"dport": 80}))).config.dport == 80
+    with pytest.raises(
+        TaskRefused,
+        match=r"^invalid config for drops: dport 'http' is not a port: give a number from 1 to 65535$",
+    ):
         admission.admit(_signed(_task(scope=Scope(), config={"dport": "http"})))
 
 

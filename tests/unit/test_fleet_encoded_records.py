@@ -9,8 +9,8 @@ import os
 import random
 from pathlib import Path
 
-from netsleuth.diagnostics.drop_batch import DropBatcher
-from netsleuth.diagnostics.drops_decode import decode_records
+from netsleuth.diagnostics.drops.batch import DropBatcher
+from netsleuth.diagnostics.drops.decode import decode_records
 from netsleuth.fleet.diagnostic_source import EncodedRecords
 from netsleuth.fleet.scope_filter import ScopeFilter
 from netsleuth.fleet.session_runner import record_wall_ns

@@ -233,7 +233,7 @@ def test_host_wide_scope_rules() -> None:
         _admit(_task(scope=Scope(netns=("*",))), host_netns="lab-client")  # an agent confined to one netns
     with pytest.raises(TaskRefused, match="cannot be combined"):
         _admit(_task(scope=Scope(netns=("*",), addresses=("198.18.0.0/24",))))
-    with pytest.raises(TaskRefused, match="does not exist"):
+    with pytest.raises(TaskRefused, match="--netns 'nope' is not a network namespace on this host"):
         _admit(_task(scope=Scope(netns=("*",)), config={"netns": "nope"}))
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from netsleuth._generated.tcp_abi import EventKind
 from netsleuth.diagnostics.attribution import drop_owner_facts, tcp_owner_facts
-from netsleuth.diagnostics.drops_decode import RawDrop
-from netsleuth.diagnostics.drops_enrich import DropEnricher
+from netsleuth.diagnostics.drops.decode import RawDrop
+from netsleuth.diagnostics.drops.enrich import DropEnricher
 from netsleuth.diagnostics.tcp.events import TcpEventEnricher
 from netsleuth.diagnostics.tcp.resets import ResetEnricher
 from netsleuth.kernel.context import KernelClock, KernelContext

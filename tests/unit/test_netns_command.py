@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from netsleuth.diagnostics.drops_rules import drop_verdicts
+from netsleuth.diagnostics.drops.rules import drop_verdicts
 from netsleuth.doctor.findings import Finding, FixAction, FixKind, Severity
 from netsleuth.doctor.fixes import action_netns, apply_command, mtu_fix, placed_in, sysctl_fix
 from netsleuth.netns_command import in_netns, is_placed

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from netsleuth.diagnostics.drops.pcapng import LINKTYPE_ETHERNET, LINKTYPE_RAW, PcapngWriter
 from netsleuth.errors import UsageError
-from netsleuth.render.pcapng import LINKTYPE_ETHERNET, LINKTYPE_RAW, PcapngWriter
 
 TSHARK = shutil.which("tshark")
 

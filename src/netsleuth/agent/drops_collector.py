@@ -33,8 +33,8 @@ from netsleuth.agent.cardinality import OTHER, SeriesGuard
 from netsleuth.agent.config import DropsExporterConfig
 from netsleuth.agent.drops_source import DROPS_MAX_GROUPS
 from netsleuth.agent.function_names import FunctionNames
-from netsleuth.diagnostics.drops import DropTotals
-from netsleuth.diagnostics.drops_decode import RawDropGroup
+from netsleuth.diagnostics.drops.decode import RawDropGroup
+from netsleuth.diagnostics.drops.program import DropTotals
 from netsleuth.kernel.netns import NetnsNames
 from netsleuth.kernel.pods import PodIndex
 from netsleuth.kernel.process import container_of

@@ -7,7 +7,7 @@ on a host where containers come and go does not fill the 8192-group map with the
 from __future__ import annotations
 
 from netsleuth._generated.drops_abi import DROPS_MAX_GROUPS
-from netsleuth.diagnostics.drops import DropsConfig, DropsSession
+from netsleuth.diagnostics.drops.program import DropsProgramConfig, DropsSession
 from netsleuth.kernel.reasons import DropReasons
 
 __all__ = ["DROPS_MAX_GROUPS", "ExporterDropsSession"]
@@ -15,4 +15,4 @@ __all__ = ["DROPS_MAX_GROUPS", "ExporterDropsSession"]
 
 class ExporterDropsSession(DropsSession):
     def __init__(self, reasons: DropReasons) -> None:
-        super().__init__(DropsConfig(summary_only=True), reasons)
+        super().__init__(DropsProgramConfig(summary_only=True), reasons)

@@ -215,7 +215,7 @@ def run_session(
         summary = session.summary(interrupted)
         totals = session.totals()
         if writer is not None:
-            writer.write(dict(summary.to_json()))
+            writer.write_records([summary])
             writer.flush()
         else:
             view.finish(summary, totals, options.summary or interrupted or bool(options.duration))

@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 
 from netsleuth.diagnostics.causes import cause as cause_entry
-from netsleuth.diagnostics.drops_rules import LISTEN_OVERFLOW_FINDINGS, listen_overflow_fix
+from netsleuth.diagnostics.drops.rules import LISTEN_OVERFLOW_FINDINGS, listen_overflow_fix
 from netsleuth.kernel.netns_exec import call_in_netns
 from netsleuth.kernel.process import SocketOwners
 from netsleuth.spec.verdict import Severity, Verdict

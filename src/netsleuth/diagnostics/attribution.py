@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from netsleuth.kernel.process import SocketOwners, container_of
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.drops_decode import RawDrop
+    from netsleuth.diagnostics.drops.decode import RawDrop
     from netsleuth.diagnostics.tcp.program import RawTcpEvent
 
 __all__ = [

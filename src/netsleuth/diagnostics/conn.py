@@ -19,7 +19,7 @@ from typing import Any
 
 from netsleuth._generated.tcp_abi import EventKind, RetransKind
 from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
-from netsleuth.diagnostics.drops_enrich import DropRecord
+from netsleuth.diagnostics.drops.records import DropRecord
 from netsleuth.diagnostics.filters import IpNetwork
 from netsleuth.diagnostics.iso_times import iso_time
 from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, NatIndex, NatPath, Placement
@@ -29,7 +29,6 @@ from netsleuth.diagnostics.tcp.reset_causes import duration_text
 from netsleuth.diagnostics.tcp_names import errno_name, errno_number, errno_text
 from netsleuth.kernel.conntrack import ConntrackSource
 from netsleuth.kernel.context import KernelContext
-from netsleuth.packet import tcp_flags_text
 
 __all__ = [
     "ConnReport",
@@ -43,7 +42,6 @@ __all__ = [
 Endpoint = tuple[str, int]
 FlowKey = frozenset[Endpoint]
 
-_SYN, _ACK, _RST = 0x02, 0x10, 0x04
 _ECONNREFUSED, _ECONNRESET, _ETIMEDOUT = 111, 104, 110
 # Frees that are part of a normal close (a closed socket's queues purged: net/core/stream.c
 # sk_stream_kill_queues), not a cause of anything.
@@ -213,23 +211,21 @@ class ConnReport:
 
 
 def _what(drop: DropRecord, conn: Connection) -> str:
-    packet = drop.packet
-    flags = packet.tcp_flags or 0
+    flags = drop.tcp_flag_names
     placement = conn.translated.get(id(drop))
     # Behind a NAT the endpoints are rewritten: the direction is where the packet sits on the NAT path.
-    from_client = not placement.reply if placement else (packet.saddr, packet.sport) == conn.client
-    if flags & _SYN and not flags & _ACK:
+    from_client = not placement.reply if placement else (drop.saddr, drop.sport) == conn.client
+    if "SYN" in flags and "ACK" not in flags:
         return "SYNs"
-    if flags & _SYN:
+    if "SYN" in flags:
         return "SYN-ACKs"
-    if flags & _RST:
+    if "RST" in flags:
         return "RSTs"
     return "segments from the client" if from_client else "segments from the server"
 
 
 def _where(drop: DropRecord) -> str:
-    netfilter = drop.netfilter or {}
-    rule = netfilter.get("rule")
+    rule = drop.rule
     netns = f"netns {drop.netns_name or drop.netns}"
     if rule:
         return f'"{rule}" ({netns})'
@@ -238,7 +234,7 @@ def _where(drop: DropRecord) -> str:
 
 def _reason(drop: DropRecord) -> str:
     """The drop's reason, marked when it was inferred from the location (a kernel without reasons)."""
-    return f"{drop.reason} (inferred)" if drop.reason_inferred else drop.reason
+    return f"{drop.reason} (inferred)" if drop.reason_inferred is True else drop.reason
 
 
 def drops_text(conn: Connection) -> str | None:
@@ -451,10 +447,9 @@ class ConnTracker:
         self._apply(conn, raw, entry)
 
     def add_drop(self, drop: DropRecord) -> None:
-        packet = drop.packet
-        if packet.proto != 6 or packet.saddr is None or packet.daddr is None:
+        if drop.proto != "tcp" or drop.saddr is None or drop.daddr is None:
             return
-        source, destination = (packet.saddr, packet.sport or 0), (packet.daddr, packet.dport or 0)
+        source, destination = (drop.saddr, drop.sport or 0), (drop.daddr, drop.dport or 0)
         key = self._through_nat(frozenset((source, destination)), drop)
         conn = self._connections.get(key)
         if conn is None:
@@ -600,22 +595,21 @@ class ConnTracker:
             self._note_nat(conn, placement.path, item.time)
         if isinstance(item, DropRecord):
             conn.drops.append(item)
-            packet = item.packet
-            flags = f" [{tcp_flags_text(packet.tcp_flags)}]" if packet.tcp_flags is not None else ""
+            flags = f" [{item.tcp_flags}]" if isinstance(item.tcp_flags, str) else ""
             where = _where(item)
             text = (
-                f"dropped{flags} {endpoint_text(packet.saddr, packet.sport)} > "
-                f"{endpoint_text(packet.daddr, packet.dport)}: {_reason(item)} at {where}"
+                f"dropped{flags} {endpoint_text(item.saddr, item.sport)} > "
+                f"{endpoint_text(item.daddr, item.dport)}: {_reason(item)} at {where}"
             )
             data: dict[str, Any] = {
                 "reason": item.reason,
                 "location": item.location,
-                "netfilter": item.netfilter,
+                "netfilter": item.netfilter or None,
             }
-            if item.reason_inferred:
+            if item.reason_inferred is True:
                 data["reason_inferred"] = True
-            if packet.tcp_flags is not None:  # the fleet merge places a dropped RST after its reset
-                data["tcp_flags"] = tcp_flags_text(packet.tcp_flags)
+            if isinstance(item.tcp_flags, str):  # the fleet merge places a dropped RST after its reset
+                data["tcp_flags"] = item.tcp_flags
             conn.add(
                 TimelineEntry(
                     item.time,

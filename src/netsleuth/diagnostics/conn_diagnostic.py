@@ -19,7 +19,7 @@ from netsleuth.errors import UsageError
 if TYPE_CHECKING:
     from netsleuth._generated.tcp_abi import EventKind
     from netsleuth.diagnostics.conn import ConnReport, ConnSelector, ConnTracker
-    from netsleuth.diagnostics.drops import DropsDiagnostic
+    from netsleuth.diagnostics.drops.session import DropsDiagnostic
     from netsleuth.diagnostics.tcp.program import KindTotals, TcpSession
     from netsleuth.diagnostics.tcp.resets import ResetEnricher
     from netsleuth.kernel.conntrack import ConntrackReader
@@ -54,7 +54,8 @@ class ConnConfig:
     # Also emit, as their own drop/reset records, those no connection here claimed: where the connection's
     # socket is on another host, a fleet joins them with that host's report (fleet/diagnostic_source.py).
     report_unclaimed: bool = False
-    # The drops program's fallbacks NETSLEUTH_DROPS_FALLBACK forces (DropsConfig fields), as for `drops`.
+    # The drops program's fallbacks NETSLEUTH_DROPS_FALLBACK forces (DropsProgramConfig fields), as for
+    # `drops`.
     drops_fallbacks: tuple[tuple[str, bool], ...] = ()
 
     @property
@@ -109,7 +110,7 @@ def read_conn_config(values: ConfigInput) -> ConnConfig:
     drops_filter = PacketFilter(
         proto=_TCP, hosts=packet_filter.sources, port=packet_filter.sport, family=packet_filter.family
     )
-    from netsleuth.diagnostics.drops import forced_fallbacks
+    from netsleuth.diagnostics.drops.program import forced_fallbacks
 
     fallbacks = tuple(sorted(forced_fallbacks().items()))
     return ConnConfig(selector, tcp_filter, drops_filter, run, drops_fallbacks=fallbacks)
@@ -153,7 +154,8 @@ class ConnSummary:
 class ConnDiagnostic:
     def __init__(self, config: ConnConfig, context: KernelContext | None = None) -> None:
         from netsleuth._generated.tcp_abi import EventKind
-        from netsleuth.diagnostics.drops import DropsConfig, DropsDiagnostic
+        from netsleuth.diagnostics.drops.program import DropsProgramConfig
+        from netsleuth.diagnostics.drops.session import DropsDiagnostic
         from netsleuth.diagnostics.tcp.program import TcpSession, TcpSessionConfig
         from netsleuth.kernel.context import KernelContext
 
@@ -171,7 +173,7 @@ class ConnDiagnostic:
         )
         fallbacks: dict[str, Any] = dict(config.drops_fallbacks)
         self._drops: DropsDiagnostic = DropsDiagnostic(
-            DropsConfig(packet_filter=config.drops_filter, **fallbacks), self._context
+            DropsProgramConfig(packet_filter=config.drops_filter, **fallbacks), self._context
         )
         self._resets: ResetEnricher | None = None
         self._conntrack: ConntrackReader | None = None

@@ -19,72 +19,13 @@ from typing import Any, Literal, NotRequired, TypedDict, Union
 
 import msgspec
 
-from netsleuth.diagnostics.record_parts import Clock, Owner, PodRef, Totals
+from netsleuth.diagnostics.record_parts import Clock, Totals
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 
 __all__ = ["RECORD_TYPES", "json_schema", "markdown", "schema_for"]
 
 
 # -- shared parts --------------------------------------------------------------------------------------------
-
-
-# -- drops ---------------------------------------------------------------------------------------------------
-
-
-class DropJson(Owner):
-    type: Literal["drop"]
-    v: int
-    time: str
-    reason: str
-    reason_code: int
-    location: str
-    family: int
-    proto: str | None
-    saddr: str | None
-    daddr: str | None
-    sport: int | None
-    dport: int | None
-    length: int
-    netns: int
-    netns_name: str | None
-    ifname: str | None
-    ifindex: int
-    cpu: int
-    sk_state: str | None
-    tcp_flags: NotRequired[str]
-    icmp_type: NotRequired[int]
-    icmp_code: NotRequired[int]
-    stack: NotRequired[list[str]]
-    source: NotRequired[list[str]]
-    netfilter: NotRequired[dict[str, Any]]
-    # true when `reason` was inferred from `location` (the kernel gave none, before 5.17); `reason_code` is
-    # then this kernel's number for that name, 0 where it has none
-    reason_inferred: NotRequired[bool]
-    pod: NotRequired[PodRef]
-
-
-class DropGroupJson(TypedDict):
-    reason: str
-    location: str
-    netns: int
-    netns_name: str | None
-    count: int
-    bytes: int
-    example: DropJson
-    reason_inferred: NotRequired[bool]
-    pod: NotRequired[PodRef]
-
-
-class DropsSummaryJson(Totals):
-    type: Literal["summary"]
-    v: int
-    diagnostic: Literal["drops"]
-    attach: str
-    interrupted: bool
-    clock: Clock
-    groups: list[DropGroupJson]
-    groups_omitted: NotRequired[int]
-    reasons_inferred: NotRequired[bool]
 
 
 # -- conn ----------------------------------------------------------------------------------------------------
@@ -168,11 +109,9 @@ class SessionEndJson(TypedDict):
 
 # The declaration of each record type; summaries by the diagnostic that writes them.
 RECORD_TYPES: dict[str, type] = {
-    "drop": DropJson,
     "conn": ConnJson,
     "session_start": SessionStartJson,
     "session_end": SessionEndJson,
-    "summary:drops": DropsSummaryJson,
     "summary:conn": ConnSummaryJson,
 }
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 __all__ = ["SCHEMA_VERSIONS"]
 
 SCHEMA_VERSIONS: dict[str, int] = {
-    "drop": 1,
     "conn": 1,
     "summary": 1,
     "session_start": 1,

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import msgspec
 
 from netsleuth.agent.session_diagnostics import DiagnosticContext, open_session, open_typed
-from netsleuth.diagnostics.drop_batch import DropBatch
+from netsleuth.diagnostics.drops.batch import DropBatch
 from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 from netsleuth.diagnostics.totals import EventTotals
@@ -64,7 +64,7 @@ def catalogue() -> tuple[str, ...]:
 
 
 class EncodedRecords:
-    """A poll's records encoded once per kind (netsleuth.diagnostics.drop_batch.DropBatch: a drop storm)
+    """A poll's records encoded once per kind (netsleuth.diagnostics.drops.batch.DropBatch: a drop storm)
     that stay so on their way out: the T0 window and the scope are decided per kind and the lines are the
     batch's own, instead of a JSON object made and encoded per record. The window compares each drop's wall
     time in nanoseconds (the ISO text rounds it to the microsecond)."""
@@ -80,9 +80,7 @@ class EncodedRecords:
 
     def keep(self, scope: ScopeFilter) -> EncodedRecords:
         """What may leave the host; the rest counted by `scope` as its `keep` counts records."""
-        return EncodedRecords(
-            self._batch.select(lambda record, count: scope.keep_alike(record.to_json(), count))
-        )
+        return EncodedRecords(self._batch.select(lambda record, count: scope.keep_alike(record, count)))
 
     def lines(self) -> list[bytes]:
         return self._batch.json_lines()

@@ -95,7 +95,7 @@ class ScopeFilter:
 
     def keep_alike(self, record: Any, count: int) -> bool:
         """Whether `count` records alike `record` - the same but for their time, as a batch's drops of one
-        kind (netsleuth.diagnostics.drop_batch) - may leave the host; counted as `keep` would count them.
+        kind (netsleuth.diagnostics.drops.batch) - may leave the host; counted as `keep` would count them.
         Only for records that are kept or withheld whole (not summaries, conn reports or verdicts)."""
         if self.scope.host_wide:
             return True

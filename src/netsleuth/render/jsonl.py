@@ -1,51 +1,28 @@
 """JSON Lines: one object per line, flushed per batch so a pipe reader sees events as they happen.
 
-Encoding is orjson's (a drop storm is hundreds of thousands of lines a second; the standard library's
-encoder was a large part of the consumer's time), with output byte for byte what the standard library
-gives with compact separators and `ensure_ascii=False`, which this module used before and `encode_line`
-falls back to when the two could differ:
-- orjson writes floats below 1e-4 as `1e-6`/`0.00001` where Python writes `1e-06`/`1e-05`: a line with
-  such a number (or anything that looks like it, inside a string) is re-encoded by the standard library;
-- what orjson refuses (integers beyond 64 bits, keys that are not strings) or is told to pass through
-  (dataclasses, datetimes, which the standard library refuses too) goes to the standard library as well,
-  which gives its own answer or error.
-NaN and infinities are not JSON (orjson writes null, Python `NaN`); no record holds them.
+A typed record (a msgspec Struct, netsleuth.spec.records) encodes itself with msgspec; a batch that builds
+its own lines (one encoding per kind of record: a drop storm, netsleuth.diagnostics.drops.batch) gives them
+as they are. The few objects that are still plain dicts (an agent session's start and end, the records of a
+diagnostic not typed yet) are encoded by the standard library, compact and with `ensure_ascii=False`: none
+of them comes in storms.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import IO, Any, NoReturn, TextIO
+from typing import IO, Any, TextIO
 
-import orjson
 from msgspec import Struct as _Struct
 
 __all__ = ["JsonLinesWriter", "encode_line", "record_blob", "record_lines"]
 
 _stdlib_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-_dumps = orjson.dumps
-_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-# A float orjson formats unlike Python: a one-digit negative exponent (1e-6) or four zeros after the point
-# (0.00001; Python switches to an exponent below 1e-4, so it never writes `0.0000`). Substring tests first:
-# they cost a tenth of the regular expression, which only runs on lines that hold an "e-" at all.
-_ONE_DIGIT_EXPONENT = re.compile(rb"e-[0-9](?![0-9])").search
-
-
-def _refuse(value: object) -> NoReturn:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def encode_line(obj: Mapping[str, Any]) -> bytes:
-    """`obj` as one UTF-8 line (newline-terminated), identical to the standard library's compact JSON."""
-    try:
-        line = _dumps(obj, _refuse, _OPTIONS)
-    except TypeError:  # orjson.JSONEncodeError is a TypeError
-        return (_stdlib_encode(obj) + "\n").encode()
-    if b"0.0000" in line or (b"e-" in line and _ONE_DIGIT_EXPONENT(line) is not None):
-        return (_stdlib_encode(obj) + "\n").encode()
-    return line
+    """`obj` as one UTF-8 line (newline-terminated): the standard library's compact JSON."""
+    return (_stdlib_encode(obj) + "\n").encode()
 
 
 def _record_line(record: Any) -> bytes:
@@ -60,7 +37,7 @@ def _record_line(record: Any) -> bytes:
 
 def record_lines(records: Sequence[Any]) -> Iterable[bytes]:
     """The line of each record; a batch that builds its own lines (one encoding per kind of record, e.g.
-    netsleuth.diagnostics.drop_batch) gives them directly."""
+    netsleuth.diagnostics.drops.batch) gives them directly."""
     build = getattr(records, "json_lines", None)
     if build is not None:
         lines: list[bytes] = build()

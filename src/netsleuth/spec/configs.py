@@ -122,7 +122,14 @@ def read_config(
             f"is {version!r}: this netsleuth reads version {config_type.VERSION} of the {what} config",
             speaker=speaker,
         )
-    given = {key: value for key, value in values.items() if key != "v"}
+    repeatable = _repeatable(config_type)
+    # One value where a flag repeats (`"host": "198.18.0.1"`, `"reason": "NO_SOCKET"`) is a list of one, as
+    # the CLI's one flag is (docs/agent.md).
+    given = {
+        key: [value] if key in repeatable and isinstance(value, str | int) else value
+        for key, value in values.items()
+        if key != "v"
+    }
     try:
         config = msgspec.convert(given, config_type, strict=False, dec_hook=_dec_hook)
     except msgspec.ValidationError as error:
@@ -134,6 +141,27 @@ def read_config(
             raise _respoken(config_type, error, speaker) from None
         raise
     return config
+
+
+def _repeatable(config_type: type[Config]) -> frozenset[str]:
+    """The fields that hold a list of values (a repeatable flag)."""
+    found = _REPEATABLE.get(config_type)
+    if found is None:
+        found = _REPEATABLE[config_type] = frozenset(
+            field.encode_name for field in config_fields(config_type) if _is_sequence(field.type)
+        )
+    return found
+
+
+_REPEATABLE: dict[type[Config], frozenset[str]] = {}
+
+
+def _is_sequence(kind: mi.Type) -> bool:
+    if isinstance(kind, mi.UnionType):
+        return any(_is_sequence(member) for member in kind.types)
+    if isinstance(kind, mi.Metadata):
+        return _is_sequence(kind.type)
+    return isinstance(kind, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType)
 
 
 def _respoken(config_type: type[Config], error: ConfigError, speaker: Speaker) -> ConfigError:
@@ -159,7 +187,8 @@ def _sentence(
         known = sorted(field.encode_name for field in config_fields(config_type))
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; it knows {', '.join(known)}"
-        return ConfigError(name, f"is not an option of {what}{hint}", speaker=speaker, flag=name)
+        # A key the config does not have is no field a form could mark: the config as a whole is refused.
+        return ConfigError(None, f"{name} is not an option of {what}{hint}", speaker=speaker)
     missing = _MISSING.match(message)
     if missing:
         name = missing.group(1)

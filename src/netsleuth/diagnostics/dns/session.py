@@ -56,7 +56,7 @@ from netsleuth.spec.summary import ClockPart, Summary
 
 if TYPE_CHECKING:
     from netsleuth.bpf.object import BpfObject
-    from netsleuth.diagnostics.drops_enrich import DropEnricher
+    from netsleuth.diagnostics.drops.enrich import DropEnricher
     from netsleuth.diagnostics.filters import PacketFilter
     from netsleuth.kernel.context import KernelContext
     from netsleuth.kernel.reasons import DropReasons
@@ -244,7 +244,7 @@ class DnsDiagnostic:
     def _prepared_drop_enricher(self) -> DropEnricher:
         """Names for drops (reason, symbol, firewall rule). Made at the first poll, after attaching, like
         drops does: kallsyms is read and the traced namespace's firewall baseline taken before any drop."""
-        from netsleuth.diagnostics.drops_enrich import DropEnricher
+        from netsleuth.diagnostics.drops.enrich import DropEnricher
 
         assert self._reasons is not None
         if self._drop_enricher is None:
@@ -253,7 +253,7 @@ class DnsDiagnostic:
         return self._drop_enricher
 
     def _drop(self, event: DnsEvent, frames: tuple[int, ...], packet: bytes) -> DnsDrop:
-        from netsleuth.diagnostics.drops_decode import RawDrop
+        from netsleuth.diagnostics.drops.decode import RawDrop
 
         drop_enricher = self._prepared_drop_enricher()
         tuple_ = decode_tuple(event.tuple, event.tuple.l3_len)
@@ -294,14 +294,14 @@ class DnsDiagnostic:
             dport=tuple_.dport,
             id=parsed.id if parsed else None,
             name=parsed.qname if parsed else None,
-            pid=record.owner.pid,
-            comm=record.owner.comm,
-            owner=record.owner.source,
+            pid=record.pid,
+            comm=record.comm,
+            owner=record.owner,
             netns=record.netns,
             netns_name=record.netns_name,
             rule=netfilter.get("rule"),
             hook=netfilter.get("hook"),
-            netfilter=record.netfilter,
+            netfilter=record.netfilter or None,
         )
 
     def _remember_drop(self, drop: DnsDrop) -> None:

@@ -26,7 +26,7 @@ from netsleuth.spec.diagnose import Watched, WatchInputs, Window
 from netsleuth.spec.verdict import Severity, Verdict
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.drops_enrich import DropGroup
+    from netsleuth.diagnostics.drops.records import DropGroup
     from netsleuth.diagnostics.route.records import RouteGroup, RouteSummary
     from netsleuth.diagnostics.route.session import RouteDiagnostic
 

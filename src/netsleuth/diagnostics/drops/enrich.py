@@ -10,130 +10,85 @@ holding the packet's socket (by its inode in /proc/PID/fd), else "kernel".
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from msgspec import UNSET
+
 from netsleuth.diagnostics.attribution import Owner, drop_owner_facts
-from netsleuth.diagnostics.drops_decode import RawDrop, RawDropGroup
-from netsleuth.diagnostics.iso_times import IsoTimes
-from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
-from netsleuth.diagnostics.struct_layout import frozen_record
+from netsleuth.diagnostics.drops.decode import RawDrop, RawDropGroup
+from netsleuth.diagnostics.drops.records import DropGroup, DropRecord
 from netsleuth.kernel.context import KernelContext
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.netns import current_netns_inode
-from netsleuth.kernel.pods import Pod
 from netsleuth.kernel.reasons import DropReasons
-from netsleuth.kernel.symbolizer import SourceFrame, SourceSymbolizer
+from netsleuth.kernel.symbolizer import SourceSymbolizer
 from netsleuth.packet import PacketTuple, tcp_flags_text
+from netsleuth.spec.parts import PodRef, pod_ref
+from netsleuth.spec.records import WallTime
 
 if TYPE_CHECKING:
+    from msgspec import UnsetType
+
     from netsleuth.firewall import FirewallVerdict
 
-__all__ = ["DropEnricher", "DropGroup", "DropRecord", "Owner"]
-
-_iso_time = IsoTimes()  # iso_times.iso_time's text, formatted once per second of a storm
+__all__ = ["DropEnricher", "drop_record"]
 
 
-@dataclass(frozen=True)
-class DropRecord:
-    time: float  # seconds since the epoch
-    reason: str
-    reason_code: int
-    location: str
-    location_address: int
-    packet: PacketTuple
-    owner: Owner
-    netns: int
-    netns_name: str | None
-    ifname: str | None
-    ifindex: int
-    cpu: int
-    sk_state: str | None
-    stack: tuple[str, ...] | None
-    source: tuple[SourceFrame, ...] | None
-    netfilter: dict[str, Any] | None
-    packet_bytes: bytes
-    # `reason` was inferred from `location` (the kernel gave none: before 5.17), never the kernel's word.
-    reason_inferred: bool = False
-    pod: Pod | None = None  # the Kubernetes pod whose network namespace this is
-
-    def to_json(self) -> dict[str, Any]:
-        packet = self.packet
-        data: dict[str, Any] = {
-            "type": "drop",
-            "v": SCHEMA_VERSIONS["drop"],
-            "time": _iso_time(self.time),
-            "reason": self.reason,
-            "reason_code": self.reason_code,
-            "location": self.location,
-            "family": packet.family,
-            "proto": packet.proto_name,
-            "saddr": packet.saddr,
-            "daddr": packet.daddr,
-            "sport": packet.sport,
-            "dport": packet.dport,
-            "length": packet.length,
-            "pid": self.owner.pid,
-            "comm": self.owner.comm,
-            "owner": self.owner.source,
-            "container": self.owner.container,
-            "netns": self.netns,
-            "netns_name": self.netns_name,
-            "ifname": self.ifname,
-            "ifindex": self.ifindex,
-            "cpu": self.cpu,
-            "sk_state": self.sk_state,
-        }
-        if self.owner.container_name:
-            data["container_name"] = self.owner.container_name
-        if self.pod is not None:
-            data["pod"] = self.pod.to_json()
-        if self.reason_inferred:
-            data["reason_inferred"] = True
-        if packet.tcp_flags is not None:
-            data["tcp_flags"] = tcp_flags_text(packet.tcp_flags)
-        if packet.icmp_type is not None:
-            data["icmp_type"] = packet.icmp_type
-            data["icmp_code"] = packet.icmp_code
-        if self.stack is not None:
-            data["stack"] = list(self.stack)
-        if self.source is not None:
-            data["source"] = [frame.text() for frame in self.source]
-        if self.netfilter is not None:
-            data["netfilter"] = self.netfilter
-        return data
-
-
-@dataclass(frozen=True)
-class DropGroup:
-    reason: str
-    location: str
-    netns: int
-    netns_name: str | None
-    count: int
-    bytes: int
-    example: DropRecord
-    reason_inferred: bool = False
-
-    @property
-    def pod(self) -> Pod | None:
-        return self.example.pod
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "reason": self.reason,
-            "location": self.location,
-            "netns": self.netns,
-            "netns_name": self.netns_name,
-            "count": self.count,
-            "bytes": self.bytes,
-            "example": self.example.to_json(),
-        }
-        if self.example.pod is not None:
-            data["pod"] = self.example.pod.to_json()
-        if self.reason_inferred:
-            data["reason_inferred"] = True
-        return data
+def drop_record(
+    *,
+    time: float,
+    reason: str,
+    reason_code: int,
+    location: str,
+    packet: PacketTuple,
+    owner: Owner,
+    netns: int,
+    netns_name: str | None,
+    ifname: str | None,
+    ifindex: int,
+    cpu: int,
+    sk_state: str | None,
+    pod: PodRef | UnsetType = UNSET,
+    reason_inferred: bool = False,
+    stack: tuple[str, ...] | None = None,
+    source: tuple[str, ...] | None = None,
+    netfilter: dict[str, Any] | None = None,
+) -> DropRecord:
+    """A drop's record from what was named of it: the packet's headers and the owner become the record's
+    keys (the flags as words), and what a drop does not have is left out of its JSON."""
+    flags, icmp_type = packet.tcp_flags, packet.icmp_type
+    return DropRecord(
+        time=WallTime(time),
+        reason=reason,
+        reason_code=reason_code,
+        location=location,
+        family=packet.family,
+        proto=packet.proto_name,
+        saddr=packet.saddr,
+        daddr=packet.daddr,
+        sport=packet.sport,
+        dport=packet.dport,
+        length=packet.length,
+        pid=owner.pid,
+        comm=owner.comm,
+        owner=owner.source,
+        container=owner.container,
+        netns=netns,
+        netns_name=netns_name,
+        ifname=ifname,
+        ifindex=ifindex,
+        cpu=cpu,
+        sk_state=sk_state,
+        container_name=owner.container_name or UNSET,
+        pod=pod,
+        reason_inferred=True if reason_inferred else UNSET,
+        tcp_flags=tcp_flags_text(flags) if flags is not None else UNSET,
+        icmp_type=icmp_type if icmp_type is not None else UNSET,
+        icmp_code=packet.icmp_code if packet.icmp_code is not None else UNSET,
+        stack=stack if stack is not None else UNSET,
+        source=source if source is not None else UNSET,
+        netfilter=netfilter if netfilter is not None else UNSET,
+    )
 
 
 _CACHE_LIMIT = 65536
@@ -174,7 +129,7 @@ class DropEnricher:
         self.symbolizer = SourceSymbolizer(vmlinux) if vmlinux else None
         self.explain_firewall = explain_firewall
         self._netfilter_reason = reasons.value("NETFILTER_DROP")
-        self._source_cache: dict[int, tuple[SourceFrame, ...]] = {}
+        self._source_cache: dict[int, tuple[str, ...]] = {}
         self._reason_names: dict[int, str] = {}
         self._states: dict[int | None, str | None] = {}
         self._hooks: dict[tuple[tuple[int, ...], int], str | None] = {}
@@ -200,12 +155,14 @@ class DropEnricher:
     def owner(self, raw: RawDrop) -> Owner:
         return self.context.owner(drop_owner_facts(raw))
 
-    def _source(self, address: int) -> tuple[SourceFrame, ...] | None:
+    def _source(self, address: int) -> tuple[str, ...] | None:
+        """The source lines of the dropping call (`function at file:line`, inlined frames first)."""
         if self.symbolizer is None:
             return None
         cached = self._source_cache.get(address)
         if cached is None:
-            cached = tuple(self.symbolizer.symbolize_address(address, self.context.kallsyms))
+            frames = self.symbolizer.symbolize_address(address, self.context.kallsyms)
+            cached = tuple(frame.text() for frame in frames)
             self._source_cache[address] = cached
         return cached
 
@@ -279,7 +236,7 @@ class DropEnricher:
         reasons = self._reason_names
         symbol = context.symbol
         netns_names: dict[int, str | None] = {}
-        pods: dict[int, Pod | None] = {}
+        pods: dict[int, PodRef | UnsetType] = {}
         owners: dict[tuple[int | None, str, int], Owner] = {}
         netfilters: dict[tuple[int, tuple[int, ...], PacketTuple, str], dict[str, Any] | None] = {}
         want_stack = self.want_stack
@@ -307,47 +264,40 @@ class DropEnricher:
                 pod = pods[netns]
             else:
                 netns_name = netns_names[netns] = context.netns_names.name_of(netns)
-                pod = pods[netns] = context.pod(netns)
+                pod = pods[netns] = pod_ref(context.pod(netns))
             task = raw.in_task and not raw.kthread and raw.pid
             owner_key = (raw.pid if task else None, raw.comm, raw.sock_ino)
             owner = owners.get(owner_key)
             if owner is None:
                 owner = owners[owner_key] = self.owner(raw)
             packet = raw.packet
+            netfilter: dict[str, Any] | None = None
             if explain and (reason == "NETFILTER_DROP" if infer else reason_code == netfilter_reason):
                 netfilter_key = (netns, frames, packet, raw.ifname)
                 if netfilter_key in netfilters:
                     shared = netfilters[netfilter_key]
                 else:
                     shared = netfilters[netfilter_key] = self._netfilter(raw, frames)
-                netfilter = dict(shared) if shared is not None else None
-            else:
-                netfilter = None
-            sk_state = raw.sk_state
+                netfilter = shared  # records are read-only: one dict per kind of drop and batch
             append(
-                frozen_record(
-                    DropRecord,
-                    {
-                        "time": (raw.monotonic_ns + wall_offset) / 1e9,
-                        "reason": reason,
-                        "reason_code": reason_code,
-                        "location": symbol(location),
-                        "location_address": location,
-                        "packet": packet,
-                        "owner": owner,
-                        "netns": netns,
-                        "netns_name": netns_name,
-                        "ifname": raw.ifname or None,
-                        "ifindex": raw.ifindex,
-                        "cpu": raw.cpu,
-                        "sk_state": self._state_name(sk_state) if packet.proto == 6 else None,
-                        "stack": tuple(symbol(address) for address in frames) if want_stack else None,
-                        "source": source(location) if source is not None else None,
-                        "netfilter": netfilter,
-                        "packet_bytes": raw.packet_bytes,
-                        "reason_inferred": infer,
-                        "pod": pod,
-                    },
+                drop_record(
+                    time=(raw.monotonic_ns + wall_offset) / 1e9,
+                    reason=reason,
+                    reason_code=reason_code,
+                    location=symbol(location),
+                    packet=packet,
+                    owner=owner,
+                    netns=netns,
+                    netns_name=netns_name,
+                    ifname=raw.ifname or None,
+                    ifindex=raw.ifindex,
+                    cpu=raw.cpu,
+                    sk_state=self._state_name(raw.sk_state) if packet.proto == 6 else None,
+                    pod=pod,
+                    reason_inferred=infer,
+                    stack=tuple(symbol(address) for address in frames) if want_stack else None,
+                    source=source(location) if source is not None else None,
+                    netfilter=netfilter,
                 )
             )
         return records
@@ -368,4 +318,5 @@ class DropEnricher:
             bytes=group.bytes,
             example=example,
             reason_inferred=example.reason_inferred,
+            pod=example.pod,
         )

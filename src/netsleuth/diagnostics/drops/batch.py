@@ -6,10 +6,11 @@ its first field (`time_ns`, drop_event's first 8 bytes), and enriching a batch i
 (the enricher's memos - owner, netns name, firewall verdict - are per batch, the rest per run). So the raw
 records are grouped by those bytes, each group's first record is decoded and enriched (one enrich_many call
 for the batch's group representatives, so the memos are shared as before), and every other record of the
-group is that record with its own time. The JSON line of a group is encoded once and split around its time
-text: each drop's line is prefix + its time + suffix, the same bytes `encode_line(record.to_json())` gives
-(tests/unit/test_drop_batch.py checks both against the plain path). Records are only built when asked for
-(a text view, a pcap sink); the JSON path never builds them.
+group is that record with its own time. The JSON line of a group is encoded once (the typed record's own
+encoding, netsleuth.spec.records) and split around its time text: each drop's line is prefix + its time +
+suffix, the same bytes `encode(record)` gives (tests/unit/test_drop_batch.py checks both against the plain
+path). Records are only built when asked for (a text view, a pcap sink, conn); the JSON path never builds
+them.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, overload
 
-from netsleuth.diagnostics.iso_times import IsoTimes
-from netsleuth.diagnostics.struct_layout import frozen_record
+import msgspec
+
+from netsleuth.diagnostics.drops.records import DropRecord
+from netsleuth.spec.records import WallTime, encode
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.drops_decode import RawDrop
-    from netsleuth.diagnostics.drops_enrich import DropRecord
+    from netsleuth.diagnostics.drops.decode import RawDrop
 
 __all__ = ["DropBatch", "DropBatcher"]
 
@@ -33,14 +35,16 @@ _TIME_SIZE = 8
 
 
 class _Kind:
-    """One group of a batch: its enriched first drop and its JSON line (UTF-8) cut around the time text
-    (`head` up to the opening quote, `tail` from the time zone on); filled in once the batch's kinds are
-    enriched."""
+    """One group of a batch: its enriched first drop, its captured packet bytes (the same for every drop of
+    the group: they are part of the record after its time) and its JSON line (UTF-8) cut around the time
+    text (`head` up to the opening quote, `tail` from the time zone on); filled in once the batch's kinds
+    are enriched."""
 
-    __slots__ = ("head", "record", "tail")
+    __slots__ = ("head", "packet", "record", "tail")
 
     def __init__(self) -> None:
         self.record: DropRecord | None = None
+        self.packet = b""
         self.head: bytes | None = None  # None: the line could not be cut (never seen; encoded whole then)
         self.tail = b""
 
@@ -106,17 +110,16 @@ class DropBatch(Sequence["DropRecord"]):
             members, times = [kind for kind, _ in chosen], [time_ns for _, time_ns in chosen]
         return DropBatch(kept, members, times, self._offset)
 
-    def _record(self, index: int) -> DropRecord:
-        from netsleuth.diagnostics.drops_enrich import DropRecord
+    def captures(self) -> Iterator[tuple[DropRecord, bytes]]:
+        """Each drop whose packet bytes were captured (a run with a snaplen: --pcap), with them."""
+        for index, kind in enumerate(self._members):
+            if kind.packet:
+                yield self._record(index), kind.packet
 
+    def _record(self, index: int) -> DropRecord:
         first = self._members[index].record
         assert first is not None  # every kind is enriched before the batch is made
-        values = dict(first.__dict__)
-        values["time"] = (self._times[index] + self._offset) / 1e9
-        # The group's netfilter dict is per record in the plain path too (a copy each).
-        if values.get("netfilter") is not None:
-            values["netfilter"] = dict(values["netfilter"])
-        return frozen_record(DropRecord, values)
+        return _replace(first, time=WallTime((self._times[index] + self._offset) / 1e9))
 
     def _line_values(self) -> list[object] | None:
         """Per drop, what `_LINE` takes: its kind's head, its second's head, its microseconds and its kind's
@@ -140,12 +143,10 @@ class DropBatch(Sequence["DropRecord"]):
         return values
 
     def json_lines(self) -> list[bytes]:
-        """One newline-terminated JSON line per drop (as `encode_line(record.to_json())`)."""
+        """One newline-terminated JSON line per drop (as `encode(record)` and a newline)."""
         values = self._line_values()
         if values is None:
-            from netsleuth.render.jsonl import encode_line
-
-            return [encode_line(self._record(index).to_json()) for index in range(len(self))]
+            return [encode(self._record(index)) + b"\n" for index in range(len(self))]
         line = _LINE
         return [line % tuple(values[at : at + 4]) for at in range(0, len(values), 4)]
 
@@ -158,7 +159,7 @@ class DropBatch(Sequence["DropRecord"]):
         return (_LINE * len(self._times)) % tuple(values)
 
 
-_ISO = IsoTimes()  # the same text as drops_enrich's iso time (tests/unit/test_drops_fast_path.py)
+_replace = msgspec.structs.replace
 _ZONE = "+00:00"
 _LINE = b"%s%s%06d%s"  # a drop's line: its kind's head, its second's head, its microseconds, its kind's tail
 _ONE_SECOND = 1_000_000_000
@@ -225,8 +226,6 @@ class DropBatcher:
         buffer hands them over: one copy of every record, netsleuth.bpf.ringbuf). A storm sends one kind
         after another of the same: a record whose bytes after its time are the last one's is told by one
         comparison in place, and only the others are cut out and looked up."""
-        from netsleuth.render.jsonl import encode_line
-
         index: dict[bytes, _Kind] = {}
         firsts: list[bytes] = []
         kinds: list[_Kind] = []
@@ -252,8 +251,10 @@ class DropBatcher:
         # then computed with the same offset.
         offset = self._wall_offset_ns()
         # One decode and one enrich_many for the kinds: the enricher's per-batch memos see them together.
-        enriched = self._enrich(self._decode(firsts)) if firsts else []
-        for each, record in zip(kinds, enriched, strict=True):
+        raws = self._decode(firsts) if firsts else []
+        enriched = self._enrich(raws) if raws else []
+        for each, raw, record in zip(kinds, raws, enriched, strict=True):
             each.record = record
-            _cut(each, encode_line(record.to_json()), _ISO(record.time))
+            each.packet = raw.packet_bytes
+            _cut(each, encode(record) + b"\n", record.time.iso())
         return DropBatch(kinds, members, times, offset)

@@ -16,15 +16,16 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from netsleuth.diagnostics.causes import cause as cause_entry
-from netsleuth.diagnostics.drops_enrich import DropGroup, DropRecord
+from netsleuth.diagnostics.drops.records import DropGroup, DropRecord
+from netsleuth.diagnostics.drops.view import endpoints
 from netsleuth.firewall.removal import removal_command
 from netsleuth.netns_command import in_netns
-from netsleuth.render.drops_text import endpoints
 from netsleuth.spec.diagnose import Watched, WatchInputs, Window
 from netsleuth.spec.verdict import Severity, Verdict
 
 if TYPE_CHECKING:
-    from netsleuth.diagnostics.drops import DropsDiagnostic, DropsSummary
+    from netsleuth.diagnostics.drops.records import DropsSummary
+    from netsleuth.diagnostics.drops.session import DropsDiagnostic
 
 __all__ = [
     "LISTEN_OVERFLOW_FINDINGS",
@@ -71,13 +72,17 @@ def _fix_netns(group: DropGroup, window: Window) -> str | None:
 
 
 def _who(example: DropRecord) -> str:
-    owner = example.owner
-    return f"{owner.comm}[{owner.pid}]" if owner.pid is not None else "no process (kernel)"
+    return f"{example.comm}[{example.pid}]" if example.pid is not None else "no process (kernel)"
 
 
 def _where(group: DropGroup) -> str:
     netns = f"netns {group.netns_name}" if group.netns_name else f"netns {group.netns}"
-    return f"pod {group.pod.ref}, {netns}" if group.pod is not None else netns
+    return f"pod {_pod(group)}, {netns}" if group.pod else netns
+
+
+def _pod(group: DropGroup) -> str | None:
+    """The group's pod as NAMESPACE/NAME, None when its namespace is no pod's."""
+    return f"{group.pod.namespace}/{group.pod.name}" if group.pod else None
 
 
 def _evidence(group: DropGroup, seconds: float, **extra: Any) -> dict[str, Any]:
@@ -89,11 +94,9 @@ def _evidence(group: DropGroup, seconds: float, **extra: Any) -> dict[str, Any]:
         "location": group.location,
         "netns": group.netns,
         "netns_name": group.netns_name,
-        **({"pod": group.pod.ref} if group.pod is not None else {}),
-        "example": endpoints(example.packet),
-        "process": None
-        if example.owner.pid is None
-        else {"pid": example.owner.pid, "comm": example.owner.comm},
+        **({"pod": _pod(group)} if group.pod else {}),
+        "example": endpoints(example),
+        "process": None if example.pid is None else {"pid": example.pid, "comm": example.comm},
     }
     if example.stack:
         evidence["stack_top"] = list(example.stack[:3])
@@ -124,7 +127,7 @@ def _verdict(
     **evidence: Any,
 ) -> Verdict:
     """The verdict of one group: what it concerns is the group's namespace and its example's flow."""
-    packet = group.example.packet
+    packet = group.example
     return Verdict(
         category=category,
         severity=_severity(group, window.seconds, loss),
@@ -144,7 +147,7 @@ def _verdict(
 def _firewall(group: DropGroup, window: Window) -> Verdict:
     example, netfilter = group.example, group.example.netfilter or {}
     rule, table, chain, hook = (netfilter.get(key) for key in ("rule", "table", "chain", "hook"))
-    packet = endpoints(example.packet)
+    packet = endpoints(example)
     if rule:
         cause = (
             f'firewall rule "{rule}" ({table}/{chain}, {hook} hook, {_where(group)}) dropped {group.count} '
@@ -173,11 +176,11 @@ def _firewall(group: DropGroup, window: Window) -> Verdict:
 
 
 def _no_listener(group: DropGroup, window: Window) -> Verdict:
-    packet = group.example.packet
+    packet = group.example
     resets = window.resets_by_flow.get((packet.daddr, packet.dport), 0)
     refused = f"; {resets} reset(s) sent back" if resets else ""
     cause = (
-        f"nothing listens on {packet.proto_name} port {packet.dport} of {packet.daddr} ({_where(group)}): "
+        f"nothing listens on {packet.proto} port {packet.dport} of {packet.daddr} ({_where(group)}): "
         f"{group.count} packet(s) refused{refused}"
     )
     start, look = cause_entry("no_listener").fixes
@@ -190,7 +193,7 @@ def _listen_overflow(group: DropGroup, window: Window) -> Verdict:
     somaxconn = window.sysctls.get("net.core.somaxconn")
     why = cause_entry("listen_overflow").summary
     cause = (
-        f"the accept queue of {_who(example)} listening on port {example.packet.dport} ({_where(group)}) "
+        f"the accept queue of {_who(example)} listening on port {example.dport} ({_where(group)}) "
         f"is full: {group.count} connection attempt(s) dropped because {why}"
     )
     return _verdict(
@@ -198,7 +201,7 @@ def _listen_overflow(group: DropGroup, window: Window) -> Verdict:
         window,
         "listen-overflow",
         cause,
-        listen_overflow_fix(example.owner.comm, somaxconn, _fix_netns(group, window)),
+        listen_overflow_fix(example.comm, somaxconn, _fix_netns(group, window)),
         "listen_overflow",
         loss=True,
         absorbed=LISTEN_OVERFLOW_FINDINGS,
@@ -225,10 +228,10 @@ def _udp_rcvbuf(group: DropGroup, window: Window) -> Verdict:
     rmem_max = window.sysctls.get("net.core.rmem_max")
     rcvbuf = cause_entry("rcvbuf")
     cause = (
-        f"the receive buffer of {_who(example)} on {example.packet.proto_name} port {example.packet.dport} "
+        f"the receive buffer of {_who(example)} on {example.proto} port {example.dport} "
         f"({_where(group)}) overflowed: {group.count} datagram(s) dropped because {rcvbuf.summary}"
     )
-    faster, larger = rcvbuf.fixes_for(comm=example.owner.comm or "the receiver", rmem_max=rmem_max)
+    faster, larger = rcvbuf.fixes_for(comm=example.comm or "the receiver", rmem_max=rmem_max)
     fix = (
         faster,
         f"{larger}: "
@@ -270,7 +273,7 @@ def _cpu_backlog(group: DropGroup, window: Window) -> Verdict:
 
 
 def _rp_filter(group: DropGroup, window: Window) -> Verdict:
-    packet = group.example.packet
+    packet = group.example
     rp_filter = cause_entry("rp_filter")
     cause = (
         f"reverse-path filtering dropped {group.count} packet(s) from {packet.saddr} "
@@ -292,7 +295,7 @@ def _generic(group: DropGroup, window: Window) -> Verdict:
     loss = group.reason in _LOSS_REASONS
     cause = (
         f"the kernel dropped {group.count} packet(s) with reason {group.reason} at {group.location} "
-        f"({_where(group)}), e.g. {endpoints(group.example.packet)}"
+        f"({_where(group)}), e.g. {endpoints(group.example)}"
     )
     kernel_drop = cause_entry("kernel_drop")
     return _verdict(
@@ -347,10 +350,11 @@ def diagnose_verdicts(watched: Watched, window: Window) -> list[Verdict]:
 
 
 def open_watch(inputs: WatchInputs) -> DropsDiagnostic:
-    from netsleuth.diagnostics.drops import DropsConfig, DropsDiagnostic
+    from netsleuth.diagnostics.drops.program import DropsProgramConfig
+    from netsleuth.diagnostics.drops.session import DropsDiagnostic
 
     # Counted in the kernel (no events), netsleuth's own netlink sockets' purges left out (skip_own).
-    config = DropsConfig(packet_filter=inputs.packet_filter, summary_only=True, skip_own=True)
+    config = DropsProgramConfig(packet_filter=inputs.packet_filter, summary_only=True, skip_own=True)
     return DropsDiagnostic(config, inputs.context, reasons=inputs.drop_reasons)
 
 

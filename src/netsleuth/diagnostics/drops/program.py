@@ -1,9 +1,14 @@
-"""`drops`: every packet the kernel frees with a drop reason, from tracepoint skb:kfree_skb.
+"""`drops`' kernel side: every packet the kernel frees with a drop reason, from tracepoint skb:kfree_skb.
 
 `DropsSession` owns the BPF object (open -> configure -> load -> attach) and turns raw ring-buffer records
-and map entries into `RawDrop`s and `DropTotals`; `netsleuth.diagnostics.drops_enrich` adds names (reason,
+and map entries into `RawDrop`s and `DropTotals`; netsleuth.diagnostics.drops.enrich adds names (reason,
 symbol, netns, process, firewall rule) to make `DropRecord`s. Totals come from kernel counters and are exact
 whatever was sampled or lost on the way to userspace.
+
+`DropsProgramConfig` is what the program is loaded with: the user's `DropsConfig` resolved on this host (the
+namespace as an inode, reason names as this kernel's numbers), plus what netsleuth itself chooses (the older
+kernels' fallbacks, leaving its own footprint out) - also what `conn`, `diagnose` and the exporter, which run
+the drops program for their own ends, give it.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import mmap
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from netsleuth._generated.drops_abi import (
     DROPS_MAX_SNAPLEN,
@@ -26,43 +31,35 @@ from netsleuth.bpf import features
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.program_session import PerfFallback, ProgramBacked, ProgramSession, Variant
-from netsleuth.diagnostics.drop_runs import groups_with_runs
+from netsleuth.diagnostics.drops.runs import groups_with_runs
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps, fill_filter_config
-from netsleuth.diagnostics.filters import FILTER_KEYS, PacketFilter, read_packet_filter
-from netsleuth.diagnostics.model import ConfigInput, DiagnosticSpec, RunOptions
-from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
+from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import EnvironmentProblem, UsageError
 from netsleuth.kernel.kconfig import thread_size
-from netsleuth.spec.diagnose import DiagnoseWatch, lazy
 
-# What a run needs once attached (decoding, names) loads then: see netsleuth.diagnostics.drops_decode.
+# What a run needs once attached (decoding, names) loads then: see netsleuth.diagnostics.drops.decode.
 if TYPE_CHECKING:
     from netsleuth.bpf.ringbuf import RecordBlob
-    from netsleuth.diagnostics.drop_batch import DropBatch, DropBatcher
-    from netsleuth.diagnostics.drops_decode import RawDrop, RawDropGroup, RecordDecoder
-    from netsleuth.diagnostics.drops_enrich import DropEnricher, DropGroup
-    from netsleuth.kernel.context import KernelClock, KernelContext
+    from netsleuth.diagnostics.drops.decode import RawDrop, RawDropGroup, RecordDecoder
     from netsleuth.kernel.reasons import DropReasons
 
 __all__ = [
-    "DIAGNOSTIC",
     "FALLBACK_ENV",
+    "NO_REASON_FILTER",
     "DropTotals",
-    "DropsConfig",
-    "DropsDiagnostic",
+    "DropsProgramConfig",
     "DropsSession",
-    "DropsSummary",
     "drop_reasons_for_run",
     "forced_fallbacks",
-    "read_drops_config",
 ]
 
 
 @dataclass(frozen=True)
-class DropsConfig:
-    """What a drops run traces and how (a dataclass with a docstring is also cheaper to define: without
-    one, dataclasses computes a signature for __doc__ at import, on the way to attaching)."""
+class DropsProgramConfig:
+    """What the drops program traces and how, resolved on this host (a dataclass with a docstring is also
+    cheaper to define: without one, dataclasses computes a signature for __doc__ at import, on the way to
+    attaching)."""
 
     packet_filter: PacketFilter = field(default_factory=PacketFilter)
     reasons: frozenset[int] = frozenset()
@@ -71,7 +68,6 @@ class DropsConfig:
     snaplen: int = 0
     summary_only: bool = False
     sample_every: int = 1
-    duration: float | None = None
     # The fallbacks for older kernels, each chosen from what the running kernel has when None (see
     # docs/kernel-support.md) and forced on this one by the tests (or NETSLEUTH_DROPS_FALLBACK):
     # perf_buffer - events through per-CPU perf buffers, as before ring buffers (5.8);
@@ -87,10 +83,6 @@ class DropsConfig:
     # its own firewall reads left unread. Counted apart (`own_drops`), never as the host's. diagnose sets it.
     skip_own: bool = False
 
-    @property
-    def run_options(self) -> RunOptions:
-        return RunOptions(summary=self.summary_only, sample=self.sample_every, duration=self.duration)
-
     def __post_init__(self) -> None:
         if not 0 <= self.snaplen <= DROPS_MAX_SNAPLEN:
             raise UsageError(f"--snaplen must be between 0 and {DROPS_MAX_SNAPLEN} bytes")
@@ -99,7 +91,7 @@ class DropsConfig:
         if self.reasons and self.exclude_reasons:
             raise UsageError("use either --reason or --exclude-reason, not both")
         if self.kernel_reasons is False and (self.reasons or self.exclude_reasons):
-            raise UsageError(_NO_REASON_FILTER)
+            raise UsageError(NO_REASON_FILTER)
 
     @property
     def infers_reasons(self) -> bool:
@@ -109,7 +101,7 @@ class DropsConfig:
         return not features.drop_reasons()
 
 
-_NO_REASON_FILTER = (
+NO_REASON_FILTER = (
     "--reason and --exclude-reason select the kernel's drop reasons, and this run has none (skb:kfree_skb "
     "passes them from Linux 5.17): its reasons are inferred from where each packet was freed, so select "
     "them in the output instead"
@@ -145,7 +137,7 @@ class DropsSession(ProgramBacked):
 
     def __init__(
         self,
-        config: DropsConfig,
+        config: DropsProgramConfig,
         reasons: DropReasons | None = None,
         programs: tuple[str, ...] | None = None,
     ) -> None:
@@ -157,7 +149,7 @@ class DropsSession(ProgramBacked):
             programs = ("drops_raw_tp",) if config.raw_tp_only else PROGRAMS
         self._reasons_inferred: bool | None = None
         if (config.reasons or config.exclude_reasons) and self.reasons_inferred:
-            raise UsageError(_NO_REASON_FILTER)
+            raise UsageError(NO_REASON_FILTER)
         self.buffer = "none"  # where events travel: "ring" or "perf" once started, "none" when only counting
         self._programs = ProgramSession(
             "drops",
@@ -303,7 +295,7 @@ class DropsSession(ProgramBacked):
 
     def decode(self, records: list[bytes]) -> list[RawDrop]:
         if self._decoder is None:
-            from netsleuth.diagnostics.drops_decode import RecordDecoder
+            from netsleuth.diagnostics.drops.decode import RecordDecoder
 
             self._decoder = RecordDecoder()
         return self._decoder.decode(records)
@@ -313,7 +305,7 @@ class DropsSession(ProgramBacked):
 
     def groups(self) -> Iterator[RawDropGroup]:
         """Counts by reason x location x netns, each with the first drop of its kind as the example."""
-        from netsleuth.diagnostics.drops_decode import RawDropGroup, decode_event
+        from netsleuth.diagnostics.drops.decode import RawDropGroup, decode_event
 
         for key, value in groups_with_runs(self._programs):
             frames = tuple(value.example_frames[: value.example.nr_frames])
@@ -342,13 +334,9 @@ class DropsSession(ProgramBacked):
         return int.from_bytes(value[0:8], "little"), int.from_bytes(value[8:16], "little")
 
 
-# -- the registered diagnostic ---------------------------------------------------------------------------
-
-DROPS_KEYS = (*FILTER_KEYS, *RunOptions.KEYS, "reason", "exclude_reason", "stack", "snaplen")
-
 # NETSLEUTH_DROPS_FALLBACK=perf-buffer,no-reason,raw-tp,no-task-btf forces the older kernels' paths on a newer
-# one, for a whole command (the privileged tests run `netsleuth drops` that way); the words are DropsConfig
-# fields.
+# one, for a whole command (the privileged tests run `netsleuth drops` that way); the words set
+# DropsProgramConfig fields.
 FALLBACK_ENV = "NETSLEUTH_DROPS_FALLBACK"
 _FALLBACKS = {
     "perf-buffer": {"perf_buffer": True},
@@ -359,7 +347,8 @@ _FALLBACKS = {
 
 
 def forced_fallbacks(text: str | None = None) -> dict[str, bool]:
-    """The DropsConfig fields NETSLEUTH_DROPS_FALLBACK (or `text`) sets; an unknown word is a usage error."""
+    """The DropsProgramConfig fields NETSLEUTH_DROPS_FALLBACK (or `text`) sets; an unknown word is a usage
+    error."""
     text = os.environ.get(FALLBACK_ENV, "") if text is None else text
     fields: dict[str, bool] = {}
     for word in filter(None, (part.strip() for part in text.split(","))):
@@ -372,7 +361,7 @@ def forced_fallbacks(text: str | None = None) -> dict[str, bool]:
 
 def drop_reasons_for_run(kernel_reasons: bool | None = None) -> DropReasons:
     """This kernel's drop reason names, or, on a kernel that has none (before 5.17), an empty table: its runs
-    infer reasons from the drop location instead. `kernel_reasons` as in DropsConfig (True: they are
+    infer reasons from the drop location instead. `kernel_reasons` as in DropsProgramConfig (True: they are
     required, so their absence is the error it always was)."""
     from netsleuth.kernel.reasons import load_drop_reasons
 
@@ -384,226 +373,3 @@ def drop_reasons_for_run(kernel_reasons: bool | None = None) -> DropReasons:
         from netsleuth.kernel.reasons import DropReasons
 
         return DropReasons({}, "none: this kernel does not name drop reasons (they are inferred)")
-
-
-def read_drops_config(values: ConfigInput, reasons: DropReasons | None = None) -> DropsConfig:
-    """--reason names are the running kernel's (read from its BTF), so they are checked on the host that
-    traces; `reasons` is that kernel's table (loaded here when not given and names are to be read: a run
-    without --reason looks nothing up in the kernel's BTF before it attaches)."""
-    options = RunOptions.read(values)
-    forced = forced_fallbacks()
-    snaplen = values.integer("snaplen", default=0)
-    if snaplen and options.summary:
-        raise UsageError("--pcap needs individual drops: it cannot be combined with --summary")
-    wanted, unwanted = values.texts("reason"), values.texts("exclude_reason")
-    if (wanted or unwanted) and (forced.get("kernel_reasons") is False or not features.drop_reasons()):
-        raise UsageError(_NO_REASON_FILTER)
-    if wanted or unwanted:
-        reasons = reasons or drop_reasons_for_run(forced.get("kernel_reasons"))
-    return DropsConfig(
-        packet_filter=read_packet_filter(values),
-        reasons=frozenset(reasons.parse(wanted)) if reasons is not None else frozenset(),
-        exclude_reasons=frozenset(reasons.parse(unwanted)) if reasons is not None else frozenset(),
-        stack=values.flag("stack"),
-        snaplen=snaplen,
-        summary_only=options.summary,
-        sample_every=options.sample,
-        duration=options.duration,
-        **forced,
-    )
-
-
-@dataclass(frozen=True)
-class DropsSummary:
-    """What a drops run ends with: exact totals, the groups (reason x location x netns, largest first) and
-    the clock that turns the run's kernel timestamps into wall-clock time."""
-
-    totals: DropTotals
-    attach: str
-    interrupted: bool
-    groups: tuple[DropGroup, ...]
-    clock: KernelClock
-    reasons_inferred: bool = False  # every group's reason was inferred from its location (no kernel reasons)
-
-    def to_json(self) -> dict[str, Any]:
-        data = {
-            "type": "summary",
-            "v": SCHEMA_VERSIONS["summary"],
-            "diagnostic": "drops",
-            **self.totals.to_json(),
-            "attach": self.attach,
-            "interrupted": self.interrupted,
-            "clock": self.clock.to_json(),
-            "groups": [group.to_json() for group in self.groups],
-        }
-        if self.reasons_inferred:
-            data["reasons_inferred"] = True
-        return data
-
-
-class DropsDiagnostic:
-    """`drops` as a session of the diagnostic model: raw drops from the kernel, named by a `DropEnricher`
-    that shares the run's `KernelContext`. Names are read at the first poll, after attaching: the kernel is
-    already counting and queueing while kallsyms is read."""
-
-    def __init__(
-        self,
-        config: DropsConfig,
-        context: KernelContext | None = None,
-        reasons: DropReasons | None = None,
-        vmlinux: str | None = None,
-        explain_firewall: bool = True,
-        find_vmlinux: bool = False,
-    ) -> None:
-        """`vmlinux`: a debug vmlinux for source lines; `find_vmlinux`: look for one when names are first
-        needed (after attaching: the search imports the symbolizer, which attaching does not need)."""
-        self.config = config
-        self._reasons = reasons
-        self._raw = DropsSession(config, reasons)
-        self._context = context
-        self._vmlinux = vmlinux
-        self._find_vmlinux = find_vmlinux
-        self._explain_firewall = explain_firewall
-        self._enricher: DropEnricher | None = None
-        self._batcher: DropBatcher | None = None
-
-    @property
-    def reasons(self) -> DropReasons:
-        """The kernel's reason names, read when first needed (naming, after attaching) unless given."""
-        if self._reasons is None:
-            self._reasons = drop_reasons_for_run(self.config.kernel_reasons)
-        return self._reasons
-
-    @property
-    def attach_kind(self) -> str:
-        return self._raw.attach_kind
-
-    @property
-    def raw(self) -> DropsSession:
-        return self._raw
-
-    def start(self) -> None:
-        self._raw.start()
-
-    @property
-    def enricher(self) -> DropEnricher:
-        if self._enricher is None:
-            from netsleuth.diagnostics.drops_enrich import DropEnricher
-
-            if self._vmlinux is None and self._find_vmlinux:
-                from netsleuth.kernel.symbolizer import find_debug_vmlinux
-
-                self._vmlinux = find_debug_vmlinux()
-            self._enricher = DropEnricher(
-                self.reasons,
-                want_stack=self.config.stack,
-                vmlinux=self._vmlinux,
-                explain_firewall=self._explain_firewall,
-                context=self._context,
-                infer_reasons=self._raw.reasons_inferred,
-            )
-            self._enricher.prepare(self.config.packet_filter.netns)
-        return self._enricher
-
-    @property
-    def _batcher_of_run(self) -> DropBatcher:
-        if self._batcher is None:
-            from netsleuth.diagnostics.drop_batch import DropBatcher
-
-            enricher = self.enricher
-            self._batcher = DropBatcher(
-                self._raw.decode, enricher.enrich_many, lambda: enricher.context.wall_offset_ns
-            )
-        return self._batcher
-
-    def poll(self, timeout_ms: int) -> DropBatch:
-        """The drops that arrived, enriched once per kind (netsleuth.diagnostics.drop_batch)."""
-        return self._batcher_of_run.batch_blob(*self._raw.poll_blob(timeout_ms))
-
-    def drain(self) -> DropBatch:
-        """The run's last drops: every caller drains once, at its end (the CLI, agent and fleet sessions,
-        conn, diagnose), so the programs stop first and the totals read after it are final."""
-        return self._batcher_of_run.batch(self._raw.last_records())
-
-    def totals(self) -> DropTotals:
-        return self._raw.totals()
-
-    def groups(self) -> list[DropGroup]:
-        enrich_group = self.enricher.enrich_group
-        return sorted((enrich_group(group) for group in self._raw.groups()), key=lambda g: -g.count)
-
-    def summary(self, interrupted: bool) -> DropsSummary:
-        self._raw.stop()  # one read of stopped counters, also when the run ended without its drain
-        return DropsSummary(
-            self._raw.totals(),
-            self._raw.attach_kind,
-            interrupted,
-            tuple(self.groups()),
-            self.enricher.context.clock,
-            self._raw.reasons_inferred,
-        )
-
-    def program_fds(self) -> dict[str, int]:
-        return self._raw.program_fds()
-
-    def notes(self) -> list[str]:
-        # Naming a rule means reading the firewall of the drop's namespace, which can be out of reach
-        # (entering another namespace needs CAP_SYS_ADMIN, which the agent's unit does not grant): the drops
-        # are still reported, with their hook, and the run says why rules are missing.
-        problems = self._enricher.firewall_problems.values() if self._enricher is not None else ()
-        notes = [f"firewall rules are not named in this session: {text}" for text in problems]
-        if self._raw.reasons_inferred:
-            notes.append(_INFERRED_NOTE)
-        if self._raw.buffer == "perf":
-            notes.append(_PERF_NOTE)
-        return notes
-
-    def close(self) -> None:
-        self._raw.close()
-        if self._enricher is not None:
-            self._enricher.close()
-            self._enricher = None
-            self._batcher = None
-
-
-_INFERRED_NOTE = (
-    "drop reasons are inferred from where each packet was freed, not given by the kernel (its skb:kfree_skb "
-    "passes none before Linux 5.17): they are marked inferred"
-)
-_PERF_NOTE = (
-    "events travel through per-CPU perf buffers (no ring buffer before Linux 5.8): events of different CPUs "
-    "may arrive out of order; totals stay exact and losses are counted"
-)
-
-
-_RULES = "netsleuth.diagnostics.drops_rules"  # its part of `diagnose`
-
-
-@dataclass(frozen=True)
-class _DropsSpec(DiagnosticSpec[DropsConfig]):
-    """drops on the untyped model, with its part of `diagnose` (a typed spec has the field): here, not on
-    model.DiagnosticSpec, which spec.diagnose's types import - the field there would tie them in a cycle.
-    Goes when drops is a typed package (issue 21)."""
-
-    diagnose: DiagnoseWatch | None = None
-
-
-DIAGNOSTIC: DiagnosticSpec[DropsConfig] = _DropsSpec(
-    name="drops",
-    help="every dropped packet: why (kernel drop reason), where, whose, and which firewall rule",
-    keys=DROPS_KEYS,
-    read=read_drops_config,
-    open=lambda config, context: DropsDiagnostic(config, context),
-    objects=("drops",),
-    records=("drop", "summary"),
-    needs=("can_trace", "btf", "raw_tp"),  # tp_btf, or raw_tp where it is missing; a perf buffer will do
-    diagnose=DiagnoseWatch(
-        watched="drops",
-        open=lazy(_RULES, "open_watch"),
-        rules=lazy(_RULES, "diagnose_verdicts"),
-        required=True,  # kfree_skb: the drops every other verdict is weighed against
-        progress=lazy(_RULES, "progress"),
-        own_events=lazy(_RULES, "own_drops"),
-        notes=lazy(_RULES, "notes"),
-    ),
-)

@@ -1,7 +1,7 @@
 """Ring-buffer records and map entries of the drops program as Python values: `RawDrop`, `RawDropGroup`.
 
-Loaded once a drops run has attached (netsleuth.diagnostics.drops), not on its way there: decoding is the
-first thing done with what the kernel sends, and defining these types costs a start milliseconds.
+Loaded once a drops run has attached (netsleuth.diagnostics.drops.session), not on its way there: decoding
+is the first thing done with what the kernel sends, and defining these types costs a start milliseconds.
 """
 
 from __future__ import annotations
