@@ -30,20 +30,22 @@ def _served(raw_config: dict[str, object]) -> tuple[list[str], set[str]]:
     return [offer.name for offer in on], families
 
 
-def test_every_collector_is_registered_once_host_ones_by_file_and_dns_on_its_spec() -> None:
+def test_every_collector_is_registered_once_host_ones_by_file_and_dns_and_drops_on_their_specs() -> None:
     names = [offer.name for offer in registered()]
     assert sorted(names) == ["conntrack", "dns", "drops", "interrupts", "links", "netstat", "softnet"]
-    dns = get_diagnostic("dns")
-    assert isinstance(dns, DiagnosticSpec)
-    assert [offer.name for offer in dns.collectors] == ["dns"]
-    assert dns.collectors[0].source is not None  # per-server counters in the kernel
+    for diagnostic in ("dns", "drops"):
+        spec = get_diagnostic(diagnostic)
+        assert isinstance(spec, DiagnosticSpec)
+        assert [offer.name for offer in spec.collectors] == [diagnostic]
+        assert spec.collectors[0].source is not None  # counted in the kernel
     # Their sources attach in this order: the agent's attach kind is the first's, drops'.
     assert [offer.name for offer in registered() if offer.source is not None] == ["drops", "dns"]
 
 
 def test_the_defaults_serve_every_host_collector_and_a_switch_turns_only_its_own_off() -> None:
     on, families = _served({})
-    assert on == ["conntrack", "drops", "links", "netstat", "softnet", "interrupts"]  # dns: off by default
+    # The host's, by file, then the diagnostics' (drops) in the registry's order; dns: off by default.
+    assert on == ["conntrack", "links", "netstat", "softnet", "interrupts", "drops"]
     host = {
         "netsleuth_conntrack_entries": "conntrack",
         "netsleuth_link_receive_drops": "links",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from netsleuth.diagnostics.drops.records import DropRecord, DropsConfig, DropsSummary
+from netsleuth.spec.collectors import ExporterCollector
 from netsleuth.spec.diagnose import DiagnoseWatch, lazy
 from netsleuth.spec.diagnostic import CliRun, DiagnosticSpec
 from netsleuth.spec.scope import ScopeTraits
@@ -51,6 +52,7 @@ def _run(config: DropsConfig, args: argparse.Namespace) -> int:
 
 
 _RULES = "netsleuth.diagnostics.drops.rules"  # its part of `diagnose`
+_COLLECTOR = "netsleuth.diagnostics.drops.collector"  # its part of the agent's exporter
 
 DIAGNOSTIC: DiagnosticSpec[DropsConfig] = DiagnosticSpec(
     name="drops",
@@ -73,5 +75,15 @@ DIAGNOSTIC: DiagnosticSpec[DropsConfig] = DiagnosticSpec(
         progress=lazy(_RULES, "progress"),
         own_events=lazy(_RULES, "own_drops"),
         notes=lazy(_RULES, "notes"),
+    ),
+    # The agent's exporter: exact drop counters by reason, location and namespace ([exporter.drops]). The
+    # first attached collector (drops is the registry's first diagnostic): its attach kind is the agent's.
+    collectors=(
+        ExporterCollector(
+            "drops",
+            enabled=lambda exporter: exporter.drops.enabled,
+            collector=lazy(_COLLECTOR, "open_collector"),
+            source=lazy(_COLLECTOR, "open_source"),
+        ),
     ),
 )

@@ -1,4 +1,6 @@
-"""Drop counters for Prometheus, read from the exporter's BPF maps at scrape time.
+"""The agent exporter's drop counters (drops offers them on its spec: `collectors`), read from the drops
+program's BPF maps at scrape time. The exporter runs it summary-only (`ExporterDropsSession`): the kernel
+counts and groups, no event is sent.
 
 The kernel counts every drop exactly by reason x code location x netns (`drop_groups`); each scrape reads
 those running totals, so there is no double counting and nothing to lose between scrapes. Three views:
@@ -29,18 +31,19 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from netsleuth._generated.drops_abi import DROPS_MAX_GROUPS
 from netsleuth.agent.cardinality import OTHER, SeriesGuard
 from netsleuth.agent.config import DropsExporterConfig
-from netsleuth.agent.drops_source import DROPS_MAX_GROUPS
 from netsleuth.agent.function_names import FunctionNames
 from netsleuth.diagnostics.drops.decode import RawDropGroup
-from netsleuth.diagnostics.drops.program import DropTotals
+from netsleuth.diagnostics.drops.program import DropsProgramConfig, DropsSession, DropTotals
 from netsleuth.kernel.netns import NetnsNames
 from netsleuth.kernel.pods import PodIndex
 from netsleuth.kernel.process import container_of
 from netsleuth.kernel.reasons import DropReasons
+from netsleuth.spec.collectors import CollectorInputs
 
-__all__ = ["DropCounts", "DropsCollector"]
+__all__ = ["DropCounts", "DropsCollector", "ExporterDropsSession", "open_collector", "open_source"]
 
 # The kernel gives netns 0 when a dropped packet had neither a device nor a socket to tell.
 _UNKNOWN_NETNS = "unknown"
@@ -252,3 +255,18 @@ class DropsCollector:
             folded,
             self._netns_info(admitted_netns),
         ]
+
+
+class ExporterDropsSession(DropsSession):
+    """The drops program as the exporter runs it, always on: counted and grouped in the kernel, no events."""
+
+    def __init__(self, reasons: DropReasons) -> None:
+        super().__init__(DropsProgramConfig(summary_only=True), reasons)
+
+
+def open_source(inputs: CollectorInputs) -> ExporterDropsSession:
+    return ExporterDropsSession(inputs.reasons)
+
+
+def open_collector(source: ExporterDropsSession, inputs: CollectorInputs) -> DropsCollector:
+    return DropsCollector(source, inputs.reasons, FunctionNames(), inputs.exporter.drops)
