@@ -35,7 +35,7 @@ def test_every_committed_record_is_read_once(pair: Pair, udpflood: str, mapped: 
         session.start()
         ring = session._programs._ring  # the session's reader, swapped for the one under test
         assert isinstance(ring, RingBuffer)
-        fd = session._programs.map("events").fd
+        fd = session._programs.maps.events.fd
         ring.close()
         session._programs._ring = tested = RingBuffer(fd, mapped=mapped)
         assert tested.mapped is mapped

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from netsleuth._generated.drops_abi import DropGroupKey, DropGroupValue, DropRunC
+from netsleuth._generated.drops_abi import DropGroupKey, DropGroupValue, DropRunC, DropsMaps
+from netsleuth.bpf.skeleton import MapAttr
 from netsleuth.diagnostics.drops.runs import groups_with_runs
 
 
@@ -23,19 +24,20 @@ class _Runs:
         return self.reads.pop(0) if len(self.reads) > 1 else self.reads[0]
 
 
+class _Maps:
+    def __init__(self, runs: _Runs) -> None:
+        self.drop_runs = runs
+
+
 class _Programs:
     def __init__(self, groups: list[tuple[bytes, bytes]], runs: _Runs) -> None:
         self.started = True
         self.groups = groups
-        self.runs = runs
+        self.maps = _Maps(runs)
         self.group_reads = 0
 
-    def map(self, name: str) -> _Runs:
-        assert name == "drop_runs"
-        return self.runs
-
-    def entries(self, map_name: str) -> Iterable[tuple[bytes, bytes]]:
-        assert map_name == "drop_groups"
+    def entries(self, groups_map: MapAttr) -> Iterable[tuple[bytes, bytes]]:
+        assert groups_map is DropsMaps.drop_groups
         self.group_reads += 1
         return list(self.groups)
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+
+import pytest
 
 from netsleuth._generated.dns_abi import DnsConfigC
 from netsleuth._generated.drops_abi import DropsConfigC
 from netsleuth._generated.route_abi import RouteConfigC
 from netsleuth._generated.tcp_abi import TcpConfigC
+from netsleuth.bpf.errors import BpfError
 from netsleuth.diagnostics.filter_maps import fill_filter_config
 from netsleuth.diagnostics.filters import PacketFilter
 
@@ -27,19 +31,31 @@ FILTER = PacketFilter(
 def test_every_config_gets_the_same_values() -> None:
     for struct in (DnsConfigC, DropsConfigC, RouteConfigC, TcpConfigC):
         cfg = struct()
-        fill_filter_config(cfg, FILTER)
+        fill_filter_config(
+            cfg, FILTER if struct is not TcpConfigC else dataclasses.replace(FILTER, dev=None), ("proto",)
+        )
         assert (cfg.netns, cfg.pid, cfg.comm) == (4026531840, 42, b"dig")
         assert (cfg.port, cfg.sport, cfg.dport) == (53, 0, 5353)
         assert (cfg.filter_host, cfg.filter_src, cfg.filter_dst, cfg.filter_owner) == (1, 0, 0, 1)
 
 
-def test_only_declared_fields_are_set() -> None:
+def test_proto_and_dev_are_written_where_the_struct_has_them() -> None:
     dns = DnsConfigC()
     fill_filter_config(dns, FILTER)
     assert (dns.family, dns.filter_l4proto, dns.l4proto, dns.filter_dev, dns.dev) == (4, 1, 17, 1, b"veth0")
-    tcp = TcpConfigC()
-    fill_filter_config(tcp, FILTER)  # tcp has no proto or device field: its config reader refuses those
-    assert not hasattr(tcp, "l4proto") and not hasattr(tcp, "dev")
+    tcp = TcpConfigC()  # tcp sees TCP only: --proto tcp is what the object is, and it has no --dev
+    fill_filter_config(tcp, dataclasses.replace(FILTER, proto=6, dev=None), inherent=("proto",))
+    assert (tcp.netns, tcp.port, tcp.family) == (4026531840, 53, 4)
+
+
+def test_a_filter_the_struct_has_no_field_for_is_refused() -> None:
+    # tcp_config has no dev: a --dev reaching it would be a filter silently left open.
+    with pytest.raises(
+        BpfError, match=r"struct tcp_config has no filter_dev, dev: the filter cannot be applied"
+    ):
+        fill_filter_config(TcpConfigC(), dataclasses.replace(FILTER, proto=None))
+    with pytest.raises(BpfError, match=r"struct tcp_config has no filter_l4proto, l4proto"):
+        fill_filter_config(TcpConfigC(), dataclasses.replace(FILTER, dev=None))
 
 
 def test_no_filter_is_all_zero() -> None:

@@ -44,7 +44,12 @@ def test_mirror_sizes_match_the_object(c_name: str, mirror: type[ctypes.Structur
 def test_tracepoints_come_from_the_sections() -> None:
     from netsleuth._generated.tcp_abi import PROGRAMS
 
-    assert PROGRAMS["nst_retrans_b"] == ("tp_btf/tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb")
+    assert PROGRAMS["nst_retrans_b"] == (
+        "tp_btf/tcp_retransmit_skb",
+        "tp_btf",
+        "tcp_retransmit_skb",
+        "nst_retrans_b",
+    )
     assert PROGRAMS["nst_retrans_r"].attach == "raw_tp"
     assert {name[:-2] for name in PROGRAMS} == {name[:-2] for name in PROGRAMS if name.endswith("_b")}
 

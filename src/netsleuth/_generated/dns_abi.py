@@ -12,6 +12,7 @@ import enum
 
 from netsleuth._generated.shared_abi import PacketTupleC
 from netsleuth.bpf.abi import KernelEnum, Program
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton
 
 __all__ = [
     "DNS_DROP_BYTES",
@@ -30,8 +31,12 @@ __all__ = [
     "DnsEventKind",
     "DnsGroupKey",
     "DnsGroupValue",
+    "DnsMaps",
+    "DnsObject",
     "DnsPendingKey",
+    "DnsPrograms",
     "DnsQueryC",
+    "DnsRodata",
     "DnsStat",
 ]
 
@@ -81,6 +86,7 @@ class DnsConfigC(ctypes.Structure):
     """struct dns_config: 96 bytes."""
 
     c_name = "dns_config"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("netns", ctypes.c_uint32),
         ("sample_every", ctypes.c_uint32),
@@ -116,6 +122,7 @@ class DnsGroupKey(ctypes.Structure):
     """struct dns_group_key: 144 bytes."""
 
     c_name = "dns_group_key"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("server", ctypes.c_uint8 * 16),
         ("tgid", ctypes.c_uint32),
@@ -135,6 +142,7 @@ class DnsQueryC(ctypes.Structure):
     """struct dns_query: 192 bytes."""
 
     c_name = "dns_query"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("group", DnsGroupKey),
         ("sent_ns", ctypes.c_uint64),
@@ -155,6 +163,7 @@ class DnsEvent(ctypes.Structure):
     """struct dns_event: 336 bytes."""
 
     c_name = "dns_event"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("time_ns", ctypes.c_uint64),
         ("cookie", ctypes.c_uint64),
@@ -187,6 +196,7 @@ class DnsGroupValue(ctypes.Structure):
     """struct dns_group: 976 bytes."""
 
     c_name = "dns_group"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("queries", ctypes.c_uint64),
         ("answers", ctypes.c_uint64),
@@ -203,6 +213,7 @@ class DnsPendingKey(ctypes.Structure):
     """struct dns_pending_key: 16 bytes."""
 
     c_name = "dns_pending_key"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("cookie", ctypes.c_uint64),
         ("id", ctypes.c_uint16),
@@ -225,10 +236,52 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "src_filter": 256,
 }
 
-# Every program and the hook it attaches to, from its ELF section.
+
+class DnsMaps(ObjectMaps):
+    """The maps of dns.bpf.o: names and sizes here, BpfMaps on a loaded object."""
+
+    object_name = "dns"
+    dns_groups = MapAttr(8192)
+    dns_stats = MapAttr(19)
+    dst_filter = MapAttr(256)
+    events = MapAttr(8388608)
+    host_filter = MapAttr(256)
+    netns_filter = MapAttr(4096)
+    owner_inodes = MapAttr(65536)
+    pending = MapAttr(65536)
+    sample_counter = MapAttr(1)
+    scratch = MapAttr(1)
+    src_filter = MapAttr(256)
+
+
+class DnsPrograms:
+    """The programs of dns.bpf.o and the hook each attaches to (its ELF section)."""
+
+    dns_drop_b = Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb", "dns_drop_b")
+    dns_drop_r = Program("raw_tp/kfree_skb", "raw_tp", "kfree_skb", "dns_drop_r")
+    dns_egress = Program("cgroup_skb/egress", "cgroup_skb", "egress", "dns_egress")
+    dns_ingress = Program("cgroup_skb/ingress", "cgroup_skb", "ingress", "dns_ingress")
+
+
+# Every program by name.
 PROGRAMS: dict[str, Program] = {
-    "dns_drop_b": Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb"),
-    "dns_drop_r": Program("raw_tp/kfree_skb", "raw_tp", "kfree_skb"),
-    "dns_egress": Program("cgroup_skb/egress", "cgroup_skb", "egress"),
-    "dns_ingress": Program("cgroup_skb/ingress", "cgroup_skb", "ingress"),
+    "dns_drop_b": DnsPrograms.dns_drop_b,
+    "dns_drop_r": DnsPrograms.dns_drop_r,
+    "dns_egress": DnsPrograms.dns_egress,
+    "dns_ingress": DnsPrograms.dns_ingress,
 }
+
+
+class DnsRodata:
+    """The `const volatile` globals of dns.bpf.o's .rodata, written before load."""
+
+    cfg = RodataVar("cfg", DnsConfigC)
+
+
+class DnsObject(Skeleton[DnsMaps]):
+    """dns.bpf.o opened: `maps` bound to it, `programs` and `rodata` its names."""
+
+    object_name = "dns"
+    Maps = DnsMaps
+    programs = DnsPrograms
+    rodata = DnsRodata

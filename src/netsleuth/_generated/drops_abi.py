@@ -11,6 +11,7 @@ import ctypes
 
 from netsleuth._generated.shared_abi import STAT_COUNT, EventStat, PacketTupleC
 from netsleuth.bpf.abi import Program
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton
 
 __all__ = [
     "DROPS_EXAMPLE_FRAMES",
@@ -27,6 +28,10 @@ __all__ = [
     "DropRunC",
     "DropStat",
     "DropsConfigC",
+    "DropsMaps",
+    "DropsObject",
+    "DropsPrograms",
+    "DropsRodata",
 ]
 
 
@@ -42,6 +47,7 @@ class DropsConfigC(ctypes.Structure):
     """struct drops_config: 80 bytes."""
 
     c_name = "drops_config"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("netns", ctypes.c_uint32),
         ("sample_every", ctypes.c_uint32),
@@ -75,6 +81,7 @@ class DropEvent(ctypes.Structure):
     """struct drop_event: 144 bytes."""
 
     c_name = "drop_event"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("time_ns", ctypes.c_uint64),
         ("location", ctypes.c_uint64),
@@ -102,6 +109,7 @@ class DropGroupKey(ctypes.Structure):
     """struct drop_group_key: 16 bytes."""
 
     c_name = "drop_group_key"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("location", ctypes.c_uint64),
         ("reason", ctypes.c_uint32),
@@ -113,6 +121,7 @@ class DropGroupValue(ctypes.Structure):
     """struct drop_group: 256 bytes."""
 
     c_name = "drop_group"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("count", ctypes.c_uint64),
         ("bytes", ctypes.c_uint64),
@@ -125,6 +134,7 @@ class DropRunC(ctypes.Structure):
     """struct drop_run: 40 bytes."""
 
     c_name = "drop_run"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("key", DropGroupKey),
         ("count", ctypes.c_uint64),
@@ -152,15 +162,67 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "src_filter": 256,
 }
 
-# Every program and the hook it attaches to, from its ELF section.
+
+class DropsMaps(ObjectMaps):
+    """The maps of drops.bpf.o: names and sizes here, BpfMaps on a loaded object."""
+
+    object_name = "drops"
+    drop_groups = MapAttr(8192)
+    drop_runs = MapAttr(1)
+    drop_stats = MapAttr(6)
+    dst_filter = MapAttr(256)
+    events = MapAttr(8388608)
+    events_perf = MapAttr(0)
+    host_filter = MapAttr(256)
+    netns_filter = MapAttr(4096)
+    own_drops = MapAttr(1)
+    own_sockets = MapAttr(1024)
+    owner_inodes = MapAttr(65536)
+    reason_filter = MapAttr(1024)
+    sample_counter = MapAttr(1)
+    scratch = MapAttr(1)
+    src_filter = MapAttr(256)
+
+
+class DropsPrograms:
+    """The programs of drops.bpf.o and the hook each attaches to (its ELF section)."""
+
+    drops_raw_tp = Program("raw_tp/kfree_skb", "raw_tp", "kfree_skb", "drops_raw_tp")
+    drops_tp_btf = Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb", "drops_tp_btf")
+    drops_tp_btf_tr = Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb", "drops_tp_btf_tr")
+    own_sent_raw_tp = Program("raw_tp/sock_send_length", "raw_tp", "sock_send_length", "own_sent_raw_tp")
+    own_sent_tp_btf = Program("tp_btf/sock_send_length", "tp_btf", "sock_send_length", "own_sent_tp_btf")
+    own_sent_tp_btf_tr = Program(
+        "tp_btf/sock_send_length", "tp_btf", "sock_send_length", "own_sent_tp_btf_tr"
+    )
+
+
+# Every program by name.
 PROGRAMS: dict[str, Program] = {
-    "drops_raw_tp": Program("raw_tp/kfree_skb", "raw_tp", "kfree_skb"),
-    "drops_tp_btf": Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb"),
-    "drops_tp_btf_tr": Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb"),
-    "own_sent_raw_tp": Program("raw_tp/sock_send_length", "raw_tp", "sock_send_length"),
-    "own_sent_tp_btf": Program("tp_btf/sock_send_length", "tp_btf", "sock_send_length"),
-    "own_sent_tp_btf_tr": Program("tp_btf/sock_send_length", "tp_btf", "sock_send_length"),
+    "drops_raw_tp": DropsPrograms.drops_raw_tp,
+    "drops_tp_btf": DropsPrograms.drops_tp_btf,
+    "drops_tp_btf_tr": DropsPrograms.drops_tp_btf_tr,
+    "own_sent_raw_tp": DropsPrograms.own_sent_raw_tp,
+    "own_sent_tp_btf": DropsPrograms.own_sent_tp_btf,
+    "own_sent_tp_btf_tr": DropsPrograms.own_sent_tp_btf_tr,
 }
+
+
+class DropsRodata:
+    """The `const volatile` globals of drops.bpf.o's .rodata, written before load."""
+
+    cfg = RodataVar("cfg", DropsConfigC)
+    ns_use_perfbuf = RodataVar("ns_use_perfbuf", ctypes.c_uint8)
+
+
+class DropsObject(Skeleton[DropsMaps]):
+    """drops.bpf.o opened: `maps` bound to it, `programs` and `rodata` its names."""
+
+    object_name = "drops"
+    Maps = DropsMaps
+    programs = DropsPrograms
+    rodata = DropsRodata
+
 
 # Names the Python code used before these types were shared between objects.
 DropStat = EventStat

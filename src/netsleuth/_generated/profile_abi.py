@@ -11,6 +11,7 @@ import ctypes
 import enum
 
 from netsleuth.bpf.abi import KernelEnum, Program
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton
 
 __all__ = [
     "MAP_MAX_ENTRIES",
@@ -23,7 +24,11 @@ __all__ = [
     "PROGRAMS",
     "ProfileConfigC",
     "ProfileKeyC",
+    "ProfileMaps",
     "ProfileNewPidsC",
+    "ProfileObject",
+    "ProfilePrograms",
+    "ProfileRodata",
     "ProfileStat",
 ]
 
@@ -55,6 +60,7 @@ class ProfileConfigC(ctypes.Structure):
     """struct profile_config: 40 bytes."""
 
     c_name = "profile_config"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("cgroup_id", ctypes.c_uint64),
         ("pid", ctypes.c_uint32),
@@ -72,6 +78,7 @@ class ProfileKeyC(ctypes.Structure):
     """struct profile_key: 32 bytes."""
 
     c_name = "profile_key"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("pid", ctypes.c_uint32),
         ("kernel_stack", ctypes.c_int32),
@@ -86,6 +93,7 @@ class ProfileNewPidsC(ctypes.Structure):
     """struct profile_new_pids: 264 bytes."""
 
     c_name = "profile_new_pids"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("head", ctypes.c_uint64),
         ("pids", ctypes.c_uint32 * 64),
@@ -101,11 +109,48 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "running_softirq": 1,
 }
 
-# Every program and the hook it attaches to, from its ELF section.
+
+class ProfileMaps(ObjectMaps):
+    """The maps of profile.bpf.o: names and sizes here, BpfMaps on a loaded object."""
+
+    object_name = "profile"
+    new_pids = MapAttr(1)
+    profile_counts = MapAttr(40960)
+    profile_stacks = MapAttr(16384)
+    profile_stats = MapAttr(6)
+    running_softirq = MapAttr(1)
+
+
+class ProfilePrograms:
+    """The programs of profile.bpf.o and the hook each attaches to (its ELF section)."""
+
+    profile_sample = Program("perf_event", "perf_event", "", "profile_sample")
+    profile_sirq_entry_b = Program("tp_btf/softirq_entry", "tp_btf", "softirq_entry", "profile_sirq_entry_b")
+    profile_sirq_entry_r = Program("raw_tp/softirq_entry", "raw_tp", "softirq_entry", "profile_sirq_entry_r")
+    profile_sirq_exit_b = Program("tp_btf/softirq_exit", "tp_btf", "softirq_exit", "profile_sirq_exit_b")
+    profile_sirq_exit_r = Program("raw_tp/softirq_exit", "raw_tp", "softirq_exit", "profile_sirq_exit_r")
+
+
+# Every program by name.
 PROGRAMS: dict[str, Program] = {
-    "profile_sample": Program("perf_event", "perf_event", ""),
-    "profile_sirq_entry_b": Program("tp_btf/softirq_entry", "tp_btf", "softirq_entry"),
-    "profile_sirq_entry_r": Program("raw_tp/softirq_entry", "raw_tp", "softirq_entry"),
-    "profile_sirq_exit_b": Program("tp_btf/softirq_exit", "tp_btf", "softirq_exit"),
-    "profile_sirq_exit_r": Program("raw_tp/softirq_exit", "raw_tp", "softirq_exit"),
+    "profile_sample": ProfilePrograms.profile_sample,
+    "profile_sirq_entry_b": ProfilePrograms.profile_sirq_entry_b,
+    "profile_sirq_entry_r": ProfilePrograms.profile_sirq_entry_r,
+    "profile_sirq_exit_b": ProfilePrograms.profile_sirq_exit_b,
+    "profile_sirq_exit_r": ProfilePrograms.profile_sirq_exit_r,
 }
+
+
+class ProfileRodata:
+    """The `const volatile` globals of profile.bpf.o's .rodata, written before load."""
+
+    cfg = RodataVar("cfg", ProfileConfigC)
+
+
+class ProfileObject(Skeleton[ProfileMaps]):
+    """profile.bpf.o opened: `maps` bound to it, `programs` and `rodata` its names."""
+
+    object_name = "profile"
+    Maps = ProfileMaps
+    programs = ProfilePrograms
+    rodata = ProfileRodata

@@ -12,6 +12,7 @@ import enum
 
 from netsleuth._generated.shared_abi import STAT_COUNT
 from netsleuth.bpf.abi import KernelEnum, Program
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton
 
 __all__ = [
     "KIND_COUNT",
@@ -27,6 +28,10 @@ __all__ = [
     "RouteEventKind",
     "RouteGroupC",
     "RouteGroupKeyC",
+    "RouteMaps",
+    "RouteObject",
+    "RoutePrograms",
+    "RouteRodata",
 ]
 
 
@@ -62,6 +67,7 @@ class RouteConfigC(ctypes.Structure):
     """struct route_config: 120 bytes."""
 
     c_name = "route_config"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("thread_size", ctypes.c_uint64),
         ("neigh_free_start", ctypes.c_uint64 * 2),
@@ -95,6 +101,7 @@ class RouteEventC(ctypes.Structure):
     """struct route_event: 152 bytes."""
 
     c_name = "route_event"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("time_ns", ctypes.c_uint64),
         ("netns", ctypes.c_uint32),
@@ -131,6 +138,7 @@ class RouteGroupKeyC(ctypes.Structure):
     """struct route_group_key: 80 bytes."""
 
     c_name = "route_group_key"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("saddr", ctypes.c_uint8 * 16),
         ("daddr", ctypes.c_uint8 * 16),
@@ -152,6 +160,7 @@ class RouteGroupC(ctypes.Structure):
     """struct route_group: 176 bytes."""
 
     c_name = "route_group"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("count", ctypes.c_uint64),
         ("first_ns", ctypes.c_uint64),
@@ -176,22 +185,81 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "src_filter": 256,
 }
 
-# Every program and the hook it attaches to, from its ELF section.
+
+class RouteMaps(ObjectMaps):
+    """The maps of route.bpf.o: names and sizes here, BpfMaps on a loaded object."""
+
+    object_name = "route"
+    dst_filter = MapAttr(256)
+    events = MapAttr(8388608)
+    host_filter = MapAttr(256)
+    neigh_reasons = MapAttr(16)
+    netns_filter = MapAttr(4096)
+    owner_inodes = MapAttr(65536)
+    route_groups = MapAttr(8192)
+    route_stats = MapAttr(24)
+    rx_netns = MapAttr(1)
+    sample_counter = MapAttr(1)
+    scratch = MapAttr(1)
+    src_filter = MapAttr(256)
+
+
+class RoutePrograms:
+    """The programs of route.bpf.o and the hook each attaches to (its ELF section)."""
+
+    route_drop_b = Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb", "route_drop_b")
+    route_drop_r = Program("raw_tp/kfree_skb", "raw_tp", "kfree_skb", "route_drop_r")
+    route_fib6_b = Program("tp_btf/fib6_table_lookup", "tp_btf", "fib6_table_lookup", "route_fib6_b")
+    route_fib6_r = Program("raw_tp/fib6_table_lookup", "raw_tp", "fib6_table_lookup", "route_fib6_r")
+    route_fib_b = Program("tp_btf/fib_table_lookup", "tp_btf", "fib_table_lookup", "route_fib_b")
+    route_fib_r = Program("raw_tp/fib_table_lookup", "raw_tp", "fib_table_lookup", "route_fib_r")
+    route_ncreate_b = Program("tp_btf/neigh_create", "tp_btf", "neigh_create", "route_ncreate_b")
+    route_ncreate_r = Program("raw_tp/neigh_create", "raw_tp", "neigh_create", "route_ncreate_r")
+    route_ndead_b = Program(
+        "tp_btf/neigh_event_send_dead", "tp_btf", "neigh_event_send_dead", "route_ndead_b"
+    )
+    route_ndead_r = Program(
+        "raw_tp/neigh_event_send_dead", "raw_tp", "neigh_event_send_dead", "route_ndead_r"
+    )
+    route_ntimer_b = Program("tp_btf/neigh_timer_handler", "tp_btf", "neigh_timer_handler", "route_ntimer_b")
+    route_ntimer_r = Program("raw_tp/neigh_timer_handler", "raw_tp", "neigh_timer_handler", "route_ntimer_r")
+    route_nupdate_b = Program("tp_btf/neigh_update", "tp_btf", "neigh_update", "route_nupdate_b")
+    route_nupdate_r = Program("raw_tp/neigh_update", "raw_tp", "neigh_update", "route_nupdate_r")
+    route_rx_b = Program("tp_btf/netif_receive_skb", "tp_btf", "netif_receive_skb", "route_rx_b")
+    route_rx_r = Program("raw_tp/netif_receive_skb", "raw_tp", "netif_receive_skb", "route_rx_r")
+
+
+# Every program by name.
 PROGRAMS: dict[str, Program] = {
-    "route_drop_b": Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb"),
-    "route_drop_r": Program("raw_tp/kfree_skb", "raw_tp", "kfree_skb"),
-    "route_fib6_b": Program("tp_btf/fib6_table_lookup", "tp_btf", "fib6_table_lookup"),
-    "route_fib6_r": Program("raw_tp/fib6_table_lookup", "raw_tp", "fib6_table_lookup"),
-    "route_fib_b": Program("tp_btf/fib_table_lookup", "tp_btf", "fib_table_lookup"),
-    "route_fib_r": Program("raw_tp/fib_table_lookup", "raw_tp", "fib_table_lookup"),
-    "route_ncreate_b": Program("tp_btf/neigh_create", "tp_btf", "neigh_create"),
-    "route_ncreate_r": Program("raw_tp/neigh_create", "raw_tp", "neigh_create"),
-    "route_ndead_b": Program("tp_btf/neigh_event_send_dead", "tp_btf", "neigh_event_send_dead"),
-    "route_ndead_r": Program("raw_tp/neigh_event_send_dead", "raw_tp", "neigh_event_send_dead"),
-    "route_ntimer_b": Program("tp_btf/neigh_timer_handler", "tp_btf", "neigh_timer_handler"),
-    "route_ntimer_r": Program("raw_tp/neigh_timer_handler", "raw_tp", "neigh_timer_handler"),
-    "route_nupdate_b": Program("tp_btf/neigh_update", "tp_btf", "neigh_update"),
-    "route_nupdate_r": Program("raw_tp/neigh_update", "raw_tp", "neigh_update"),
-    "route_rx_b": Program("tp_btf/netif_receive_skb", "tp_btf", "netif_receive_skb"),
-    "route_rx_r": Program("raw_tp/netif_receive_skb", "raw_tp", "netif_receive_skb"),
+    "route_drop_b": RoutePrograms.route_drop_b,
+    "route_drop_r": RoutePrograms.route_drop_r,
+    "route_fib6_b": RoutePrograms.route_fib6_b,
+    "route_fib6_r": RoutePrograms.route_fib6_r,
+    "route_fib_b": RoutePrograms.route_fib_b,
+    "route_fib_r": RoutePrograms.route_fib_r,
+    "route_ncreate_b": RoutePrograms.route_ncreate_b,
+    "route_ncreate_r": RoutePrograms.route_ncreate_r,
+    "route_ndead_b": RoutePrograms.route_ndead_b,
+    "route_ndead_r": RoutePrograms.route_ndead_r,
+    "route_ntimer_b": RoutePrograms.route_ntimer_b,
+    "route_ntimer_r": RoutePrograms.route_ntimer_r,
+    "route_nupdate_b": RoutePrograms.route_nupdate_b,
+    "route_nupdate_r": RoutePrograms.route_nupdate_r,
+    "route_rx_b": RoutePrograms.route_rx_b,
+    "route_rx_r": RoutePrograms.route_rx_r,
 }
+
+
+class RouteRodata:
+    """The `const volatile` globals of route.bpf.o's .rodata, written before load."""
+
+    cfg = RodataVar("cfg", RouteConfigC)
+
+
+class RouteObject(Skeleton[RouteMaps]):
+    """route.bpf.o opened: `maps` bound to it, `programs` and `rodata` its names."""
+
+    object_name = "route"
+    Maps = RouteMaps
+    programs = RoutePrograms
+    rodata = RouteRodata

@@ -46,6 +46,7 @@ class PacketTupleC(ctypes.Structure):
     """struct packet_tuple: 48 bytes."""
 
     c_name = "packet_tuple"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("saddr", ctypes.c_uint8 * 16),
         ("daddr", ctypes.c_uint8 * 16),
@@ -65,6 +66,7 @@ class LpmAddrKey(ctypes.Structure):
     """struct lpm_addr_key: 24 bytes."""
 
     c_name = "lpm_addr_key"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("prefixlen", ctypes.c_uint32),
         ("family", ctypes.c_uint8),

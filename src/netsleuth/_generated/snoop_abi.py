@@ -12,6 +12,7 @@ import enum
 
 from netsleuth._generated.shared_abi import STAT_COUNT
 from netsleuth.bpf.abi import KernelEnum, Program
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton
 
 __all__ = [
     "KIND_COUNT",
@@ -33,6 +34,10 @@ __all__ = [
     "SnoopFlag",
     "SnoopGroupC",
     "SnoopGroupKeyC",
+    "SnoopMaps",
+    "SnoopObject",
+    "SnoopPrograms",
+    "SnoopRodata",
 ]
 
 
@@ -71,6 +76,7 @@ class SnoopConfigC(ctypes.Structure):
     """struct snoop_config: 48 bytes."""
 
     c_name = "snoop_config"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("netns", ctypes.c_uint32),
         ("pid", ctypes.c_uint32),
@@ -87,6 +93,7 @@ class SnoopEventC(ctypes.Structure):
     """struct snoop_event: 344 bytes."""
 
     c_name = "snoop_event"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("time_ns", ctypes.c_uint64),
         ("duration_ns", ctypes.c_uint64),
@@ -112,6 +119,7 @@ class SnoopGroupKeyC(ctypes.Structure):
     """struct snoop_group_key: 96 bytes."""
 
     c_name = "snoop_group_key"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("comm", ctypes.c_char * 16),
         ("path", ctypes.c_char * 64),
@@ -126,6 +134,7 @@ class SnoopGroupC(ctypes.Structure):
     """struct snoop_group: 352 bytes."""
 
     c_name = "snoop_group"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("count", ctypes.c_uint64),
         ("example", SnoopEventC),
@@ -144,16 +153,81 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "snoop_stats": 18,
 }
 
-# Every program and the hook it attaches to, from its ELF section.
+
+class SnoopMaps(ObjectMaps):
+    """The maps of snoop.bpf.o: names and sizes here, BpfMaps on a loaded object."""
+
+    object_name = "snoop"
+    events = MapAttr(8388608)
+    exec_calls = MapAttr(8192)
+    exec_pids = MapAttr(16384)
+    open_calls = MapAttr(8192)
+    sample_counter = MapAttr(1)
+    scratch = MapAttr(1)
+    snoop_groups = MapAttr(4096)
+    snoop_stats = MapAttr(18)
+
+
+class SnoopPrograms:
+    """The programs of snoop.bpf.o and the hook each attaches to (its ELF section)."""
+
+    snoop_exec_enter_t = Program(
+        "tracepoint/syscalls/sys_enter_execve", "tracepoint", "sys_enter_execve", "snoop_exec_enter_t"
+    )
+    snoop_exec_exit_t = Program(
+        "tracepoint/syscalls/sys_exit_execve", "tracepoint", "sys_exit_execve", "snoop_exec_exit_t"
+    )
+    snoop_exec_moved_t = Program(
+        "tracepoint/sched/sched_process_exec", "tracepoint", "sched_process_exec", "snoop_exec_moved_t"
+    )
+    snoop_execat_enter_t = Program(
+        "tracepoint/syscalls/sys_enter_execveat", "tracepoint", "sys_enter_execveat", "snoop_execat_enter_t"
+    )
+    snoop_execat_exit_t = Program(
+        "tracepoint/syscalls/sys_exit_execveat", "tracepoint", "sys_exit_execveat", "snoop_execat_exit_t"
+    )
+    snoop_exit_t = Program(
+        "tracepoint/sched/sched_process_exit", "tracepoint", "sched_process_exit", "snoop_exit_t"
+    )
+    snoop_open_enter_t = Program(
+        "tracepoint/syscalls/sys_enter_open", "tracepoint", "sys_enter_open", "snoop_open_enter_t"
+    )
+    snoop_open_exit_t = Program(
+        "tracepoint/syscalls/sys_exit_open", "tracepoint", "sys_exit_open", "snoop_open_exit_t"
+    )
+    snoop_openat_enter_t = Program(
+        "tracepoint/syscalls/sys_enter_openat", "tracepoint", "sys_enter_openat", "snoop_openat_enter_t"
+    )
+    snoop_openat_exit_t = Program(
+        "tracepoint/syscalls/sys_exit_openat", "tracepoint", "sys_exit_openat", "snoop_openat_exit_t"
+    )
+
+
+# Every program by name.
 PROGRAMS: dict[str, Program] = {
-    "snoop_exec_enter_t": Program("tracepoint/syscalls/sys_enter_execve", "tracepoint", "sys_enter_execve"),
-    "snoop_exec_exit_t": Program("tracepoint/syscalls/sys_exit_execve", "tracepoint", "sys_exit_execve"),
-    "snoop_exec_moved_t": Program("tracepoint/sched/sched_process_exec", "tracepoint", "sched_process_exec"),
-    "snoop_execat_enter_t": Program("tracepoint/syscalls/sys_enter_execveat", "tracepoint", "sys_enter_execveat"),
-    "snoop_execat_exit_t": Program("tracepoint/syscalls/sys_exit_execveat", "tracepoint", "sys_exit_execveat"),
-    "snoop_exit_t": Program("tracepoint/sched/sched_process_exit", "tracepoint", "sched_process_exit"),
-    "snoop_open_enter_t": Program("tracepoint/syscalls/sys_enter_open", "tracepoint", "sys_enter_open"),
-    "snoop_open_exit_t": Program("tracepoint/syscalls/sys_exit_open", "tracepoint", "sys_exit_open"),
-    "snoop_openat_enter_t": Program("tracepoint/syscalls/sys_enter_openat", "tracepoint", "sys_enter_openat"),
-    "snoop_openat_exit_t": Program("tracepoint/syscalls/sys_exit_openat", "tracepoint", "sys_exit_openat"),
+    "snoop_exec_enter_t": SnoopPrograms.snoop_exec_enter_t,
+    "snoop_exec_exit_t": SnoopPrograms.snoop_exec_exit_t,
+    "snoop_exec_moved_t": SnoopPrograms.snoop_exec_moved_t,
+    "snoop_execat_enter_t": SnoopPrograms.snoop_execat_enter_t,
+    "snoop_execat_exit_t": SnoopPrograms.snoop_execat_exit_t,
+    "snoop_exit_t": SnoopPrograms.snoop_exit_t,
+    "snoop_open_enter_t": SnoopPrograms.snoop_open_enter_t,
+    "snoop_open_exit_t": SnoopPrograms.snoop_open_exit_t,
+    "snoop_openat_enter_t": SnoopPrograms.snoop_openat_enter_t,
+    "snoop_openat_exit_t": SnoopPrograms.snoop_openat_exit_t,
 }
+
+
+class SnoopRodata:
+    """The `const volatile` globals of snoop.bpf.o's .rodata, written before load."""
+
+    cfg = RodataVar("cfg", SnoopConfigC)
+
+
+class SnoopObject(Skeleton[SnoopMaps]):
+    """snoop.bpf.o opened: `maps` bound to it, `programs` and `rodata` its names."""
+
+    object_name = "snoop"
+    Maps = SnoopMaps
+    programs = SnoopPrograms
+    rodata = SnoopRodata

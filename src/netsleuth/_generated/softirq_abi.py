@@ -11,6 +11,7 @@ import ctypes
 import enum
 
 from netsleuth.bpf.abi import KernelEnum, Program
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton
 
 __all__ = [
     "COUNTERS",
@@ -31,6 +32,10 @@ __all__ = [
     "SoftirqConfigC",
     "SoftirqCounter",
     "SoftirqCpuStateC",
+    "SoftirqMaps",
+    "SoftirqObject",
+    "SoftirqPrograms",
+    "SoftirqRodata",
 ]
 
 
@@ -88,6 +93,7 @@ class SoftirqConfigC(ctypes.Structure):
     """struct softirq_config: 40 bytes."""
 
     c_name = "softirq_config"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("budget_ns", ctypes.c_uint64),
         ("budget_packets", ctypes.c_uint32),
@@ -102,6 +108,7 @@ class NapiKeyC(ctypes.Structure):
     """struct napi_key: 16 bytes."""
 
     c_name = "napi_key"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("netns", ctypes.c_uint32),
         ("ifindex", ctypes.c_uint32),
@@ -114,6 +121,7 @@ class NapiSlotC(ctypes.Structure):
     """struct napi_slot: 24 bytes."""
 
     c_name = "napi_slot"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("slot", ctypes.c_uint32),
         ("polled", ctypes.c_uint32),
@@ -125,6 +133,7 @@ class NapiStatsC(ctypes.Structure):
     """struct napi_stats: 304 bytes."""
 
     c_name = "napi_stats"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("polls", ctypes.c_uint64),
         ("work", ctypes.c_uint64),
@@ -141,6 +150,7 @@ class SoftirqCpuStateC(ctypes.Structure):
     """struct softirq_cpu_state: 9832 bytes."""
 
     c_name = "softirq_cpu_state"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("raised_ns", ctypes.c_uint64 * 16),
         ("entered_ns", ctypes.c_uint64 * 16),
@@ -164,14 +174,52 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "napi_slots": 1024,
 }
 
-# Every program and the hook it attaches to, from its ELF section.
+
+class SoftirqMaps(ObjectMaps):
+    """The maps of softirq.bpf.o: names and sizes here, BpfMaps on a loaded object."""
+
+    object_name = "softirq"
+    cpu_state = MapAttr(1)
+    napi_polls = MapAttr(1024)
+    napi_slots = MapAttr(1024)
+
+
+class SoftirqPrograms:
+    """The programs of softirq.bpf.o and the hook each attaches to (its ELF section)."""
+
+    sirq_entry_b = Program("tp_btf/softirq_entry", "tp_btf", "softirq_entry", "sirq_entry_b")
+    sirq_entry_r = Program("raw_tp/softirq_entry", "raw_tp", "softirq_entry", "sirq_entry_r")
+    sirq_exit_b = Program("tp_btf/softirq_exit", "tp_btf", "softirq_exit", "sirq_exit_b")
+    sirq_exit_r = Program("raw_tp/softirq_exit", "raw_tp", "softirq_exit", "sirq_exit_r")
+    sirq_napi_b = Program("tp_btf/napi_poll", "tp_btf", "napi_poll", "sirq_napi_b")
+    sirq_napi_r = Program("raw_tp/napi_poll", "raw_tp", "napi_poll", "sirq_napi_r")
+    sirq_raise_b = Program("tp_btf/softirq_raise", "tp_btf", "softirq_raise", "sirq_raise_b")
+    sirq_raise_r = Program("raw_tp/softirq_raise", "raw_tp", "softirq_raise", "sirq_raise_r")
+
+
+# Every program by name.
 PROGRAMS: dict[str, Program] = {
-    "sirq_entry_b": Program("tp_btf/softirq_entry", "tp_btf", "softirq_entry"),
-    "sirq_entry_r": Program("raw_tp/softirq_entry", "raw_tp", "softirq_entry"),
-    "sirq_exit_b": Program("tp_btf/softirq_exit", "tp_btf", "softirq_exit"),
-    "sirq_exit_r": Program("raw_tp/softirq_exit", "raw_tp", "softirq_exit"),
-    "sirq_napi_b": Program("tp_btf/napi_poll", "tp_btf", "napi_poll"),
-    "sirq_napi_r": Program("raw_tp/napi_poll", "raw_tp", "napi_poll"),
-    "sirq_raise_b": Program("tp_btf/softirq_raise", "tp_btf", "softirq_raise"),
-    "sirq_raise_r": Program("raw_tp/softirq_raise", "raw_tp", "softirq_raise"),
+    "sirq_entry_b": SoftirqPrograms.sirq_entry_b,
+    "sirq_entry_r": SoftirqPrograms.sirq_entry_r,
+    "sirq_exit_b": SoftirqPrograms.sirq_exit_b,
+    "sirq_exit_r": SoftirqPrograms.sirq_exit_r,
+    "sirq_napi_b": SoftirqPrograms.sirq_napi_b,
+    "sirq_napi_r": SoftirqPrograms.sirq_napi_r,
+    "sirq_raise_b": SoftirqPrograms.sirq_raise_b,
+    "sirq_raise_r": SoftirqPrograms.sirq_raise_r,
 }
+
+
+class SoftirqRodata:
+    """The `const volatile` globals of softirq.bpf.o's .rodata, written before load."""
+
+    cfg = RodataVar("cfg", SoftirqConfigC)
+
+
+class SoftirqObject(Skeleton[SoftirqMaps]):
+    """softirq.bpf.o opened: `maps` bound to it, `programs` and `rodata` its names."""
+
+    object_name = "softirq"
+    Maps = SoftirqMaps
+    programs = SoftirqPrograms
+    rodata = SoftirqRodata

@@ -12,6 +12,7 @@ import enum
 
 from netsleuth._generated.shared_abi import STAT_COUNT, EventStat
 from netsleuth.bpf.abi import KernelEnum, Program
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton
 
 __all__ = [
     "KIND_COUNT",
@@ -36,7 +37,11 @@ __all__ = [
     "TcpGroupC",
     "TcpGroupKeyC",
     "TcpListenerSlotsC",
+    "TcpMaps",
+    "TcpObject",
+    "TcpPrograms",
     "TcpRangeC",
+    "TcpRodata",
     "TcpSockInfoC",
     "TcpStat",
 ]
@@ -102,6 +107,7 @@ class TcpRangeC(ctypes.Structure):
     """struct tcp_range: 16 bytes."""
 
     c_name = "tcp_range"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("start", ctypes.c_uint64),
         ("end", ctypes.c_uint64),
@@ -112,6 +118,7 @@ class TcpConfigC(ctypes.Structure):
     """struct tcp_config: 112 bytes."""
 
     c_name = "tcp_config"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("thread_size", ctypes.c_uint64),
         ("tlp", TcpRangeC),
@@ -146,6 +153,7 @@ class TcpEventC(ctypes.Structure):
     """struct tcp_event: 216 bytes."""
 
     c_name = "tcp_event"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("time_ns", ctypes.c_uint64),
         ("sk", ctypes.c_uint64),
@@ -199,6 +207,7 @@ class TcpGroupKeyC(ctypes.Structure):
     """struct tcp_group_key: 56 bytes."""
 
     c_name = "tcp_group_key"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("laddr", ctypes.c_uint8 * 16),
         ("raddr", ctypes.c_uint8 * 16),
@@ -220,6 +229,7 @@ class TcpGroupC(ctypes.Structure):
     """struct tcp_group: 456 bytes."""
 
     c_name = "tcp_group"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("count", ctypes.c_uint64),
         ("sum1", ctypes.c_uint64),
@@ -236,6 +246,7 @@ class TcpListenerSlotsC(ctypes.Structure):
     """struct tcp_listener_slots: 32 bytes."""
 
     c_name = "tcp_listener_slots"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (("sk", ctypes.c_uint64 * 4),)
 
 
@@ -243,6 +254,7 @@ class TcpSockInfoC(ctypes.Structure):
     """struct tcp_sock_info: 48 bytes."""
 
     c_name = "tcp_sock_info"
+    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute
     _fields_ = (
         ("born_ns", ctypes.c_uint64),
         ("changed_ns", ctypes.c_uint64),
@@ -274,31 +286,97 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "tcp_stats": 72,
 }
 
-# Every program and the hook it attaches to, from its ELF section.
+
+class TcpMaps(ObjectMaps):
+    """The maps of tcp.bpf.o: names and sizes here, BpfMaps on a loaded object."""
+
+    object_name = "tcp"
+    dst_filter = MapAttr(256)
+    events = MapAttr(8388608)
+    events_perf = MapAttr(0)
+    host_filter = MapAttr(256)
+    listeners = MapAttr(4096)
+    netns_filter = MapAttr(4096)
+    owner_inodes = MapAttr(65536)
+    queue_reasons = MapAttr(64)
+    reject_ranges = MapAttr(4)
+    sample_counter = MapAttr(1)
+    scratch = MapAttr(1)
+    sock_infos = MapAttr(65536)
+    src_filter = MapAttr(256)
+    tcp_groups = MapAttr(8192)
+    tcp_stats = MapAttr(72)
+
+
+class TcpPrograms:
+    """The programs of tcp.bpf.o and the hook each attaches to (its ELF section)."""
+
+    nst_error_b = Program("tp_btf/inet_sk_error_report", "tp_btf", "inet_sk_error_report", "nst_error_b")
+    nst_error_r = Program("raw_tp/inet_sk_error_report", "raw_tp", "inet_sk_error_report", "nst_error_r")
+    nst_memlim_b = Program("tp_btf/sock_exceed_buf_limit", "tp_btf", "sock_exceed_buf_limit", "nst_memlim_b")
+    nst_memlim_r = Program("raw_tp/sock_exceed_buf_limit", "raw_tp", "sock_exceed_buf_limit", "nst_memlim_r")
+    nst_rcvq_b = Program("tp_btf/sock_rcvqueue_full", "tp_btf", "sock_rcvqueue_full", "nst_rcvq_b")
+    nst_rcvq_r = Program("raw_tp/sock_rcvqueue_full", "raw_tp", "sock_rcvqueue_full", "nst_rcvq_r")
+    nst_retrans_b = Program("tp_btf/tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb", "nst_retrans_b")
+    nst_retrans_r = Program("raw_tp/tcp_retransmit_skb", "raw_tp", "tcp_retransmit_skb", "nst_retrans_r")
+    nst_rst_fw_b = Program("tp_btf/net_dev_queue", "tp_btf", "net_dev_queue", "nst_rst_fw_b")
+    nst_rst_fw_r = Program("raw_tp/net_dev_queue", "raw_tp", "net_dev_queue", "nst_rst_fw_r")
+    nst_rst_recv_b = Program("tp_btf/tcp_receive_reset", "tp_btf", "tcp_receive_reset", "nst_rst_recv_b")
+    nst_rst_recv_r = Program("raw_tp/tcp_receive_reset", "raw_tp", "tcp_receive_reset", "nst_rst_recv_r")
+    nst_rst_sent_b = Program("tp_btf/tcp_send_reset", "tp_btf", "tcp_send_reset", "nst_rst_sent_b")
+    nst_rst_sent_r = Program("raw_tp/tcp_send_reset", "raw_tp", "tcp_send_reset", "nst_rst_sent_r")
+    nst_skdrop_b = Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb", "nst_skdrop_b")
+    nst_skdrop_r = Program("raw_tp/kfree_skb", "raw_tp", "kfree_skb", "nst_skdrop_r")
+    nst_state_b = Program("tp_btf/inet_sock_set_state", "tp_btf", "inet_sock_set_state", "nst_state_b")
+    nst_state_r = Program("raw_tp/inet_sock_set_state", "raw_tp", "inet_sock_set_state", "nst_state_r")
+    nst_synack_b = Program("tp_btf/tcp_retransmit_synack", "tp_btf", "tcp_retransmit_synack", "nst_synack_b")
+    nst_synack_r = Program("raw_tp/tcp_retransmit_synack", "raw_tp", "tcp_retransmit_synack", "nst_synack_r")
+    nst_synq_b = Program("tp_btf/consume_skb", "tp_btf", "consume_skb", "nst_synq_b")
+    nst_synq_r = Program("raw_tp/consume_skb", "raw_tp", "consume_skb", "nst_synq_r")
+
+
+# Every program by name.
 PROGRAMS: dict[str, Program] = {
-    "nst_error_b": Program("tp_btf/inet_sk_error_report", "tp_btf", "inet_sk_error_report"),
-    "nst_error_r": Program("raw_tp/inet_sk_error_report", "raw_tp", "inet_sk_error_report"),
-    "nst_memlim_b": Program("tp_btf/sock_exceed_buf_limit", "tp_btf", "sock_exceed_buf_limit"),
-    "nst_memlim_r": Program("raw_tp/sock_exceed_buf_limit", "raw_tp", "sock_exceed_buf_limit"),
-    "nst_rcvq_b": Program("tp_btf/sock_rcvqueue_full", "tp_btf", "sock_rcvqueue_full"),
-    "nst_rcvq_r": Program("raw_tp/sock_rcvqueue_full", "raw_tp", "sock_rcvqueue_full"),
-    "nst_retrans_b": Program("tp_btf/tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb"),
-    "nst_retrans_r": Program("raw_tp/tcp_retransmit_skb", "raw_tp", "tcp_retransmit_skb"),
-    "nst_rst_fw_b": Program("tp_btf/net_dev_queue", "tp_btf", "net_dev_queue"),
-    "nst_rst_fw_r": Program("raw_tp/net_dev_queue", "raw_tp", "net_dev_queue"),
-    "nst_rst_recv_b": Program("tp_btf/tcp_receive_reset", "tp_btf", "tcp_receive_reset"),
-    "nst_rst_recv_r": Program("raw_tp/tcp_receive_reset", "raw_tp", "tcp_receive_reset"),
-    "nst_rst_sent_b": Program("tp_btf/tcp_send_reset", "tp_btf", "tcp_send_reset"),
-    "nst_rst_sent_r": Program("raw_tp/tcp_send_reset", "raw_tp", "tcp_send_reset"),
-    "nst_skdrop_b": Program("tp_btf/kfree_skb", "tp_btf", "kfree_skb"),
-    "nst_skdrop_r": Program("raw_tp/kfree_skb", "raw_tp", "kfree_skb"),
-    "nst_state_b": Program("tp_btf/inet_sock_set_state", "tp_btf", "inet_sock_set_state"),
-    "nst_state_r": Program("raw_tp/inet_sock_set_state", "raw_tp", "inet_sock_set_state"),
-    "nst_synack_b": Program("tp_btf/tcp_retransmit_synack", "tp_btf", "tcp_retransmit_synack"),
-    "nst_synack_r": Program("raw_tp/tcp_retransmit_synack", "raw_tp", "tcp_retransmit_synack"),
-    "nst_synq_b": Program("tp_btf/consume_skb", "tp_btf", "consume_skb"),
-    "nst_synq_r": Program("raw_tp/consume_skb", "raw_tp", "consume_skb"),
+    "nst_error_b": TcpPrograms.nst_error_b,
+    "nst_error_r": TcpPrograms.nst_error_r,
+    "nst_memlim_b": TcpPrograms.nst_memlim_b,
+    "nst_memlim_r": TcpPrograms.nst_memlim_r,
+    "nst_rcvq_b": TcpPrograms.nst_rcvq_b,
+    "nst_rcvq_r": TcpPrograms.nst_rcvq_r,
+    "nst_retrans_b": TcpPrograms.nst_retrans_b,
+    "nst_retrans_r": TcpPrograms.nst_retrans_r,
+    "nst_rst_fw_b": TcpPrograms.nst_rst_fw_b,
+    "nst_rst_fw_r": TcpPrograms.nst_rst_fw_r,
+    "nst_rst_recv_b": TcpPrograms.nst_rst_recv_b,
+    "nst_rst_recv_r": TcpPrograms.nst_rst_recv_r,
+    "nst_rst_sent_b": TcpPrograms.nst_rst_sent_b,
+    "nst_rst_sent_r": TcpPrograms.nst_rst_sent_r,
+    "nst_skdrop_b": TcpPrograms.nst_skdrop_b,
+    "nst_skdrop_r": TcpPrograms.nst_skdrop_r,
+    "nst_state_b": TcpPrograms.nst_state_b,
+    "nst_state_r": TcpPrograms.nst_state_r,
+    "nst_synack_b": TcpPrograms.nst_synack_b,
+    "nst_synack_r": TcpPrograms.nst_synack_r,
+    "nst_synq_b": TcpPrograms.nst_synq_b,
+    "nst_synq_r": TcpPrograms.nst_synq_r,
 }
+
+
+class TcpRodata:
+    """The `const volatile` globals of tcp.bpf.o's .rodata, written before load."""
+
+    cfg = RodataVar("cfg", TcpConfigC)
+    ns_use_perfbuf = RodataVar("ns_use_perfbuf", ctypes.c_uint8)
+
+
+class TcpObject(Skeleton[TcpMaps]):
+    """tcp.bpf.o opened: `maps` bound to it, `programs` and `rodata` its names."""
+
+    object_name = "tcp"
+    Maps = TcpMaps
+    programs = TcpPrograms
+    rodata = TcpRodata
+
 
 # Names the Python code used before these types were shared between objects.
 TcpStat = EventStat

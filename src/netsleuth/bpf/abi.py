@@ -32,6 +32,7 @@ class Program(NamedTuple):
     section: str
     attach: str  # tp_btf, raw_tp...
     tracepoint: str  # the hook's name without its category: kfree_skb, tcp_send_reset
+    name: str = ""  # the program's C name, what libbpf finds it by
 
 
 def check_mirror(btf: Btf, c_name: str, mirror: type[ctypes.Structure], object_name: str) -> None:

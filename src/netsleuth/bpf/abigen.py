@@ -27,6 +27,7 @@ from netsleuth.errors import EnvironmentProblem
 __all__ = ["MODULES", "EnumSpec", "ModuleSpec", "generate", "main"]
 
 GENERATED = Path(__file__).resolve().parent.parent / "_generated"
+_LINE = 110  # ruff's line-length: the modules are written as `ruff format` would leave them
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,21 @@ class ModuleSpec:
     enums: tuple[EnumSpec, ...] = ()
     aliases: Mapping[str, str] = field(default_factory=dict)  # older Python name -> generated name
     shared: tuple[str, ...] = ()  # names of the shared module this one re-exports
-    tables: bool = True  # maps' sizes and programs of its one object
+    tables: bool = True  # maps, programs and .rodata of its one object, as typed handles
+    filter: str = ""  # the shared filter (FILTER_MAPS) the object carries: "netns" or "packet"
 
+
+# What netsleuth.diagnostics.filter_maps fills in an object that filters (bpf/filter_maps.bpf.h): its maps,
+# and the fields of its config struct it writes whatever the run asks (a field it writes only when a filter is
+# set is refused then: fill_filter_config fails closed).
+FILTER_MAPS: Mapping[str, tuple[str, ...]] = {
+    "netns": ("netns_filter",),
+    "packet": ("netns_filter", "host_filter", "src_filter", "dst_filter", "owner_inodes"),
+}
+FILTER_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "netns": ("netns", "filter_netns"),
+    "packet": ("netns", "filter_netns", "filter_host", "filter_src", "filter_dst", "filter_owner", "port"),
+}
 
 _STAT = EnumSpec("ns_stat", "EventStat", "NS_STAT_", {"NS_STAT_COUNT": "STAT_COUNT"})
 
@@ -80,6 +94,7 @@ MODULES: tuple[ModuleSpec, ...] = (
         (EnumSpec("drops_limits"),),
         {"DropStat": "EventStat"},
         ("STAT_COUNT",),
+        filter="packet",
     ),
     ModuleSpec(
         "tcp_abi",
@@ -103,6 +118,7 @@ MODULES: tuple[ModuleSpec, ...] = (
         ),
         {"TcpStat": "EventStat"},
         ("STAT_COUNT",),
+        filter="packet",
     ),
     ModuleSpec(
         "dns_abi",
@@ -121,6 +137,7 @@ MODULES: tuple[ModuleSpec, ...] = (
             EnumSpec("dns_event_kind", "DnsEventKind", "DNS_EVENT_"),
             EnumSpec("dns_limits"),
         ),
+        filter="packet",
     ),
     ModuleSpec(
         "route_abi",
@@ -138,6 +155,7 @@ MODULES: tuple[ModuleSpec, ...] = (
             EnumSpec("route_limits"),
         ),
         shared=("STAT_COUNT",),
+        filter="packet",
     ),
     ModuleSpec(
         "snoop_abi",
@@ -187,6 +205,11 @@ MODULES: tuple[ModuleSpec, ...] = (
             EnumSpec("profile_limits"),
             EnumSpec("profile_stat", "ProfileStat", "PROFILE_", {"PROFILE_STATS": "PROFILE_STATS"}),
         ),
+    ),
+    ModuleSpec(
+        "tcp_existing_abi",
+        ("tcp_existing",),
+        "The iterator that walks the sockets existing when tcp starts (bpf/tcp_existing.bpf.c).",
     ),
 )
 
@@ -307,6 +330,7 @@ def _emit_structs(module: _Module, btf: Btf, object_name: str, owners: Mapping[s
             f'    """struct {c_name}: {btf.struct_size(c_name)} bytes."""',
             "",
             f'    c_name = "{c_name}"',
+            "    __slots__ = ()  # a member renamed in C is an AttributeError, not a new Python attribute",
             "    _fields_ = (",
         ]
         for member in members:
@@ -369,21 +393,122 @@ def _emit_enums(module: _Module, btf: Btf, object_name: str) -> None:
         module.exported.append(spec.python_name)
 
 
-def _emit_tables(module: _Module, btf: Btf, path: Path) -> None:
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _rodata_type(
+    btf: Btf, type_id: int, owners: Mapping[str, tuple[str, str]], module: _Module
+) -> str | None:
+    """The ctypes type of a .rodata variable; None for what userspace never sets (the NS_ABI_KEEP structs)."""
+    ctype = btf_layout.describe(btf, type_id)
+    if isinstance(ctype, btf_layout.StructType):
+        owner = owners.get(ctype.name)
+        if owner is None:
+            return None
+        if ctype.name not in module.spec.structs:
+            module.need(owner[0], owner[1])
+        return owner[1]
+    if isinstance(ctype, btf_layout.IntType | btf_layout.EnumType):
+        return _ctype_text(btf_layout.IntType(ctype.name, ctype.size, False), {})
+    return None
+
+
+def _check_filter(spec: ModuleSpec, btf: Btf, maps: Sequence[str], object_name: str) -> None:
+    """The shared filter the Python code fills (netsleuth.diagnostics.filter_maps) must be in the object:
+    a map or config field renamed in C fails here, at `make bpf`/`make check-bpf`, not in a run."""
+    if not spec.filter:
+        return
+    wanted_maps = FILTER_MAPS[spec.filter]
+    missing = [name for name in wanted_maps if name not in maps]
+    if missing:
+        raise AbiError(
+            f"{object_name}.bpf.o has no map {', '.join(missing)}: every object that filters by "
+            f"{spec.filter} declares it (bpf/filter_maps.bpf.h); netsleuth.diagnostics.filter_maps fills it"
+        )
+    config = next((c_name for c_name in spec.structs if c_name.endswith("_config")), None)
+    fields = {member.name for member in btf_layout.struct_members(btf, config) or ()} if config else set()
+    absent = [name for name in FILTER_FIELDS[spec.filter] if name not in fields]
+    if absent:
+        raise AbiError(
+            f"{object_name}.bpf.o's struct {config} has no {', '.join(absent)}: the {spec.filter} filter's "
+            "fields (netsleuth.diagnostics.filter_maps.fill_filter_config) are in every config that uses it"
+        )
+
+
+def _emit_tables(module: _Module, btf: Btf, path: Path, owners: Mapping[str, tuple[str, str]]) -> None:
+    object_name = module.spec.objects[0]
+    prefix = _camel(object_name)
     module.need("netsleuth.bpf.abi", "Program")
-    module.body.extend(["", "", "# max_entries of every map in .maps (ring buffers: bytes)."])
-    module.body.append("MAP_MAX_ENTRIES: dict[str, int] = {")
-    for definition in btf_layout.map_definitions(btf):
-        module.body.append(f'    "{definition.name}": {definition.max_entries},')
-    module.body.append("}")
-    module.body.extend(["", "# Every program and the hook it attaches to, from its ELF section."])
-    module.body.append("PROGRAMS: dict[str, Program] = {")
-    for name, section in sorted(_program_sections(path).items()):
+    for name in ("MapAttr", "ObjectMaps", "RodataVar", "Skeleton"):
+        module.need("netsleuth.bpf.skeleton", name)
+    definitions = btf_layout.map_definitions(btf)
+    _check_filter(module.spec, btf, [definition.name for definition in definitions], object_name)
+    programs = sorted(_program_sections(path).items())
+    body = module.body
+    body.extend(["", "", "# max_entries of every map in .maps (ring buffers: bytes)."])
+    body.append("MAP_MAX_ENTRIES: dict[str, int] = {")
+    for definition in definitions:
+        body.append(f'    "{definition.name}": {definition.max_entries},')
+    body.append("}")
+    body.extend(["", "", f"class {prefix}Maps(ObjectMaps):"])
+    body.append(
+        f'    """The maps of {object_name}.bpf.o: names and sizes here, BpfMaps on a loaded object."""'
+    )
+    body.extend(["", f'    object_name = "{object_name}"'])
+    for definition in definitions:
+        body.append(f"    {definition.name} = MapAttr({definition.max_entries})")
+    body.extend(["", "", f"class {prefix}Programs:"])
+    body.extend(
+        [
+            f'    """The programs of {object_name}.bpf.o and the hook each attaches to (its ELF section)."""',
+            "",
+        ]
+    )
+    for name, section in programs:
         attach, _, rest = section.partition("/")
         tracepoint = rest.rpartition("/")[2]  # tracepoint/<category>/<name> keeps the name only
-        module.body.append(f'    "{name}": Program("{section}", "{attach}", "{tracepoint}"),')
-    module.body.append("}")
-    module.exported.extend(["MAP_MAX_ENTRIES", "PROGRAMS"])
+        arguments = f'"{section}", "{attach}", "{tracepoint}", "{name}"'
+        line = f"    {name} = Program({arguments})"
+        body.extend(
+            [line] if len(line) <= _LINE else [f"    {name} = Program(", f"        {arguments}", "    )"]
+        )
+    body.extend(["", "", "# Every program by name."])
+    body.append("PROGRAMS: dict[str, Program] = {")
+    for name, _ in programs:
+        body.append(f'    "{name}": {prefix}Programs.{name},')
+    body.append("}")
+    variables = []
+    for name, type_id in btf_layout.datasec_variables(btf, ".rodata"):
+        ctype = _rodata_type(btf, btf.record(type_id).size_or_type, owners, module)  # type: ignore[union-attr]
+        if ctype is not None:
+            variables.append(f'    {name} = RodataVar("{name}", {ctype})')
+    body.extend(["", "", f"class {prefix}Rodata:"])
+    body.append(
+        f'    """The `const volatile` globals of {object_name}.bpf.o\'s .rodata, written before load."""'
+    )
+    body.extend(["", *(variables or ["    pass"])])
+    body.extend(["", "", f"class {prefix}Object(Skeleton[{prefix}Maps]):"])
+    body.extend(
+        [
+            f'    """{object_name}.bpf.o opened: `maps` bound to it, `programs` and `rodata` its names."""',
+            "",
+            f'    object_name = "{object_name}"',
+            f"    Maps = {prefix}Maps",
+            f"    programs = {prefix}Programs",
+            f"    rodata = {prefix}Rodata",
+        ]
+    )
+    module.exported.extend(
+        [
+            "MAP_MAX_ENTRIES",
+            "PROGRAMS",
+            f"{prefix}Maps",
+            f"{prefix}Programs",
+            f"{prefix}Rodata",
+            f"{prefix}Object",
+        ]
+    )
 
 
 def _all_sort_key(name: str) -> tuple[int, str]:
@@ -419,7 +544,7 @@ def _render(module: _Module) -> str:
     lines.append("]")
     lines.extend(module.body)
     if spec.aliases:
-        lines.append("")
+        lines.extend(["", ""])
         lines.append("# Names the Python code used before these types were shared between objects.")
         lines.extend(f"{alias} = {target}" for alias, target in spec.aliases.items())
     return "\n".join(lines) + "\n"
@@ -449,11 +574,11 @@ def _needs_from_aliases(module: _Module) -> None:
                     module.need(f"netsleuth._generated.{other.name}", target)
 
 
-def generate(directory: Path = GENERATED) -> dict[str, str]:
+def generate(directory: Path = GENERATED, modules: Sequence[ModuleSpec] = MODULES) -> dict[str, str]:
     """module file name -> text, read from the objects in `directory`."""
     owners = _owners()
     texts: dict[str, str] = {}
-    for spec in MODULES:
+    for spec in modules:
         rendered: dict[str, str] = {}
         for object_name in spec.objects:
             path = _object_path(directory, object_name)
@@ -464,7 +589,7 @@ def generate(directory: Path = GENERATED) -> dict[str, str]:
                 if spec.tables:
                     if len(spec.objects) != 1:
                         raise AbiError(f"{spec.name}: tables come from exactly one object")
-                    _emit_tables(module, btf, path)
+                    _emit_tables(module, btf, path, owners)
                 _needs_from_aliases(module)
                 _needs_from_shared(module)
                 rendered[object_name] = _render(module)

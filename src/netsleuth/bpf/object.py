@@ -11,12 +11,14 @@ import mmap
 from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from netsleuth.bpf import _libbpf
 from netsleuth.bpf.abi import check_mirror
 from netsleuth.bpf.btf import Btf
 from netsleuth.bpf.errors import BpfError, VerifierError, last_errno_error
 from netsleuth.bpf.maps import BpfMap
+from netsleuth.bpf.skeleton import RodataVar, check_rodata_value
 from netsleuth.errors import EnvironmentProblem
 
 __all__ = ["BpfObject", "generated_object_path"]
@@ -82,16 +84,23 @@ class BpfObject:
             pointer = self._lib.bpf_object__next_map(self._handle, pointer)
         raise BpfError(f"BPF object {self.path.name} has no {section} section")
 
-    def set_rodata(self, variable: str, value: ctypes.Structure) -> None:
-        """Write a `const volatile` global before load; the verifier then sees it as a constant."""
+    def set_rodata(
+        self, variable: RodataVar[Any] | str, value: ctypes.Structure | ctypes._SimpleCData[Any]
+    ) -> None:
+        """Write a `const volatile` global before load; the verifier then sees it as a constant. netsleuth's
+        own objects name it by their generated `<Name>Rodata` attribute, whose type the value must have (an
+        object outside the package, a plug-in's, by its name)."""
         if self._loaded:
             raise BpfError("read-only configuration must be set before load")
+        if isinstance(variable, RodataVar):
+            check_rodata_value(variable, value)
+            variable = variable.name
         btf = self.btf()
         offset = btf.datasec_var_offset(".rodata", variable)
         if offset is None:
             raise BpfError(f"BPF object {self.path.name} has no read-only variable {variable}")
         c_name = getattr(type(value), "c_name", None)
-        if c_name:
+        if c_name and isinstance(value, ctypes.Structure):
             self.check_struct(c_name, type(value))
         size = ctypes.c_size_t()
         data = self._lib.bpf_map__initial_value(self._section_map(".rodata"), ctypes.byref(size))

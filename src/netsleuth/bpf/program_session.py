@@ -14,15 +14,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Any, Generic, Self, TypeVar
 
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
-from netsleuth.bpf.maps import BpfMap
 from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.perfbuf import PerfBuffer, retire_ring_buffer_map
 from netsleuth.bpf.quiesce import wait_for_running_programs
 from netsleuth.bpf.ringbuf import RecordBlob, RingBuffer, joined_records
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton, variant_programs
 
 __all__ = ["TP_BTF_THEN_RAW_TP", "PerfFallback", "ProgramBacked", "ProgramSession", "Variant"]
 
@@ -41,39 +41,42 @@ class PerfFallback:
     declares beside the ring buffer, and the `const volatile __u8` that routes its output there (e.g.
     bpf/emit.bpf.h `events_perf`, `ns_use_perfbuf`: drops and tcp opt in with NS_EMIT_PERF_FALLBACK)."""
 
-    map_name: str
-    switch: str
+    map: MapAttr
+    switch: RodataVar[ctypes.c_uint8]
 
 
-class _Switch(ctypes.Structure):
-    _fields_ = (("on", ctypes.c_uint8),)
+M = TypeVar("M", bound=ObjectMaps)
 
 
 # The order in which variants are tried: typed BTF arguments first, then the raw tracepoint.
 TP_BTF_THEN_RAW_TP = (Variant("_b", "tp_btf"), Variant("_r", "raw_tp"))
 
 
-class ProgramSession:
+class ProgramSession(Generic[M]):
     """A BPF object from the package's _generated directory, attached with the first variant that loads.
 
-    `programs` are the base names (without the variant suffix) of every program in the object: the ones a
-    run asks `start` for are loaded and attached, every other one is left out (autoload off), so a run pays
-    only for the tracepoints it needs.
+    `skeleton` is the object's generated handles (netsleuth._generated.<name>_abi.<Name>Object): its maps are
+    `maps.<name>` once started. `programs` are the base names (without the variant suffix) of every program in
+    the object, each checked against the object's programs: the ones a run asks `start` for are loaded and
+    attached, every other one is left out (autoload off), so a run pays only for the tracepoints it needs.
     """
 
     def __init__(
         self,
-        object_name: str,
+        skeleton: type[Skeleton[M]],
         programs: Sequence[str],
         variants: Sequence[Variant] = TP_BTF_THEN_RAW_TP,
         mirrors: Sequence[tuple[str, type[ctypes.Structure]]] = (),
     ) -> None:
-        self.object_name = object_name
-        self.all_programs = tuple(programs)
+        self.skeleton_type = skeleton
+        self.object_name = skeleton.object_name
         self.variants = tuple(variants)
+        self.all_programs = variant_programs(
+            skeleton, programs, [variant.suffix for variant in self.variants]
+        )
         self._mirrors = tuple(mirrors)
         self._object: BpfObject | None = None
-        self._maps: dict[str, BpfMap] = {}
+        self._skeleton: Skeleton[M] | None = None
         self._ring: RingBuffer | PerfBuffer | None = None
         self.attach_kind = ""
         self.attached: tuple[str, ...] = ()
@@ -84,18 +87,21 @@ class ProgramSession:
     def start(
         self,
         programs: Sequence[str],
-        config: tuple[str, ctypes.Structure],
-        fill_maps: Callable[[BpfObject], None] = lambda _object: None,
-        ring: str | None = None,
+        config: tuple[RodataVar[Any], ctypes.Structure],
+        fill_maps: Callable[[Skeleton[M]], None] = lambda _object: None,
+        ring: MapAttr | None = None,
         perf: PerfFallback | None = None,
-        sizes: Mapping[str, int] | None = None,
+        sizes: Mapping[MapAttr, int] | None = None,
     ) -> None:
-        """Load `programs` (base names) with `config` written to the named .rodata variable, fill maps,
-        attach, and open the ring buffer map `ring` if events are wanted. The first variant that loads and
-        attaches wins; if none does, the first variant's error is raised (it says most about the kernel).
-        With `perf`, events go through the object's perf buffer instead: its switch is set and the ring
-        buffer map retired before load, so the object loads on a kernel that cannot create one. `sizes`
-        shrinks maps this run leaves unused (name -> max_entries) before load."""
+        """Load `programs` (base names) with `config` written to its .rodata variable, fill maps, attach,
+        and open the ring buffer map `ring` if events are wanted. The first variant that loads and attaches
+        wins; if none does, the first variant's error is raised (it says most about the kernel). With
+        `perf`, events go through the object's perf buffer instead: its switch is set and the ring buffer
+        map retired before load, so the object loads on a kernel that cannot create one. `sizes` shrinks
+        maps this run leaves unused (map -> max_entries) before load."""
+        unknown = sorted(set(programs) - set(self.all_programs))
+        if unknown:
+            raise BpfError(f"{', '.join(unknown)} is not one of the {self.object_name} programs")
         require_tracing(ring_buffer=perf is None)
         started = time.monotonic()
         variable, value = config
@@ -107,17 +113,18 @@ class ProgramSession:
                 for c_name, mirror in self._mirrors:
                     bpf_object.check_struct_size(c_name, mirror)
                 bpf_object.set_rodata(variable, value)
-                for map_name, entries in (sizes or {}).items():
-                    bpf_object.set_max_entries(map_name, entries)
+                for bpf_map, entries in (sizes or {}).items():
+                    bpf_object.set_max_entries(bpf_map.name, entries)
                 if perf is not None:
-                    bpf_object.set_rodata(perf.switch, _Switch(1))
-                    retire_ring_buffer_map(bpf_object, ring or "events")
+                    bpf_object.set_rodata(perf.switch, ctypes.c_uint8(1))
+                    retire_ring_buffer_map(bpf_object, ring.name if ring is not None else "events")
                 for name in self.all_programs:
                     for other in self.variants:
                         full = name + other.suffix
                         bpf_object.set_autoload(full, full in chosen)
                 bpf_object.load(chosen)
-                fill_maps(bpf_object)
+                skeleton = self.skeleton_type(bpf_object)
+                fill_maps(skeleton)
                 for name in chosen:
                     bpf_object.attach(name)
             except BpfError as error:
@@ -125,6 +132,7 @@ class ProgramSession:
                 failure = failure or error
                 continue
             self._object = bpf_object
+            self._skeleton = skeleton
             self.attach_kind = variant.kind
             self.attached = tuple(chosen)
             break
@@ -132,7 +140,7 @@ class ProgramSession:
             assert failure is not None
             raise failure
         if ring is not None:
-            fd = self._object.map(perf.map_name if perf is not None else ring).fd
+            fd = self._object.map(perf.map.name if perf is not None else ring.name).fd
             self._ring = PerfBuffer(fd) if perf is not None else RingBuffer(fd)
         self.attach_seconds = time.monotonic() - started
 
@@ -146,12 +154,12 @@ class ProgramSession:
             raise BpfError(f"the {self.object_name} programs are not attached")
         return self._object
 
-    def map(self, name: str) -> BpfMap:
-        """The map `name` (looked up once: reading counters often must not cost a lookup each time)."""
-        found = self._maps.get(name)
-        if found is None:
-            found = self._maps[name] = self.bpf_object.map(name)
-        return found
+    @property
+    def maps(self) -> M:
+        """The started object's maps, typed (`maps.drop_groups`), each looked up once."""
+        if self._skeleton is None:
+            raise BpfError(f"the {self.object_name} programs are not attached")
+        return self._skeleton.maps
 
     # -- run -------------------------------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list[bytes]:
@@ -176,22 +184,22 @@ class ProgramSession:
         program's own LOST counters count the same losses (netsleuth.bpf.perfbuf)."""
         return self._ring.lost if isinstance(self._ring, PerfBuffer) else None
 
-    def counter_sums(self, map_name: str, count: int, first: int = 0) -> list[int]:
+    def counter_sums(self, counters_map: MapAttr, count: int, first: int = 0) -> list[int]:
         """Sums over CPUs of `count` u64 slots of a per-CPU array, from index `first` on: the exact totals."""
-        if self._object is None:
+        if self._skeleton is None:
             return [0] * count
-        counters = self.map(map_name)
+        counters = self._skeleton.maps.find(counters_map)
         sums = []
         for index in range(first, first + count):
             per_cpu = counters.lookup_per_cpu(index.to_bytes(4, "little"))
             sums.append(sum(int.from_bytes(value[:8], "little") for value in per_cpu))
         return sums
 
-    def entries(self, map_name: str) -> Iterator[tuple[bytes, bytes]]:
+    def entries(self, groups_map: MapAttr) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) of a hash map: the in-kernel groups."""
-        if self._object is None:
+        if self._skeleton is None:
             return iter(())
-        return self.map(map_name).items()
+        return self._skeleton.maps.find(groups_map).items()
 
     def program_fds(self) -> dict[str, int]:
         if self._object is None:
@@ -229,9 +237,9 @@ class ProgramSession:
         if self._object is not None:
             self._object.close()
             self._object = None
-        self._maps.clear()
+        self._skeleton = None
 
-    def __enter__(self) -> ProgramSession:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -244,7 +252,7 @@ class ProgramBacked:
     """Base of a diagnostic's kernel session that owns one `ProgramSession` as `_programs`: what it attached
     as, its programs' fds, stopping and closing (also as a context manager)."""
 
-    _programs: ProgramSession
+    _programs: ProgramSession[Any]
 
     def stop(self) -> None:
         """End the run's events before its last read (ProgramSession.stop)."""

@@ -3,24 +3,43 @@ and the namespace set, filled the same way for every program that declares them 
 
 Map names and layouts are the programs' contract: `host_filter`, `src_filter`, `dst_filter` (LPM tries keyed
 by struct lpm_addr_key, bpf/packet.h), `owner_inodes` (u64 socket inode -> u8) and `netns_filter` (u32
-netns inode -> u8).
+netns inode -> u8). They are reached through each object's generated maps (`FilterMaps`, netsleuth.bpf.abigen
+checks every filtering object declares them), and the config fields are written fail-closed: a filter the
+struct has no field for is an error, never a filter left open.
 """
 
 from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Protocol
 
 from netsleuth._generated.shared_abi import LpmAddrKey
-from netsleuth.bpf.object import BpfObject
+from netsleuth.bpf.errors import BpfError
 from netsleuth.diagnostics.filters import IpNetwork, PacketFilter
 
 if TYPE_CHECKING:
+    from netsleuth.bpf.maps import BpfMap
     from netsleuth.kernel.process import SocketOwners
 
-__all__ = ["OwnerInodeSync", "fill_address_maps", "fill_filter_config", "lpm_key"]
+__all__ = ["FilterMaps", "OwnerInodeSync", "fill_address_maps", "fill_filter_config", "lpm_key"]
+
+
+class FilterMaps(Protocol):
+    """The maps of bpf/filter_maps.bpf.h, as every filtering object's generated `<Name>Maps` has them."""
+
+    @property
+    def host_filter(self) -> BpfMap: ...
+    @property
+    def src_filter(self) -> BpfMap: ...
+    @property
+    def dst_filter(self) -> BpfMap: ...
+    @property
+    def owner_inodes(self) -> BpfMap: ...
+    @property
+    def netns_filter(self) -> BpfMap: ...
+
 
 _OWNER_REFRESH_S = 0.5
 
@@ -35,14 +54,17 @@ def lpm_key(network: IpNetwork) -> bytes:
     return bytes(key)
 
 
-def fill_filter_config(cfg: ctypes.Structure, packet_filter: PacketFilter) -> None:
+def fill_filter_config(
+    cfg: ctypes.Structure, packet_filter: PacketFilter, inherent: Collection[str] = ()
+) -> None:
     """The shared filter fields of a program's .rodata config (netns, pid, comm, ports, family, proto, dev and
     the flags that say which filter maps to consult), named alike in every config struct.
 
-    Only the fields the struct declares are set: a program that cannot apply a filter has no field for it,
-    and its config reader refuses that filter with a sentence (tcp: --dev, route: -6). Names are cut to the
-    kernel's 15 bytes (--comm and --dev are checked in characters; a multi-byte name could be longer)."""
-    fields = {entry[0] for entry in type(cfg)._fields_}
+    Fail closed: every field a filter needs must be in the struct, or this raises a BpfError naming it - a
+    field renamed in C never leaves its filter open. --proto and --dev need theirs only when given (a
+    program that cannot apply them has none, and its config has no such option), and `inherent` names the
+    filters the object applies by what it is (tcp: "proto", it sees TCP only). Names are cut to the kernel's
+    15 bytes (--comm and --dev are checked in characters; a multi-byte name could be longer)."""
     values: dict[str, object] = {
         "netns": packet_filter.netns or 0,
         "pid": packet_filter.pid or 0,
@@ -57,28 +79,33 @@ def fill_filter_config(cfg: ctypes.Structure, packet_filter: PacketFilter) -> No
         "filter_owner": int(packet_filter.filters_owner),
         "filter_netns": int(bool(packet_filter.netns_set)),
     }
-    if packet_filter.proto is not None:
+    if packet_filter.proto is not None and "proto" not in inherent:
         values.update(filter_l4proto=1, l4proto=packet_filter.proto)
-    if packet_filter.dev:
+    if packet_filter.dev and "dev" not in inherent:
         values.update(filter_dev=1, dev=packet_filter.dev.encode()[:15])
+    missing = [name for name in values if not hasattr(type(cfg), name)]
+    if missing:
+        c_name = getattr(type(cfg), "c_name", type(cfg).__name__)
+        raise BpfError(
+            f"struct {c_name} has no {', '.join(missing)}: the filter cannot be applied in the kernel, and "
+            "the object and the Python code are out of step (run `make bpf`)"
+        )
     for name, value in values.items():
-        if name in fields:
-            setattr(cfg, name, value)
+        setattr(cfg, name, value)
 
 
-def fill_address_maps(bpf_object: BpfObject, packet_filter: PacketFilter) -> None:
+def fill_address_maps(maps: FilterMaps, packet_filter: PacketFilter) -> None:
     """--host/--src/--dst prefixes into the object's LPM maps, and the namespaces of a filter that names
     several (--k8s-namespace) into `netns_filter` (the cfg flags say which to consult)."""
     if packet_filter.netns_set:
-        netns_map = bpf_object.map("netns_filter")
+        netns_map = maps.netns_filter
         for inode in packet_filter.netns_set:
             netns_map.update(inode.to_bytes(4, "little"), b"\x01")
-    for map_name, networks in (
-        ("host_filter", packet_filter.hosts),
-        ("src_filter", packet_filter.sources),
-        ("dst_filter", packet_filter.destinations),
+    for lpm, networks in (
+        (maps.host_filter, packet_filter.hosts),
+        (maps.src_filter, packet_filter.sources),
+        (maps.dst_filter, packet_filter.destinations),
     ):
-        lpm = bpf_object.map(map_name)
         for network in networks:
             lpm.update(lpm_key(network), b"\x01")
 
@@ -101,7 +128,7 @@ class OwnerInodeSync:
         self._refreshed: float | None = None
         self._inodes: set[int] = set()
 
-    def refresh(self, bpf_object: BpfObject, force: bool = False) -> None:
+    def refresh(self, maps: FilterMaps, force: bool = False) -> None:
         if not self._filter.filters_owner:
             return
         now = self._clock()
@@ -115,7 +142,7 @@ class OwnerInodeSync:
         inodes = self._processes.socket_inodes_of(
             self._processes.pids_matching(self._filter.pid, self._filter.comm)
         )
-        inodes_map = bpf_object.map("owner_inodes")
+        inodes_map = maps.owner_inodes
         for inode in self._inodes - inodes:
             inodes_map.delete(inode.to_bytes(8, "little"))
         for inode in inodes - self._inodes:

@@ -17,22 +17,25 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from netsleuth._generated.tcp_existing_abi import (
+    TcpExistingMaps,
+    TcpExistingObject,
+    TcpExistingPrograms,
+    TcpExistingRodata,
+)
 from netsleuth.bpf import _libbpf
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.object import BpfObject
 
+if TYPE_CHECKING:
+    from netsleuth._generated.tcp_abi import TcpMaps
+
 __all__ = ["ExistingSockets", "seed_existing_sockets", "walk_namespaces"]
 
 _CLONE_NEWNET = 0x40000000
-_PROGRAM = "nst_existing"
-_SHARED_MAPS = ("sock_infos", "listeners")
-
-
-class _BornNs(ctypes.Structure):
-    """const volatile __u64 existing_born_ns (bpf/tcp_existing.bpf.c)."""
-
-    _fields_ = (("value", ctypes.c_uint64),)
+_PROGRAM = TcpExistingPrograms.nst_existing.name
 
 
 @dataclass(frozen=True)
@@ -94,16 +97,16 @@ def walk_namespaces(link_fd: int, netns_paths: Sequence[str]) -> tuple[int, list
     return walked, problems
 
 
-def seed_existing_sockets(tcp_object: BpfObject, netns_paths: Sequence[str]) -> ExistingSockets:
-    """Walk the TCP sockets of every namespace in `netns_paths` into `tcp_object`'s tracker maps. A kernel
+def seed_existing_sockets(tcp_maps: TcpMaps, netns_paths: Sequence[str]) -> ExistingSockets:
+    """Walk the TCP sockets of every namespace in `netns_paths` into the tcp object's tracker maps. A kernel
     without TCP iterators (before 5.9) or that refuses the program yields a problem sentence, not an error:
     the trace still works, for sockets born while it runs."""
     born_ns = time.monotonic_ns()
     try:
-        with BpfObject.open_generated("tcp_existing") as walker:
-            for name in _SHARED_MAPS:
-                walker.reuse_map(name, tcp_object.map(name).fd)
-            walker.set_rodata("existing_born_ns", _BornNs(born_ns))
+        with BpfObject.open_generated(TcpExistingObject.object_name) as walker:
+            walker.reuse_map(TcpExistingMaps.sock_infos.name, tcp_maps.sock_infos.fd)
+            walker.reuse_map(TcpExistingMaps.listeners.name, tcp_maps.listeners.fd)
+            walker.set_rodata(TcpExistingRodata.existing_born_ns, ctypes.c_uint64(born_ns))
             walker.load([_PROGRAM])
             walker.attach(_PROGRAM)
             walked, problems = walk_namespaces(walker.link_fd(_PROGRAM), netns_paths)

@@ -24,12 +24,17 @@ from netsleuth._generated.dns_abi import (
     DnsEventKind,
     DnsGroupKey,
     DnsGroupValue,
+    DnsMaps,
+    DnsObject,
     DnsPendingKey,
+    DnsPrograms,
     DnsQueryC,
+    DnsRodata,
     DnsStat,
 )
 from netsleuth.bpf.btf import vmlinux_btf
 from netsleuth.bpf.program_session import ProgramSession
+from netsleuth.bpf.skeleton import Skeleton
 from netsleuth.diagnostics.attribution import Owner, OwnerFacts, owner_json
 from netsleuth.diagnostics.dns.records import (
     DnsAnswer,
@@ -55,7 +60,6 @@ from netsleuth.spec.records import WallTime
 from netsleuth.spec.summary import ClockPart, Summary
 
 if TYPE_CHECKING:
-    from netsleuth.bpf.object import BpfObject
     from netsleuth.diagnostics.drops.enrich import DropEnricher
     from netsleuth.diagnostics.filters import PacketFilter
     from netsleuth.kernel.context import KernelContext
@@ -130,7 +134,7 @@ class DnsDiagnostic:
         self._per_server = per_server
         self._rcodes = config.rcode_numbers()
         self._program = ProgramSession(
-            "dns",
+            DnsObject,
             ("dns_drop",),
             mirrors=(
                 ("dns_event", DnsEvent),
@@ -194,15 +198,16 @@ class DnsDiagnostic:
         except OSError as error:
             raise EnvironmentProblem(f"cannot open the cgroup v2 root {root}: {error.strerror}") from None
 
-        def prepare(bpf_object: BpfObject) -> None:
-            fill_address_maps(bpf_object, self.packet_filter)
-            self._owners.refresh(bpf_object, force=True)
+        def prepare(dns: Skeleton[DnsMaps]) -> None:
+            fill_address_maps(dns.maps, self.packet_filter)
+            self._owners.refresh(dns.maps, force=True)
             # The socket programs attach here, before the drop tracepoint: through BPF links owned by this
             # process, so they go away with it (never bpf_prog_attach, which would outlive a crash).
-            bpf_object.attach_cgroup("dns_egress", self._cgroup_fd)
-            bpf_object.attach_cgroup("dns_ingress", self._cgroup_fd)
+            dns.bpf_object.attach_cgroup(DnsPrograms.dns_egress.name, self._cgroup_fd)
+            dns.bpf_object.attach_cgroup(DnsPrograms.dns_ingress.name, self._cgroup_fd)
 
-        self._program.start(["dns_drop"], ("cfg", self._kernel_config(self._reasons)), prepare, ring="events")
+        config = (DnsRodata.cfg, self._kernel_config(self._reasons))
+        self._program.start(["dns_drop"], config, prepare, ring=DnsMaps.events)
         self.attach_kind = f"cgroup_skb+{self._program.attach_kind}"
 
     # -- decoding --------------------------------------------------------------------------------------
@@ -428,7 +433,7 @@ class DnsDiagnostic:
         self._last_sweep = now
         if not self._program.started:
             return []
-        pending = self._program.map("pending")
+        pending = self._program.maps.pending
         deadline_ns = time.monotonic_ns() - int(self.config.timeout * 1e9)
         records: list[DnsRecord] = []
         for key_bytes, value_bytes in list(pending.items()):
@@ -457,7 +462,7 @@ class DnsDiagnostic:
 
     def poll(self, timeout_ms: int) -> list[DnsRecord]:
         if self._program.started:
-            self._owners.refresh(self._program.bpf_object)
+            self._owners.refresh(self._program.maps)
             if not self.config.summary:
                 self._prepared_drop_enricher()
         records = self._decode(self._program.poll(timeout_ms), final=False)
@@ -482,7 +487,7 @@ class DnsDiagnostic:
         return self._in_time_order(records)
 
     def _counters(self) -> list[int]:
-        return self._program.counter_sums("dns_stats", DnsStat.COUNT)
+        return self._program.counter_sums(DnsMaps.dns_stats, DnsStat.COUNT)
 
     def totals(self) -> EventTotals:
         sums = self._counters()
@@ -512,7 +517,7 @@ class DnsDiagnostic:
     def groups(self) -> list[DnsGroupStats]:
         """The kernel's groups, named, with the timeouts userspace found for each."""
         groups = []
-        for key_bytes, value_bytes in self._program.entries("dns_groups"):
+        for key_bytes, value_bytes in self._program.entries(DnsMaps.dns_groups):
             key = DnsGroupKey.from_buffer_copy(key_bytes)
             value = DnsGroupValue.from_buffer_copy(value_bytes)
             query = DnsQueryC()

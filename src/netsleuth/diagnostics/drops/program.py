@@ -25,12 +25,15 @@ from netsleuth._generated.drops_abi import (
     DropGroupKey,
     DropGroupValue,
     DropsConfigC,
+    DropsMaps,
+    DropsObject,
+    DropsRodata,
     DropStat,
 )
 from netsleuth.bpf import features
 from netsleuth.bpf.features import require_tracing
-from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.program_session import PerfFallback, ProgramBacked, ProgramSession, Variant
+from netsleuth.bpf.skeleton import MapAttr, Skeleton
 from netsleuth.diagnostics.drops.runs import groups_with_runs
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps, fill_filter_config
 from netsleuth.diagnostics.filters import PacketFilter
@@ -121,7 +124,7 @@ PROGRAMS = tuple("drops" + variant.suffix for variant in _VARIANTS)
 _OWN_MARKER = "own_sent"
 _OWN_SOCKETS_CARRIED = 512  # of earlier runs' sockets, at most: half the map (bpf/own_sockets.bpf.h)
 # bpf/emit.bpf.h (NS_EMIT_PERF_FALLBACK): the perf event array and the switch that sends events there.
-_PERF_FALLBACK = PerfFallback("events_perf", "ns_use_perfbuf")
+_PERF_FALLBACK = PerfFallback(DropsMaps.events_perf, DropsRodata.ns_use_perfbuf)
 
 
 class DropsSession(ProgramBacked):
@@ -152,7 +155,7 @@ class DropsSession(ProgramBacked):
             raise UsageError(NO_REASON_FILTER)
         self.buffer = "none"  # where events travel: "ring" or "perf" once started, "none" when only counting
         self._programs = ProgramSession(
-            "drops",
+            DropsObject,
             ("drops", _OWN_MARKER),
             variants=[variant for variant in _VARIANTS if "drops" + variant.suffix in programs],
             mirrors=(("drop_event", DropEvent), ("drop_group", DropGroupValue)),
@@ -206,34 +209,34 @@ class DropsSession(ProgramBacked):
         self.own_marked = self._can_mark_own()
         self._programs.start(
             ["drops", _OWN_MARKER] if self.own_marked else ["drops"],
-            ("cfg", self._kernel_config()),
+            (DropsRodata.cfg, self._kernel_config()),
             fill_maps=self._fill_filter_maps,
-            ring="events" if emit else None,
+            ring=DropsMaps.events if emit else None,
             perf=perf,
             sizes=self._unused_map_sizes(emit and perf is None),
         )
         self.buffer = ("perf" if perf is not None else "ring") if emit else "none"
 
-    def _unused_map_sizes(self, ring: bool) -> dict[str, int]:
+    def _unused_map_sizes(self, ring: bool) -> dict[MapAttr, int]:
         """The maps this run's program never touches, made as small as they can be (a counting run sends no
         event; no --pid/--comm, no owner inodes; no --reason, no reason set): creating them is part of the
         start, and a preallocated hash map's cost grows with its size."""
         sizes = {}
         if not ring:
-            sizes["events"] = mmap.PAGESIZE  # a ring buffer is a power of two pages: one
+            sizes[DropsMaps.events] = mmap.PAGESIZE  # a ring buffer is a power of two pages: one
         if not self.config.packet_filter.filters_owner:
-            sizes["owner_inodes"] = 1
+            sizes[DropsMaps.owner_inodes] = 1
         if not (self.config.reasons or self.config.exclude_reasons):
-            sizes["reason_filter"] = 1
+            sizes[DropsMaps.reason_filter] = 1
         if not self.own_marked:
-            sizes["own_sockets"] = 1
+            sizes[DropsMaps.own_sockets] = 1
         return sizes
 
     def close(self) -> None:
         if self.own_marked and self._programs.started:
             from netsleuth.diagnostics.own_sockets import remember_own_sockets
 
-            marked = self._programs.map("own_sockets").keys()
+            marked = self._programs.maps.own_sockets.keys()
             remember_own_sockets(int.from_bytes(key, "little") for key in marked)
         super().close()
 
@@ -241,7 +244,7 @@ class DropsSession(ProgramBacked):
         """Drops left out as netsleuth's own (bpf/own_sockets.bpf.h), all CPUs."""
         if not self._programs.started or not self.own_marked:
             return 0
-        return sum(self._programs.counter_sums("own_drops", 1))
+        return sum(self._programs.counter_sums(DropsMaps.own_drops, 1))
 
     @property
     def perf_lost(self) -> int | None:
@@ -249,18 +252,18 @@ class DropsSession(ProgramBacked):
         losses the program counts in LOST; None with a ring buffer."""
         return self._programs.perf_lost
 
-    def _fill_filter_maps(self, bpf_object: BpfObject) -> None:
+    def _fill_filter_maps(self, drops: Skeleton[DropsMaps]) -> None:
         reason_set = self.config.reasons or self.config.exclude_reasons
-        reason_map = bpf_object.map("reason_filter")
+        reason_map = drops.maps.reason_filter
         for value in reason_set:
             reason_map.update(value.to_bytes(4, "little"), b"\x01")
-        fill_address_maps(bpf_object, self.config.packet_filter)
-        self._owners.refresh(bpf_object, force=True)
+        fill_address_maps(drops.maps, self.config.packet_filter)
+        self._owners.refresh(drops.maps, force=True)
         if self.own_marked:
             from netsleuth.diagnostics.own_sockets import recent_own_sockets
 
             # Sockets earlier runs marked, whose purges (deferred by lazy RCU) may fall in this run.
-            own_sockets = bpf_object.map("own_sockets")
+            own_sockets = drops.maps.own_sockets
             for cookie in sorted(recent_own_sockets())[-_OWN_SOCKETS_CARRIED:]:
                 own_sockets.update(cookie.to_bytes(8, "little"), b"\x01")
 
@@ -274,7 +277,7 @@ class DropsSession(ProgramBacked):
     def poll_records(self, timeout_ms: int) -> list[bytes]:
         """The raw records of `poll`, undecoded (DropBatcher decodes one of each kind)."""
         if self._programs.started:
-            self._owners.refresh(self._programs.bpf_object)
+            self._owners.refresh(self._programs.maps)
         return self._programs.poll(timeout_ms)
 
     def drain_records(self) -> list[bytes]:
@@ -284,7 +287,7 @@ class DropsSession(ProgramBacked):
     def poll_blob(self, timeout_ms: int) -> RecordBlob:
         """`poll_records`' records in one blob (DropBatcher compares them in place)."""
         if self._programs.started:
-            self._owners.refresh(self._programs.bpf_object)
+            self._owners.refresh(self._programs.maps)
         return self._programs.poll_blob(timeout_ms)
 
     def last_records(self) -> list[bytes]:
@@ -301,7 +304,7 @@ class DropsSession(ProgramBacked):
         return self._decoder.decode(records)
 
     def totals(self) -> DropTotals:
-        return DropTotals(*self._programs.counter_sums("drop_stats", DropStat.COUNT))
+        return DropTotals(*self._programs.counter_sums(DropsMaps.drop_stats, DropStat.COUNT))
 
     def groups(self) -> Iterator[RawDropGroup]:
         """Counts by reason x location x netns, each with the first drop of its kind as the example."""
@@ -325,7 +328,7 @@ class DropsSession(ProgramBacked):
         no longer exist (no device or socket left in them to drop anything)."""
         if not self._programs.started:
             return None
-        groups = self._programs.map("drop_groups")
+        groups = self._programs.maps.drop_groups
         key = bytes(DropGroupKey(location=location, reason=reason, netns=netns))
         value = groups.lookup(key)
         if value is None or not groups.delete(key):

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from netsleuth._generated.drops_abi import DropGroupKey, DropGroupValue, DropRunC
+from netsleuth._generated.drops_abi import DropGroupKey, DropGroupValue, DropRunC, DropsMaps
+from netsleuth.bpf.skeleton import MapAttr
 
 __all__ = ["groups_with_runs"]
 
@@ -19,19 +20,25 @@ class _PerCpuMap(Protocol):
     def lookup_per_cpu(self, key: bytes) -> list[bytes]: ...
 
 
+class _Maps(Protocol):
+    @property
+    def drop_runs(self) -> _PerCpuMap: ...
+
+
 class _Programs(Protocol):
     """What is read of a running drops object (netsleuth.bpf.program_session.ProgramSession)."""
 
     @property
     def started(self) -> bool: ...
 
-    def map(self, name: str) -> _PerCpuMap: ...
+    @property
+    def maps(self) -> _Maps: ...
 
-    def entries(self, map_name: str) -> Iterable[tuple[bytes, bytes]]: ...
+    def entries(self, groups_map: MapAttr) -> Iterable[tuple[bytes, bytes]]: ...
 
 
 def _runs(programs: _Programs) -> list[DropRunC]:
-    per_cpu = programs.map("drop_runs").lookup_per_cpu((0).to_bytes(4, "little"))
+    per_cpu = programs.maps.drop_runs.lookup_per_cpu((0).to_bytes(4, "little"))
     return [DropRunC.from_buffer_copy(value) for value in per_cpu]
 
 
@@ -44,7 +51,7 @@ def groups_with_runs(programs: _Programs) -> list[tuple[DropGroupKey, DropGroupV
         return []
     for _ in range(_ATTEMPTS):
         before = [run.flushes for run in _runs(programs)]
-        entries = list(programs.entries("drop_groups"))
+        entries = list(programs.entries(DropsMaps.drop_groups))
         runs = _runs(programs)
         if before == [run.flushes for run in runs] and all(run.flushes % 2 == 0 for run in runs):
             break

@@ -26,11 +26,15 @@ from netsleuth._generated.profile_abi import (
     ProfileConfigC,
     ProfileKeyC,
     ProfileNewPidsC,
+    ProfileObject,
+    ProfilePrograms,
+    ProfileRodata,
     ProfileStat,
 )
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
+from netsleuth.bpf.skeleton import variant_programs
 from netsleuth.diagnostics.profile.records import ProfileConfig, ProfileSummary, StackRecord, TopFunction
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.kernel.softirqs import softirq_names, softirq_vector
@@ -48,6 +52,10 @@ _EFAULT = (
 )  # bpf_get_stackid: no such stack (a kernel thread's user stack, a user-mode sample's kernel one)
 _PID_SCAN_S = 0.25  # how often new pids are looked for (one map read), to read their maps while they run
 _SOFTIRQ_VARIANTS = (("_b", "tp_btf"), ("_r", "raw_tp"))
+_SOFTIRQ_PROGRAMS = variant_programs(
+    ProfileObject, ("profile_sirq_entry", "profile_sirq_exit"), [suffix for suffix, _ in _SOFTIRQ_VARIANTS]
+)
+_SAMPLE = ProfilePrograms.profile_sample.name
 KERNEL_SUFFIX = "_[k]"  # flamegraph.pl's annotation of kernel frames
 
 
@@ -98,7 +106,7 @@ class ProfileDiagnostic:
                 self._context.close()
             raise
         self._kernel_only = config.kernel_stacks_only
-        self._object: BpfObject | None = None
+        self._object: ProfileObject | None = None
         self._cpus: list[int] = []
         self._symbolizer = UserSymbolizer()
         self._started = 0.0
@@ -132,21 +140,19 @@ class ProfileDiagnostic:
         failure: BpfError | None = None
         variants = _SOFTIRQ_VARIANTS if self._vector is not None else (("", "perf_event"),)
         for suffix, kind in variants:
-            bpf_object = BpfObject.open_generated("profile")
+            bpf_object = BpfObject.open_generated(ProfileObject.object_name)
             try:
-                bpf_object.check_struct("profile_key", ProfileKeyC)
-                bpf_object.set_rodata("cfg", self._kernel_config())
-                softirq_programs = (
-                    [f"profile_sirq_entry{suffix}", f"profile_sirq_exit{suffix}"] if suffix else []
-                )
-                for name in ("profile_sirq_entry", "profile_sirq_exit"):
+                bpf_object.check_struct(ProfileKeyC.c_name, ProfileKeyC)
+                bpf_object.set_rodata(ProfileRodata.cfg, self._kernel_config())
+                softirq_programs = [name + suffix for name in _SOFTIRQ_PROGRAMS] if suffix else []
+                for name in _SOFTIRQ_PROGRAMS:
                     for other, _ in _SOFTIRQ_VARIANTS:
                         bpf_object.set_autoload(name + other, name + other in softirq_programs)
-                bpf_object.load(["profile_sample", *softirq_programs])
+                bpf_object.load([_SAMPLE, *softirq_programs])
                 for name in softirq_programs:
                     bpf_object.attach(name)
                 self._cpus = online_cpus()
-                sample = bpf_object.program_fd("profile_sample")
+                sample = bpf_object.program_fd(_SAMPLE)
                 for cpu in self._cpus:
                     # Opened stopped, and the program set with the bare ioctl: libbpf's attach would start
                     # each clock at once, before the window begins.
@@ -157,7 +163,7 @@ class ProfileDiagnostic:
                 bpf_object.close()
                 failure = failure or error
                 continue
-            self._object = bpf_object
+            self._object = ProfileObject(bpf_object)
             self.attach_kind = "perf_event" + (f"+{kind}" if suffix else "")
             break
         if self._object is None:
@@ -190,7 +196,7 @@ class ProfileDiagnostic:
     def _keys(self) -> list[ProfileKeyC]:
         if self._object is None:
             return []
-        counts = self._object.map("profile_counts")
+        counts = self._object.maps.profile_counts
         return [ProfileKeyC.from_buffer_copy(raw) for raw in counts.keys()]  # noqa: SIM118 - a BPF map
 
     def _remember_new_pids(self) -> None:
@@ -203,7 +209,7 @@ class ProfileDiagnostic:
         when a CPU noted more than its ring holds: walking every key each second cost the profiled CPUs more
         than the sampling did."""
         assert self._object is not None
-        slots = self._object.map("new_pids").lookup_per_cpu(bytes(4))
+        slots = self._object.maps.new_pids.lookup_per_cpu(bytes(4))
         if len(self._pid_heads) != len(slots):
             self._pid_heads = [0] * len(slots)
         overflowed = False
@@ -237,7 +243,7 @@ class ProfileDiagnostic:
 
     def _stack_frames(self, stack_id: int) -> list[int]:
         assert self._object is not None
-        raw = self._object.map("profile_stacks").lookup(stack_id.to_bytes(4, "little"))
+        raw = self._object.maps.profile_stacks.lookup(stack_id.to_bytes(4, "little"))
         if raw is None:
             return []
         frames = []
@@ -253,7 +259,7 @@ class ProfileDiagnostic:
             return []
         if not self._kernel_only:
             self._remember_new_pids()
-        counts = self._object.map("profile_counts")
+        counts = self._object.maps.profile_counts
         stacks = []
         for raw_key, raw_value in counts.items():
             key = ProfileKeyC.from_buffer_copy(raw_key[:_KEY_SIZE])
@@ -294,7 +300,7 @@ class ProfileDiagnostic:
     def _read_totals(self) -> ProfileTotals:
         if self._object is None:
             return ProfileTotals(0, 0, 0, 0, 0, 0)
-        stats = self._object.map("profile_stats")
+        stats = self._object.maps.profile_stats
         sums = [
             sum(
                 int.from_bytes(value[:8], "little") for value in stats.lookup_per_cpu(i.to_bytes(4, "little"))
@@ -348,9 +354,10 @@ class ProfileDiagnostic:
     def program_fds(self) -> dict[str, int]:
         if self._object is None:
             return {}
-        fds = {name: self._object.program_fd(name) for name in set(self._object.attached_programs())}
+        bpf_object = self._object.bpf_object
+        fds = {name: bpf_object.program_fd(name) for name in set(bpf_object.attached_programs())}
         if self._clocks:
-            fds["profile_sample"] = self._object.program_fd("profile_sample")
+            fds[_SAMPLE] = bpf_object.program_fd(_SAMPLE)
         return fds
 
     def notes(self) -> list[str]:
@@ -371,7 +378,7 @@ class ProfileDiagnostic:
     def close(self) -> None:
         self._close_clocks()
         if self._object is not None:
-            self._object.close()
+            self._object.bpf_object.close()
             self._object = None
         if self._own_context:
             self._context.close()

@@ -27,9 +27,12 @@ from netsleuth._generated.route_abi import (
     RouteEventKind,
     RouteGroupC,
     RouteGroupKeyC,
+    RouteMaps,
+    RouteObject,
+    RouteRodata,
 )
-from netsleuth.bpf.object import BpfObject
-from netsleuth.bpf.program_session import ProgramSession
+from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, ProgramSession
+from netsleuth.bpf.skeleton import Skeleton, variant_programs
 from netsleuth.diagnostics.filter_maps import fill_address_maps, fill_filter_config
 from netsleuth.diagnostics.route.policy import (
     ROUTE_TYPES,
@@ -75,15 +78,19 @@ _NEIGH_REASONS = ("NEIGH_CREATEFAIL", "NEIGH_FAILED", "NEIGH_QUEUEFULL", "NEIGH_
 # Where the packets a FAILED neighbour held are freed (route.bpf.c freed_by_failed_neighbour): IPv6's error
 # report frees them without a reason, so these locations count as NEIGH_FAILED.
 NEIGH_FREE_SITES = ("neigh_invalidate", "ndisc_error_report")
-_PROGRAMS = (
-    "route_fib",
-    "route_fib6",
-    "route_rx",
-    "route_ncreate",
-    "route_nupdate",
-    "route_ntimer",
-    "route_ndead",
-    "route_drop",
+_PROGRAMS = variant_programs(
+    RouteObject,
+    (
+        "route_fib",
+        "route_fib6",
+        "route_rx",
+        "route_ncreate",
+        "route_nupdate",
+        "route_ntimer",
+        "route_ndead",
+        "route_drop",
+    ),
+    [variant.suffix for variant in TP_BTF_THEN_RAW_TP],
 )
 
 # The error a reject route gives (net/ipv4/fib_semantics.c fib_props[]; route.bpf.c turns an IPv6 result's
@@ -311,7 +318,7 @@ class RouteDiagnostic:
         self._context = context or KernelContext()
         self._own_context = context is None
         self._programs = ProgramSession(
-            "route",
+            RouteObject,
             _PROGRAMS,
             mirrors=(("route_event", RouteEventC), ("route_group", RouteGroupC)),
         )
@@ -374,13 +381,15 @@ class RouteDiagnostic:
                 value = reasons.value(name)
                 if value is not None:
                     self._reasons[value] = name
-        self._programs.start(programs, ("cfg", self._kernel_config()), self._fill_maps, ring="events")
+        self._programs.start(
+            programs, (RouteRodata.cfg, self._kernel_config()), self._fill_maps, RouteMaps.events
+        )
         self._context.prepare(self.packet_filter.netns)
         self._namer = RouteNamer(self._context, self._reasons)
 
-    def _fill_maps(self, bpf_object: BpfObject) -> None:
-        fill_address_maps(bpf_object, self.packet_filter)
-        reasons = bpf_object.map("neigh_reasons")
+    def _fill_maps(self, route: Skeleton[RouteMaps]) -> None:
+        fill_address_maps(route.maps, self.packet_filter)
+        reasons = route.maps.neigh_reasons
         for value in self._reasons:
             reasons.update(value.to_bytes(4, "little"), b"\x01")
 
@@ -404,7 +413,7 @@ class RouteDiagnostic:
 
     def kind_totals(self) -> dict[str, EventTotals]:
         """Exact kernel counts per kind: lookups that decided, table misses, neighbour events, drops."""
-        sums = self._programs.counter_sums("route_stats", KIND_COUNT * STAT_COUNT)
+        sums = self._programs.counter_sums(RouteMaps.route_stats, KIND_COUNT * STAT_COUNT)
         return {
             _KIND_NAMES[RouteEventKind(kind)]: EventTotals(*sums[kind * STAT_COUNT : (kind + 1) * STAT_COUNT])
             for kind in range(KIND_COUNT)
@@ -417,7 +426,7 @@ class RouteDiagnostic:
         return total + by_kind["miss"] if self.config.misses else total
 
     def raw_groups(self) -> Iterator[tuple[RouteGroupKeyC, RouteGroupC]]:
-        for key, value in self._programs.entries("route_groups"):
+        for key, value in self._programs.entries(RouteMaps.route_groups):
             yield RouteGroupKeyC.from_buffer_copy(key), RouteGroupC.from_buffer_copy(value)
 
     def groups(self) -> list[RouteGroup]:

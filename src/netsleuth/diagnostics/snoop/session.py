@@ -22,9 +22,13 @@ from netsleuth._generated.snoop_abi import (
     SnoopFlag,
     SnoopGroupC,
     SnoopGroupKeyC,
+    SnoopMaps,
+    SnoopObject,
+    SnoopRodata,
 )
 from netsleuth.bpf.errors import MissingFeature
 from netsleuth.bpf.program_session import ProgramSession, Variant
+from netsleuth.bpf.skeleton import variant_programs
 from netsleuth.diagnostics.snoop.records import (
     ExecRecord,
     ExitRecord,
@@ -68,8 +72,12 @@ _MODE_PROGRAMS: dict[str, tuple[tuple[str, str], ...]] = {
         ("snoop_openat_exit", "syscalls/sys_exit_openat"),
     ),
 }
-_ALL_PROGRAMS = tuple(name for programs in _MODE_PROGRAMS.values() for name, _ in programs)
 _VARIANTS = (Variant("_t", "tracepoint"),)
+_ALL_PROGRAMS = variant_programs(
+    SnoopObject,
+    tuple(name for programs in _MODE_PROGRAMS.values() for name, _ in programs),
+    [variant.suffix for variant in _VARIANTS],
+)
 _KIND_NAMES = {SnoopEventKind.EXEC: "exec", SnoopEventKind.EXIT: "exit", SnoopEventKind.OPEN: "open"}
 
 # -- naming --------------------------------------------------------------------------------------------
@@ -156,7 +164,7 @@ class SnoopDiagnostic:
         self._context = context or KernelContext()
         self._own_context = context is None
         self._programs = ProgramSession(
-            "snoop",
+            SnoopObject,
             _ALL_PROGRAMS,
             variants=_VARIANTS,
             mirrors=(("snoop_event", SnoopEventC), ("snoop_group", SnoopGroupC)),
@@ -200,7 +208,7 @@ class SnoopDiagnostic:
         needed = "syscalls/sys_exit_openat" if self.mode == "open" else "syscalls/sys_exit_execve"
         if not trace_event_exists(tracefs.events, needed):
             raise MissingFeature(f"the syscall trace events ({needed}; CONFIG_FTRACE_SYSCALLS)", "4.17")
-        self._programs.start(programs, ("cfg", self._kernel_config()), ring="events")
+        self._programs.start(programs, (SnoopRodata.cfg, self._kernel_config()), ring=SnoopMaps.events)
         self._context.prepare(self._tasks.netns)
         self._namer = SnoopNamer(self._context)
 
@@ -223,7 +231,7 @@ class SnoopDiagnostic:
         return self._records(self._programs.last_drain())
 
     def kind_totals(self) -> dict[str, EventTotals]:
-        sums = self._programs.counter_sums("snoop_stats", KIND_COUNT * STAT_COUNT)
+        sums = self._programs.counter_sums(SnoopMaps.snoop_stats, KIND_COUNT * STAT_COUNT)
         return {
             _KIND_NAMES[kind]: EventTotals(*sums[kind * STAT_COUNT : (kind + 1) * STAT_COUNT])
             for kind in self._kinds()
@@ -236,7 +244,7 @@ class SnoopDiagnostic:
         return total
 
     def raw_groups(self) -> Iterator[tuple[SnoopGroupKeyC, SnoopGroupC]]:
-        for key, value in self._programs.entries("snoop_groups"):
+        for key, value in self._programs.entries(SnoopMaps.snoop_groups):
             yield SnoopGroupKeyC.from_buffer_copy(key), SnoopGroupC.from_buffer_copy(value)
 
     def groups(self) -> list[SnoopGroup]:

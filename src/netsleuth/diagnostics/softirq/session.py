@@ -24,8 +24,11 @@ from netsleuth._generated.softirq_abi import (
     SoftirqConfigC,
     SoftirqCounter,
     SoftirqCpuStateC,
+    SoftirqObject,
+    SoftirqRodata,
 )
 from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, ProgramSession, Variant
+from netsleuth.bpf.skeleton import variant_programs
 from netsleuth.diagnostics.softirq.counts import (
     CountHistogram,
     Histogram,
@@ -44,7 +47,11 @@ if TYPE_CHECKING:
 
 __all__ = ["SoftirqDiagnostic"]
 
-_PROGRAMS = ("sirq_raise", "sirq_entry", "sirq_exit", "sirq_napi")
+_PROGRAMS = variant_programs(
+    SoftirqObject,
+    ("sirq_raise", "sirq_entry", "sirq_exit", "sirq_napi"),
+    [variant.suffix for variant in TP_BTF_THEN_RAW_TP],
+)
 _DEFAULT_BUDGET = 300  # net.core.netdev_budget (net/core/dev.c)
 _DEFAULT_BUDGET_USECS = 2000  # net.core.netdev_budget_usecs: 2 jiffies at HZ=1000
 
@@ -89,7 +96,7 @@ class SoftirqDiagnostic:
         self.budget = _sysctl("net.core.netdev_budget", _DEFAULT_BUDGET)
         self.budget_usecs = _sysctl("net.core.netdev_budget_usecs", _DEFAULT_BUDGET_USECS)
         self._programs = ProgramSession(
-            "softirq",
+            SoftirqObject,
             _PROGRAMS,
             variants,
             mirrors=(("napi_slot", NapiSlotC), ("napi_stats", NapiStatsC)),
@@ -114,7 +121,7 @@ class SoftirqDiagnostic:
         from netsleuth.bpf.features import require_tracepoints
 
         require_tracepoints(["softirq_raise", "softirq_entry", "softirq_exit", "napi_poll"])
-        self._programs.start(list(_PROGRAMS), ("cfg", self._kernel_config()))
+        self._programs.start(list(_PROGRAMS), (SoftirqRodata.cfg, self._kernel_config()))
         self._started = time.monotonic()
 
     def poll(self, timeout_ms: int) -> list[Any]:
@@ -129,7 +136,7 @@ class SoftirqDiagnostic:
         """Each CPU's counters and histograms (one read of the per-CPU `cpu_state` entry)."""
         if not self._programs.started:
             return []
-        slots = self._programs.map("cpu_state").lookup_per_cpu(bytes(4))
+        slots = self._programs.maps.cpu_state.lookup_per_cpu(bytes(4))
         return [SoftirqCpuStateC.from_buffer_copy(slot) for slot in slots]
 
     def vector_stats(self) -> list[VectorStats]:
@@ -179,8 +186,8 @@ class SoftirqDiagnostic:
         """Each NAPI instance's key, name and counters on every CPU that polled it. A CPU counts an instance
         in its own slot of the per-CPU `napi_polls` array, named by its value in the per-CPU `napi_slots`
         hash (bpf/softirq.h, struct napi_slot)."""
-        slots = self._programs.map("napi_slots")
-        polls = self._programs.map("napi_polls")
+        slots = self._programs.maps.napi_slots
+        polls = self._programs.maps.napi_polls
         # slot -> its value on every CPU, read once (CPUs may keep different instances in one slot)
         by_slot: dict[int, list[bytes]] = {}
         found = []

@@ -29,12 +29,14 @@ from netsleuth._generated.tcp_abi import (
     TcpEventC,
     TcpGroupC,
     TcpGroupKeyC,
+    TcpMaps,
+    TcpObject,
     TcpRangeC,
+    TcpRodata,
 )
 from netsleuth.bpf.btf import Btf
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
-from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.program_session import (
     TP_BTF_THEN_RAW_TP,
     PerfFallback,
@@ -42,6 +44,7 @@ from netsleuth.bpf.program_session import (
     ProgramSession,
     Variant,
 )
+from netsleuth.bpf.skeleton import Skeleton, variant_programs
 from netsleuth.diagnostics.filter_maps import OwnerInodeSync, fill_address_maps, fill_filter_config
 from netsleuth.diagnostics.filters import PacketFilter
 from netsleuth.diagnostics.tcp_existing import ExistingSockets, seed_existing_sockets
@@ -84,7 +87,11 @@ _PROGRAM_OF: dict[EventKind, tuple[str, ...]] = {
 }
 # The kinds that are a TCP reset: sent by the stack, received, sent by a firewall's REJECT.
 RESET_KINDS = frozenset({EventKind.RESET_SENT, EventKind.RESET_RECEIVED, EventKind.RESET_FIREWALL})
-_ALL_PROGRAMS = tuple(dict.fromkeys(name for names in _PROGRAM_OF.values() for name in names))
+_ALL_PROGRAMS = variant_programs(
+    TcpObject,
+    tuple(dict.fromkeys(name for names in _PROGRAM_OF.values() for name in names)),
+    [variant.suffix for variant in TP_BTF_THEN_RAW_TP],
+)
 
 # The code that builds a firewall's TCP reset (net/ipv4/netfilter/nf_reject_ipv4.c, net/ipv6/netfilter/
 # nf_reject_ipv6.c) and the modules it lives in when not built in.
@@ -336,7 +343,7 @@ class TcpSession(ProgramBacked):
         self.kallsyms = kallsyms or default_kallsyms()
         self._modules_path = modules_path
         self._programs = ProgramSession(
-            "tcp",
+            TcpObject,
             _ALL_PROGRAMS,
             variants=variants,
             mirrors=(("tcp_event", TcpEventC), ("tcp_group", TcpGroupC), ("tcp_group_key", TcpGroupKeyC)),
@@ -366,7 +373,7 @@ class TcpSession(ProgramBacked):
     def _kernel_config(self, kernel_btf: Btf) -> TcpConfigC:
         packet_filter = self.config.packet_filter
         cfg = TcpConfigC()
-        fill_filter_config(cfg, packet_filter)
+        fill_filter_config(cfg, packet_filter, inherent=("proto",))  # every tcp program sees TCP only
         cfg.thread_size = thread_size()
         tlp = _symbol_range(self.kallsyms, "tcp_send_loss_probe", None)
         if tlp is not None:
@@ -414,14 +421,14 @@ class TcpSession(ProgramBacked):
             cfg = self._kernel_config(kernel_btf)
         self._programs.start(
             programs,
-            ("cfg", cfg),
+            (TcpRodata.cfg, cfg),
             fill_maps=self._fill_maps,
-            ring="events" if self.config.emit else None,
+            ring=TcpMaps.events if self.config.emit else None,
             perf=perf,
         )
         # After attach, so a socket born during the walk is seen live instead (the walk keeps those).
         if "nst_state" in programs or "nst_synq" in programs:
-            self.existing = seed_existing_sockets(self._programs.bpf_object, self._netns_paths())
+            self.existing = seed_existing_sockets(self._programs.maps, self._netns_paths())
 
     def _netns_paths(self) -> list[str]:
         """The namespaces whose sockets the trace can report: the --netns one, else every one."""
@@ -430,20 +437,20 @@ class TcpSession(ProgramBacked):
         inodes = [wanted] if wanted else names.inodes()
         return [path for inode in inodes if (path := names.path_of(inode)) is not None]
 
-    def _fill_maps(self, bpf_object: BpfObject) -> None:
-        fill_address_maps(bpf_object, self.config.packet_filter)
-        self._owners.refresh(bpf_object, force=True)
+    def _fill_maps(self, tcp: Skeleton[TcpMaps]) -> None:
+        fill_address_maps(tcp.maps, self.config.packet_filter)
+        self._owners.refresh(tcp.maps, force=True)
         if EventKind.SOCK_DROP in self.config.kinds and self.drop_reasons is not None:
-            queue_map = bpf_object.map("queue_reasons")
+            queue_map = tcp.maps.queue_reasons
             for name in QUEUE_DROP_REASONS:
                 value = self.drop_reasons.value(name)
                 if value is not None:
                     queue_map.update(value.to_bytes(4, "little"), b"\x01")
         if EventKind.RESET_FIREWALL in self.config.kinds:
-            self._fill_reject_ranges(bpf_object, self.kallsyms)
+            self._fill_reject_ranges(tcp.maps, self.kallsyms)
 
-    def _fill_reject_ranges(self, bpf_object: BpfObject, kallsyms: Kallsyms) -> None:
-        ranges = bpf_object.map("reject_ranges")
+    def _fill_reject_ranges(self, maps: TcpMaps, kallsyms: Kallsyms) -> None:
+        ranges = maps.reject_ranges
         found = [
             found_range
             for name, module in _REJECT_FUNCTIONS
@@ -471,12 +478,12 @@ class TcpSession(ProgramBacked):
             return
         if any(module in loaded for _, module in _REJECT_FUNCTIONS):
             fresh = Kallsyms(self.kallsyms.path)
-            self._fill_reject_ranges(self._programs.bpf_object, fresh)
+            self._fill_reject_ranges(self._programs.maps, fresh)
 
     # -- run -------------------------------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list[RawTcpEvent]:
         if self._programs.started:
-            self._owners.refresh(self._programs.bpf_object)
+            self._owners.refresh(self._programs.maps)
             self._watch_reject_modules()
         return self._decode_all(self._programs.poll(timeout_ms))
 
@@ -504,7 +511,7 @@ class TcpSession(ProgramBacked):
     def totals(self) -> dict[EventKind, KindTotals]:
         if not self._programs.started:
             return {}
-        sums = self._programs.counter_sums("tcp_stats", len(EventKind) * STAT_COUNT)
+        sums = self._programs.counter_sums(TcpMaps.tcp_stats, len(EventKind) * STAT_COUNT)
         return {
             kind: KindTotals(*sums[kind.value * STAT_COUNT : (kind.value + 1) * STAT_COUNT])
             for kind in EventKind
@@ -512,7 +519,7 @@ class TcpSession(ProgramBacked):
 
     def groups(self, kinds: Iterable[EventKind] | None = None) -> Iterator[RawTcpGroup]:
         wanted = set(kinds) if kinds is not None else None
-        for _key, value_bytes in self._programs.entries("tcp_groups"):
+        for _key, value_bytes in self._programs.entries(TcpMaps.tcp_groups):
             value = TcpGroupC.from_buffer_copy(value_bytes)
             kind = EventKind(value.example.kind)
             if wanted is not None and kind not in wanted:
@@ -531,7 +538,7 @@ class TcpSession(ProgramBacked):
 
 
 # bpf/tcp.bpf.c: the perf event array and the switch that sends events there instead of the ring buffer.
-_PERF_FALLBACK = PerfFallback("events_perf", "ns_use_perfbuf")
+_PERF_FALLBACK = PerfFallback(TcpMaps.events_perf, TcpRodata.ns_use_perfbuf)
 
 _TRACEPOINT_OF = {
     "nst_rst_sent": "tcp_send_reset",
