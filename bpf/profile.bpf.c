@@ -17,6 +17,8 @@
 #include "netsleuth_kernel_more.h"
 #include <bpf/bpf_tracing.h>
 #include "profile.h"
+#define NS_FILTER_NETNS_ONLY
+#include "filter_maps.bpf.h"
 #include "abi.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -125,7 +127,7 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	if (cfg.cgroup_id && bpf_get_current_cgroup_id() != cfg.cgroup_id)
 		return 0;
-	if (cfg.netns && current_netns() != cfg.netns)
+	if (!NS_NETNS_WANTED(cfg.netns, cfg.filter_netns, current_netns()))
 		return 0;
 	count(PROFILE_MATCHED);
 	key.in_softirq = vec != PROFILE_NO_SOFTIRQ;

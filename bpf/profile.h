@@ -34,7 +34,8 @@ struct profile_config {
 	__u8 user_only;
 	__u8 include_idle;
 	__u8 softirq;		/* only samples while this vector runs (PROFILE_NO_SOFTIRQ: any time) */
-	__u8 pad[4];
+	__u8 filter_netns;	/* keep only namespaces in `netns_filter` (instead of `netns`) */
+	__u8 pad[3];
 };
 
 /* What one sample is counted by. A stack id < 0 is the error bpf_get_stackid returned (-EEXIST: the map

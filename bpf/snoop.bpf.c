@@ -22,6 +22,8 @@
 #include "netsleuth.bpf.h"
 #include "netsleuth_kernel_more.h"
 #include "snoop.h"
+#define NS_FILTER_NETNS_ONLY
+#include "filter_maps.bpf.h"
 #include "abi.h"
 #include "emit.bpf.h"
 
@@ -117,7 +119,7 @@ static __always_inline bool task_wanted(__u32 tgid)
 		return false;
 	if (cfg.cgroup_id && bpf_get_current_cgroup_id() != cfg.cgroup_id)
 		return false;
-	return !cfg.netns || current_netns() == cfg.netns;
+	return NS_NETNS_WANTED(cfg.netns, cfg.filter_netns, current_netns());
 }
 
 /* argv[0..] into call->args as NUL-separated strings (execsnoop's loop, bounded for the verifier). */

@@ -43,7 +43,8 @@ struct snoop_config {
 	__u32 emit_mask;	/* 1 << kind: send events of this kind to userspace */
 	char comm[16];		/* --comm: the task's name (for exec: the name before or after the exec) */
 	__u8 failed_only;	/* --failed: only calls that returned an error (exit: non-zero status) */
-	__u8 pad[7];
+	__u8 filter_netns;	/* keep only namespaces in `netns_filter` (instead of `netns`) */
+	__u8 pad[6];
 };
 
 /* One event as sent to userspace: this header, then `args_size` bytes of NUL-separated arguments (exec). */

@@ -18,6 +18,8 @@
 #include "netsleuth_kernel_more.h"
 #include <bpf/bpf_tracing.h>
 #include "softirq.h"
+#define NS_FILTER_NETNS_ONLY
+#include "filter_maps.bpf.h"
 #include "abi.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -255,7 +257,7 @@ static __always_inline int on_napi_poll(const bool direct, struct napi_struct *n
 		key.ifindex = NS_RD(direct, dev, ifindex);
 		key.netns = ns_net_inum_rd(direct, NS_RD(direct, dev, nd_net.net));
 	}
-	if (cfg.netns && key.netns != cfg.netns)
+	if (!ns_netns_matches(cfg.netns, cfg.filter_netns, key.netns))
 		return 0;
 	key.napi_id = NS_RD(direct, napi, napi_id);
 	/* The whole key is compared, not the napi pointer: a freed and reused napi_struct, or a device moved to

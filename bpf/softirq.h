@@ -53,7 +53,8 @@ struct softirq_config {
 	__u32 netns;		/* --netns: only NAPI instances of devices in it (vectors are per CPU) */
 	char dev[16];		/* --dev: only this device's NAPI instances */
 	__u8 filter_dev;
-	__u8 pad[7];
+	__u8 filter_netns;	/* keep only namespaces in `netns_filter` (instead of `netns`) */
+	__u8 pad[6];
 };
 
 /* One NAPI instance, by device and id. */

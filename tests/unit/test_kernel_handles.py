@@ -57,7 +57,7 @@ def _unchecked(name: str) -> list[abigen.ModuleSpec]:
 
 def test_a_renamed_filter_map_is_refused_by_the_generator(tmp_path: Path) -> None:
     objects = _build(tmp_path, "drops", [("filter_maps.bpf.h", "netns_filter", "netns_set_v2")])
-    with pytest.raises(abigen.AbiError, match=r"drops.bpf.o has no map netns_filter: every object that"):
+    with pytest.raises(abigen.AbiError, match=r"drops.bpf.o has no map netns_filter: every object with the"):
         abigen.generate(objects)
 
 

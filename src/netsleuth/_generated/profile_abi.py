@@ -70,7 +70,8 @@ class ProfileConfigC(ctypes.Structure):
         ("user_only", ctypes.c_uint8),
         ("include_idle", ctypes.c_uint8),
         ("softirq", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 4),
+        ("filter_netns", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 3),
     )
 
 
@@ -102,6 +103,7 @@ class ProfileNewPidsC(ctypes.Structure):
 
 # max_entries of every map in .maps (ring buffers: bytes).
 MAP_MAX_ENTRIES: dict[str, int] = {
+    "netns_filter": 4096,
     "new_pids": 1,
     "profile_counts": 40960,
     "profile_stacks": 16384,
@@ -114,6 +116,7 @@ class ProfileMaps(ObjectMaps):
     """The maps of profile.bpf.o: names and sizes here, BpfMaps on a loaded object."""
 
     object_name = "profile"
+    netns_filter = MapAttr(4096)
     new_pids = MapAttr(1)
     profile_counts = MapAttr(40960)
     profile_stacks = MapAttr(16384)

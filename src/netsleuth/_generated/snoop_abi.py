@@ -85,7 +85,8 @@ class SnoopConfigC(ctypes.Structure):
         ("emit_mask", ctypes.c_uint32),
         ("comm", ctypes.c_char * 16),
         ("failed_only", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 7),
+        ("filter_netns", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 6),
     )
 
 
@@ -146,6 +147,7 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "events": 8388608,
     "exec_calls": 8192,
     "exec_pids": 16384,
+    "netns_filter": 4096,
     "open_calls": 8192,
     "sample_counter": 1,
     "scratch": 1,
@@ -161,6 +163,7 @@ class SnoopMaps(ObjectMaps):
     events = MapAttr(8388608)
     exec_calls = MapAttr(8192)
     exec_pids = MapAttr(16384)
+    netns_filter = MapAttr(4096)
     open_calls = MapAttr(8192)
     sample_counter = MapAttr(1)
     scratch = MapAttr(1)

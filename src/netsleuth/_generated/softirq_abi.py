@@ -100,7 +100,8 @@ class SoftirqConfigC(ctypes.Structure):
         ("netns", ctypes.c_uint32),
         ("dev", ctypes.c_char * 16),
         ("filter_dev", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 7),
+        ("filter_netns", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 6),
     )
 
 
@@ -172,6 +173,7 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "cpu_state": 1,
     "napi_polls": 1024,
     "napi_slots": 1024,
+    "netns_filter": 4096,
 }
 
 
@@ -182,6 +184,7 @@ class SoftirqMaps(ObjectMaps):
     cpu_state = MapAttr(1)
     napi_polls = MapAttr(1024)
     napi_slots = MapAttr(1024)
+    netns_filter = MapAttr(4096)
 
 
 class SoftirqPrograms:

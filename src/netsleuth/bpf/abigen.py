@@ -173,6 +173,7 @@ MODULES: tuple[ModuleSpec, ...] = (
             EnumSpec("snoop_limits"),
         ),
         shared=("STAT_COUNT",),
+        filter="netns",
     ),
     ModuleSpec(
         "softirq_abi",
@@ -191,6 +192,7 @@ MODULES: tuple[ModuleSpec, ...] = (
             EnumSpec("softirq_counter", "SoftirqCounter", "SIRQ_", {"SIRQ_COUNTERS": "COUNTERS"}),
             EnumSpec("netrx_counter", "NetRxCounter", "NETRX_", {"NETRX_COUNTERS": "NETRX_COUNTERS"}),
         ),
+        filter="netns",
     ),
     ModuleSpec(
         "profile_abi",
@@ -205,6 +207,7 @@ MODULES: tuple[ModuleSpec, ...] = (
             EnumSpec("profile_limits"),
             EnumSpec("profile_stat", "ProfileStat", "PROFILE_", {"PROFILE_STATS": "PROFILE_STATS"}),
         ),
+        filter="netns",
     ),
     ModuleSpec(
         "tcp_existing_abi",
@@ -423,8 +426,8 @@ def _check_filter(spec: ModuleSpec, btf: Btf, maps: Sequence[str], object_name: 
     missing = [name for name in wanted_maps if name not in maps]
     if missing:
         raise AbiError(
-            f"{object_name}.bpf.o has no map {', '.join(missing)}: every object that filters by "
-            f"{spec.filter} declares it (bpf/filter_maps.bpf.h); netsleuth.diagnostics.filter_maps fills it"
+            f"{object_name}.bpf.o has no map {', '.join(missing)}: every object with the {spec.filter} "
+            "filter declares it (bpf/filter_maps.bpf.h); netsleuth.diagnostics.filter_maps fills it"
         )
     config = next((c_name for c_name in spec.structs if c_name.endswith("_config")), None)
     fields = {member.name for member in btf_layout.struct_members(btf, config) or ()} if config else set()

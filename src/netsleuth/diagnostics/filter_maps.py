@@ -23,7 +23,14 @@ if TYPE_CHECKING:
     from netsleuth.bpf.maps import BpfMap
     from netsleuth.kernel.process import SocketOwners
 
-__all__ = ["FilterMaps", "OwnerInodeSync", "fill_address_maps", "fill_filter_config", "lpm_key"]
+__all__ = [
+    "FilterMaps",
+    "OwnerInodeSync",
+    "fill_address_maps",
+    "fill_filter_config",
+    "fill_netns_config",
+    "lpm_key",
+]
 
 
 class FilterMaps(Protocol):
@@ -83,6 +90,16 @@ def fill_filter_config(
         values.update(filter_l4proto=1, l4proto=packet_filter.proto)
     if packet_filter.dev and "dev" not in inherent:
         values.update(filter_dev=1, dev=packet_filter.dev.encode()[:15])
+    _write_fields(cfg, values)
+
+
+def fill_netns_config(cfg: ctypes.Structure, netns: int | None) -> None:
+    """The namespace filter of an object that filters by namespace only (snoop, softirq, profile: they
+    include bpf/filter_maps.bpf.h with NS_FILTER_NETNS_ONLY): one inode, 0 for any. Fails closed alike."""
+    _write_fields(cfg, {"netns": netns or 0, "filter_netns": 0})
+
+
+def _write_fields(cfg: ctypes.Structure, values: dict[str, object]) -> None:
     missing = [name for name in values if not hasattr(type(cfg), name)]
     if missing:
         c_name = getattr(type(cfg), "c_name", type(cfg).__name__)

@@ -35,6 +35,7 @@ from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.skeleton import variant_programs
+from netsleuth.diagnostics.filter_maps import fill_netns_config
 from netsleuth.diagnostics.profile.records import ProfileConfig, ProfileSummary, StackRecord, TopFunction
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.kernel.softirqs import softirq_names, softirq_vector
@@ -123,7 +124,7 @@ class ProfileDiagnostic:
         tasks = self._tasks
         cfg = ProfileConfigC()
         cfg.pid = tasks.pid or 0
-        cfg.netns = tasks.netns or 0
+        fill_netns_config(cfg, tasks.netns)
         cfg.cgroup_id = tasks.cgroup_id or 0
         cfg.comm = (tasks.comm or "").encode()
         cfg.kernel_only = int(self._kernel_only)

@@ -29,6 +29,7 @@ from netsleuth._generated.snoop_abi import (
 from netsleuth.bpf.errors import MissingFeature
 from netsleuth.bpf.program_session import ProgramSession, Variant
 from netsleuth.bpf.skeleton import variant_programs
+from netsleuth.diagnostics.filter_maps import fill_netns_config
 from netsleuth.diagnostics.snoop.records import (
     ExecRecord,
     ExitRecord,
@@ -187,7 +188,7 @@ class SnoopDiagnostic:
         config = self.config
         tasks = self._tasks
         cfg = SnoopConfigC()
-        cfg.netns = tasks.netns or 0
+        fill_netns_config(cfg, tasks.netns)
         cfg.pid = tasks.pid or 0
         cfg.cgroup_id = tasks.cgroup_id or 0
         cfg.sample_every = config.sample

@@ -29,6 +29,7 @@ from netsleuth._generated.softirq_abi import (
 )
 from netsleuth.bpf.program_session import TP_BTF_THEN_RAW_TP, ProgramSession, Variant
 from netsleuth.bpf.skeleton import variant_programs
+from netsleuth.diagnostics.filter_maps import fill_netns_config
 from netsleuth.diagnostics.softirq.counts import (
     CountHistogram,
     Histogram,
@@ -111,7 +112,7 @@ class SoftirqDiagnostic:
         cfg = SoftirqConfigC()
         cfg.budget_packets = self.budget
         cfg.budget_ns = self.budget_usecs * 1000
-        cfg.netns = self._netns
+        fill_netns_config(cfg, self._netns)
         if self.config.dev:
             cfg.filter_dev = 1
             cfg.dev = self.config.dev.encode()
