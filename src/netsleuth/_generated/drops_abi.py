@@ -10,8 +10,8 @@ from __future__ import annotations
 import ctypes
 
 from netsleuth._generated.shared_abi import STAT_COUNT, EventStat, PacketTupleC
-from netsleuth.bpf.abi import Program
-from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton
+from netsleuth.bpf.abi import Program, RodataVar
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, Skeleton
 
 __all__ = [
     "DROPS_EXAMPLE_FRAMES",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import ctypes
 import enum
 
-from netsleuth.bpf.abi import KernelEnum, Program
-from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton
+from netsleuth.bpf.abi import KernelEnum, Program, RodataVar
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, Skeleton
 
 __all__ = [
     "MAP_MAX_ENTRIES",

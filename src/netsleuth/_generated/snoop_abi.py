@@ -11,8 +11,8 @@ import ctypes
 import enum
 
 from netsleuth._generated.shared_abi import STAT_COUNT
-from netsleuth.bpf.abi import KernelEnum, Program
-from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton
+from netsleuth.bpf.abi import KernelEnum, Program, RodataVar
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, Skeleton
 
 __all__ = [
     "KIND_COUNT",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import ctypes
 
-from netsleuth.bpf.abi import Program
-from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton
+from netsleuth.bpf.abi import Program, RodataVar
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, Skeleton
 
 __all__ = [
     "MAP_MAX_ENTRIES",

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import ctypes
 import enum
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from netsleuth.bpf import btf_layout
 from netsleuth.bpf.btf import Btf
 from netsleuth.bpf.errors import BpfError
 
-__all__ = ["KernelEnum", "Program", "check_mirror"]
+__all__ = ["KernelEnum", "Program", "RodataVar", "check_mirror", "check_rodata_value"]
+
+T = TypeVar("T")
 
 _OUT_OF_STEP = "the object and the Python code are out of step (run `make bpf`)"
 
@@ -81,3 +83,22 @@ def _nested_struct(ctype: Any) -> type[ctypes.Structure] | None:
     if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
         return ctype
     return None
+
+
+class RodataVar(Generic[T]):
+    """One `const volatile` global of an object's .rodata, with the ctypes type its value must have."""
+
+    def __init__(self, name: str, ctype: type[T]) -> None:
+        self.name = name
+        self.ctype = ctype
+
+    def __repr__(self) -> str:
+        return f"RodataVar({self.name!r})"
+
+
+def check_rodata_value(variable: RodataVar[Any], value: Any) -> None:
+    """A value written to a .rodata variable must be of its generated type (not merely as large)."""
+    if not isinstance(value, variable.ctype):
+        raise BpfError(
+            f"rodata variable {variable.name} holds a {variable.ctype.__name__}, not a {type(value).__name__}"
+        )

@@ -443,7 +443,8 @@ def _emit_tables(module: _Module, btf: Btf, path: Path, owners: Mapping[str, tup
     object_name = module.spec.objects[0]
     prefix = _camel(object_name)
     module.need("netsleuth.bpf.abi", "Program")
-    for name in ("MapAttr", "ObjectMaps", "RodataVar", "Skeleton"):
+    module.need("netsleuth.bpf.abi", "RodataVar")
+    for name in ("MapAttr", "ObjectMaps", "Skeleton"):
         module.need("netsleuth.bpf.skeleton", name)
     definitions = btf_layout.map_definitions(btf)
     _check_filter(module.spec, btf, [definition.name for definition in definitions], object_name)

@@ -14,11 +14,10 @@ from types import TracebackType
 from typing import Any
 
 from netsleuth.bpf import _libbpf
-from netsleuth.bpf.abi import check_mirror
+from netsleuth.bpf.abi import RodataVar, check_mirror, check_rodata_value
 from netsleuth.bpf.btf import Btf
 from netsleuth.bpf.errors import BpfError, VerifierError, last_errno_error
 from netsleuth.bpf.maps import BpfMap
-from netsleuth.bpf.skeleton import RodataVar, check_rodata_value
 from netsleuth.errors import EnvironmentProblem
 
 __all__ = ["BpfObject", "generated_object_path"]

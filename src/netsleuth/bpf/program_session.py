@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
+from netsleuth.bpf.abi import RodataVar
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
 from netsleuth.bpf.object import BpfObject
 from netsleuth.bpf.perfbuf import PerfBuffer, retire_ring_buffer_map
 from netsleuth.bpf.quiesce import wait_for_running_programs
 from netsleuth.bpf.ringbuf import RecordBlob, RingBuffer, joined_records
-from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, RodataVar, Skeleton, variant_programs
+from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, Skeleton, variant_programs
 
 __all__ = ["TP_BTF_THEN_RAW_TP", "PerfFallback", "ProgramBacked", "ProgramSession", "Variant"]
 

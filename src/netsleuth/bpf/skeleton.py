@@ -18,11 +18,10 @@ if TYPE_CHECKING:
     from netsleuth.bpf.maps import BpfMap
     from netsleuth.bpf.object import BpfObject
 
-__all__ = ["MapAttr", "ObjectMaps", "RodataVar", "Skeleton", "check_rodata_value", "variant_programs"]
+__all__ = ["MapAttr", "ObjectMaps", "Skeleton", "variant_programs"]
 
 _OUT_OF_STEP = "the object and the Python code are out of step (run `make bpf`)"
 
-T = TypeVar("T")
 M = TypeVar("M", bound="ObjectMaps")
 
 
@@ -79,17 +78,6 @@ class ObjectMaps:
         return tuple(name for name, value in vars(cls).items() if isinstance(value, MapAttr))
 
 
-class RodataVar(Generic[T]):
-    """One `const volatile` global of an object's .rodata, with the ctypes type its value must have."""
-
-    def __init__(self, name: str, ctype: type[T]) -> None:
-        self.name = name
-        self.ctype = ctype
-
-    def __repr__(self) -> str:
-        return f"RodataVar({self.name!r})"
-
-
 class Skeleton(Generic[M]):
     """Base of a generated `<Name>Object`: one opened object and its typed maps (`maps.drop_groups`); its
     programs and .rodata are the class attributes `programs` and `rodata`."""
@@ -118,11 +106,3 @@ def variant_programs(
     if missing:
         raise BpfError(f"{skeleton.object_name}.bpf.o has no program {', '.join(missing)}: {_OUT_OF_STEP}")
     return tuple(bases)
-
-
-def check_rodata_value(variable: RodataVar[Any], value: Any) -> None:
-    """A value written to a .rodata variable must be of its generated type (not merely as large)."""
-    if not isinstance(value, variable.ctype):
-        raise BpfError(
-            f"rodata variable {variable.name} holds a {variable.ctype.__name__}, not a {type(value).__name__}"
-        )
