@@ -406,9 +406,11 @@ def _rodata_type(
     """The ctypes type of a .rodata variable; None for what userspace never sets (the NS_ABI_KEEP structs)."""
     ctype = btf_layout.describe(btf, type_id)
     if isinstance(ctype, btf_layout.StructType):
+        if ctype.name.endswith("_abi_types"):
+            return None
         owner = owners.get(ctype.name)
         if owner is None:
-            return None
+            raise AbiError(f"struct {ctype.name} (a .rodata variable) has no Python name in any ModuleSpec")
         if ctype.name not in module.spec.structs:
             module.need(owner[0], owner[1])
         return owner[1]
@@ -554,10 +556,10 @@ def _render(module: _Module) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _owners() -> dict[str, tuple[str, str]]:
-    """C struct -> (generated module, Python class), over every module."""
+def _owners(modules: Sequence[ModuleSpec] = ()) -> dict[str, tuple[str, str]]:
+    """C struct -> (generated module, Python class), over every module (and those being generated)."""
     owners: dict[str, tuple[str, str]] = {}
-    for spec in MODULES:
+    for spec in (*MODULES, *modules):
         for c_name, python in spec.structs.items():
             owners[c_name] = (f"netsleuth._generated.{spec.name}", python)
     return owners
@@ -580,7 +582,7 @@ def _needs_from_aliases(module: _Module) -> None:
 
 def generate(directory: Path = GENERATED, modules: Sequence[ModuleSpec] = MODULES) -> dict[str, str]:
     """module file name -> text, read from the objects in `directory`."""
-    owners = _owners()
+    owners = _owners(modules)
     texts: dict[str, str] = {}
     for spec in modules:
         rendered: dict[str, str] = {}
