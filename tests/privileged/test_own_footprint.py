@@ -67,9 +67,9 @@ def test_firewall_reads_after_the_last_drain_are_still_netsleuths() -> None:
             session.start()
             assert session.own_marked
             session.last_records()  # the run's end: the drops program stops
-            marked = len(list(session._programs.map("own_sockets").keys()))
+            marked = len(list(session._programs.maps.own_sockets.keys()))
             read_iptables(host.netns_path)
-            assert len(list(session._programs.map("own_sockets").keys())) > marked
+            assert len(list(session._programs.maps.own_sockets.keys())) > marked
         finally:
             session.close()
     finally:
