@@ -37,18 +37,28 @@ def remember_own_sockets(cookies: Iterable[int], directory: Path = OWN_SOCKETS_D
         return  # a read-only /run: the next run may then count some of ours, as without this file
 
 
-def recent_own_sockets(directory: Path = OWN_SOCKETS_DIR, now: float | None = None) -> set[int]:
-    """The sockets runs of the last minute marked; older files are removed."""
+def recent_own_sockets(
+    directory: Path = OWN_SOCKETS_DIR, now: float | None = None, limit: int | None = None
+) -> list[int]:
+    """The sockets runs of the last minute marked, the newest runs' first, at most `limit`; older files are
+    removed. By the run's time, not by cookie: the kernel hands cookies out in per-CPU batches
+    (include/linux/cookie.h), so a socket opened now on one CPU can have a smaller cookie than one opened a
+    minute ago on another, and keeping the largest cookies could leave out the last run's."""
     now = time.time() if now is None else now
-    cookies: set[int] = set()
+    runs: list[tuple[float, list[int]]] = []
     try:
         files = list(directory.iterdir())
     except OSError:
-        return cookies
+        return []
     for path in files:
         with contextlib.suppress(OSError, ValueError):
-            if now - path.stat().st_mtime > _KEPT_S:
+            written = path.stat().st_mtime
+            if now - written > _KEPT_S:
                 path.unlink()
                 continue
-            cookies.update(int(line) for line in path.read_text().split())
-    return cookies
+            runs.append((written, [int(line) for line in path.read_text().split()]))
+    cookies: dict[int, None] = {}  # ordered, without repeats
+    for _, marked in sorted(runs, key=lambda run: -run[0]):
+        cookies.update(dict.fromkeys(marked))
+    found = list(cookies)
+    return found if limit is None else found[:limit]

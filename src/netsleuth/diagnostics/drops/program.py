@@ -163,6 +163,7 @@ class DropsSession(ProgramBacked):
         self._owners = OwnerInodeSync(config.packet_filter)
         self._decoder: RecordDecoder | None = None
         self.own_marked = False  # netsleuth's own netlink sockets are told apart in this run
+        self._carried: frozenset[int] = frozenset()  # earlier runs' own sockets, marked at start
 
     @property
     def reasons_inferred(self) -> bool:
@@ -236,8 +237,11 @@ class DropsSession(ProgramBacked):
         if self.own_marked and self._programs.started:
             from netsleuth.diagnostics.own_sockets import remember_own_sockets
 
-            marked = self._programs.maps.own_sockets.keys()
-            remember_own_sockets(int.from_bytes(key, "little") for key in marked)
+            # Only the sockets this run marked: those it carried were left by their own runs, and writing
+            # them again would keep them "recent" for as long as runs follow each other.
+            keys = self._programs.maps.own_sockets.keys()
+            marked = (int.from_bytes(key, "little") for key in keys)
+            remember_own_sockets(cookie for cookie in marked if cookie not in self._carried)
         super().close()
 
     def own_drops(self) -> int:
@@ -264,7 +268,8 @@ class DropsSession(ProgramBacked):
 
             # Sockets earlier runs marked, whose purges (deferred by lazy RCU) may fall in this run.
             own_sockets = drops.maps.own_sockets
-            for cookie in sorted(recent_own_sockets())[-_OWN_SOCKETS_CARRIED:]:
+            self._carried = frozenset(recent_own_sockets(limit=_OWN_SOCKETS_CARRIED))
+            for cookie in self._carried:
                 own_sockets.update(cookie.to_bytes(8, "little"), b"\x01")
 
     # -- run -------------------------------------------------------------------------------------------
