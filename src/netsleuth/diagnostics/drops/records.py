@@ -135,7 +135,5 @@ class DropGroup(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DropsSummary(Summary, frozen=True, kw_only=True, tag="summary"):
-    groups: tuple[DropGroup, ...]  # largest first
-    # Set by an agent or fleet session that cut the group list to fit its byte cap: how many it left out.
-    groups_omitted: int | UnsetType = UNSET
+    groups: tuple[DropGroup, ...]  # largest first (groups_omitted, when an agent cut them, is the base's)
     reasons_inferred: bool | UnsetType = UNSET  # every group's reason was inferred (no kernel reasons)
