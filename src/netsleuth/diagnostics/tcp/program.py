@@ -487,6 +487,10 @@ class TcpSession(ProgramBacked):
             self._watch_reject_modules()
         return self._decode_all(self._programs.poll(timeout_ms))
 
+    def catch_up(self) -> list[RawTcpEvent]:
+        """Everything queued now, without ending the run (a reader that goes on counting)."""
+        return self._decode_all(self._programs.drain())
+
     def drain(self) -> list[RawTcpEvent]:
         """The run's last events: the programs stop first (every caller drains once, at its end), so the
         totals and groups read after it are final and agree."""
