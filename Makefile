@@ -21,16 +21,17 @@ BPF_OBJECTS := $(patsubst bpf/%.bpf.c,src/netsleuth/_generated/%.bpf.o,$(BPF_SOU
 # iptables/nftables name the rule behind a NETFILTER_DROP, iproute2 names namespaces, python3-venv makes .venv.
 DEB_RUN_PACKAGES := libbpf1 iproute2 iptables nftables procps python3-venv
 # `make test` adds what builds and checks the BPF objects (clang/llvm, bpftool), what tests and benchmarks drive
-# (firewalls, captures, bpftrace for comparison, Prometheus for the exporter, nats-server for the fleet,
-# Chromium for the web UI, a containerd with its CRI plugin, runc, the CNI plugins and umoci for the pod tests,
-# gcc and a static libc for their image) and what builds and runs the OCI image (mmdebstrap, umoci, podman).
+# (firewalls, captures, bpftrace for comparison, Prometheus for the exporter, Alertmanager for the alert ->
+# diagnosis path, nats-server for the fleet, Chromium for the web UI, a containerd with its CRI plugin, runc,
+# the CNI plugins and umoci for the pod tests, gcc and a static libc for their image) and what builds and runs
+# the OCI image (mmdebstrap, umoci, podman).
 DEB_PACKAGES := $(DEB_RUN_PACKAGES) clang llvm libbpf-dev bpftool bpftrace tshark conntrack ethtool kmod \
-	prometheus util-linux systemd chromium bind9-dnsutils nats-server \
+	prometheus prometheus-alertmanager util-linux systemd chromium bind9-dnsutils nats-server \
 	containerd runc containernetworking-plugins umoci gcc libc6-dev mmdebstrap podman
 KUBECTL ?= kubectl
 RUN_DURATION ?= 5
 
-.PHONY: all setup deps deps-run venv venv-core bpf bpf-objects check-bpf wheels image lint typecheck unit privileged test run bench clean fleet-demo
+.PHONY: all setup deps deps-run venv venv-core bpf bpf-objects check-bpf wheels image lint typecheck alert-rules unit privileged test run bench clean fleet-demo
 
 all: bpf
 
@@ -126,13 +127,19 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
+# The shipped alerting rules: syntax, then their unit tests (promtool's format); the example Alertmanager route.
+alert-rules: deps
+	promtool check rules packaging/prometheus/netsleuth-alerts.yml
+	cd packaging/prometheus && promtool test rules netsleuth-alerts.test.yml
+	amtool check-config packaging/prometheus/alertmanager.yml >/dev/null
+
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
 privileged: setup
 	$(BIN)/pytest -q tests/privileged
 
-test: setup check-bpf lint typecheck
+test: setup check-bpf lint typecheck alert-rules
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 run: deps-run venv-core
