@@ -35,6 +35,7 @@ from nats.errors import Error as NatsError
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from netsleuth.controller.alerts import AlertReceiver, StartRefused, alert_routes
 from netsleuth.controller.audit import AuditLog, AuditQuery, AuditUnavailable
 from netsleuth.controller.auth import Authenticator, AuthError, Principal
 from netsleuth.controller.config import ControllerConfig
@@ -66,6 +67,7 @@ class Services:
     audit: AuditLog
     registry: HostRegistry
     sessions: SessionManager
+    alerts: AlertReceiver | None = None  # [alerts]: Alertmanager webhooks (docs/alerts.md)
 
 
 class ApiError(Exception):
@@ -144,10 +146,17 @@ def create_app(config: ControllerConfig) -> FastAPI:
             index=index,
         )
         await manager.start_background()
-        holder["services"] = Services(config, Authenticator(config), Rbac(config), audit, registry, manager)
+        rbac = Rbac(config)
+        alerts = None
+        if config.alerts is not None:
+            alerts = AlertReceiver(config, js, manager, registry, audit, rbac, start_for_alert)
+            await alerts.start()
+        holder["services"] = Services(config, Authenticator(config), rbac, audit, registry, manager, alerts)
         try:
             yield
         finally:
+            if alerts is not None:
+                await alerts.stop()
             await manager.stop()
             await index.stop()
             await registry.stop()
@@ -294,7 +303,7 @@ def create_app(config: ControllerConfig) -> FastAPI:
         request_data: SessionRequest | None = None
         try:
             request_data = parse_session_request(body, diagnostic_names())
-            session = await _authorise_and_start(request, who, request_data)
+            session = await _authorise_and_start(_remote(request), who, request_data)
         except (BadRequest, ApiError) as error:
             status = error.status
             message = error.message if isinstance(error, ApiError) else str(error)
@@ -350,7 +359,9 @@ def create_app(config: ControllerConfig) -> FastAPI:
             entries.append(entry)
         return entries
 
-    async def _authorise_and_start(request: Request, who: Principal, data: SessionRequest) -> FleetSession:
+    async def _authorise_and_start(
+        remote: str | None, who: Principal, data: SessionRequest, origin: dict[str, Any] | None = None
+    ) -> FleetSession:
         svc = services()
         chosen = await _resolve_hosts(who, data)
         try:
@@ -395,16 +406,28 @@ def create_app(config: ControllerConfig) -> FastAPI:
             diagnostic=data.diagnostic,
             hosts=list(host_ids),
             scope=scope.to_json(),
-            remote=_remote(request),
+            remote=remote,
             outcome="dispatched",
             extra={
                 "config": data.config,
                 "duration": data.duration,
                 **({"selector": data.selector.to_json()} if data.selector is not None else {}),
+                **(origin or {}),
             },
         )
         spec = SessionSpec(who.user, data.diagnostic, data.config, scope, data.duration, host_ids)
         return await svc.sessions.start(session_id, spec)
+
+    async def start_for_alert(
+        who: Principal, data: SessionRequest, remote: str | None, origin: dict[str, Any]
+    ) -> FleetSession:
+        """A firing alert's diagnosis takes the same path as any session: the role, its limits, the audit."""
+        try:
+            return await _authorise_and_start(remote, who, data, origin)
+        except ApiError as error:
+            raise StartRefused(error.status, error.message) from None
+
+    app.include_router(alert_routes(lambda: services().alerts, principal))
 
     @app.get("/api/v1/sessions")
     async def list_sessions(request: Request) -> JSONResponse:

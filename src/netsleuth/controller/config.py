@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netsleuth.diagnostics.registry import diagnostic_names
 from netsleuth.errors import UsageError
 from netsleuth.fleet.link_config import check_creds_file, nkey_public_key
 
 __all__ = [
+    "AlertsConfig",
     "AuditConfig",
     "ControllerConfig",
     "HttpConfig",
@@ -109,6 +111,24 @@ class AuditConfig:
 
 
 @dataclass(frozen=True)
+class AlertsConfig:
+    """Alertmanager webhooks (docs/alerts.md): who may post them, what a firing alert may start, and where
+    the verdict goes. The limits are counted in JetStream KV, so they hold over every controller."""
+
+    principal: str  # the [[users]] name whose token Alertmanager sends; its roles bound every diagnosis
+    diagnostic: str = "diagnose"  # run when an alert has no netsleuth_diagnostic annotation
+    duration: float = 30.0  # seconds, when the annotation gives none
+    dedup_window: float = 3600.0  # one alert (fingerprint) starts at most one diagnosis in this long
+    window: float = 600.0  # the period the three counts below are over
+    max_sessions: int = 5  # diagnoses alerts may start per window, all alerts and hosts together
+    max_per_alert: int = 2  # per alert rule (alertname) per window
+    max_per_host: int = 1  # per host per window
+    notify_url: str | None = None  # the verdict is POSTed here as JSON (with a Slack-style "text")
+    notify_token: str | None = field(default=None, repr=False)  # its bearer token (notify_token_file)
+    public_url: str | None = None  # the UI's address in links to sessions (default: http://<listen>)
+
+
+@dataclass(frozen=True)
 class ControllerConfig:
     source: str
     signing_key_file: Path
@@ -120,6 +140,7 @@ class ControllerConfig:
     users: tuple[UserConfig, ...] = ()
     roles: dict[str, RoleConfig] = field(default_factory=dict)
     oidc: OidcConfig | None = None
+    alerts: AlertsConfig | None = None
 
 
 def _table(data: Any, where: str) -> dict[str, Any]:
@@ -332,9 +353,60 @@ def _oidc(data: dict[str, Any], base: Path) -> OidcConfig:
     )
 
 
+def _url(data: dict[str, Any], key: str, where: str) -> str | None:
+    value = _optional_string(data, key, where)
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise UsageError(f"{where}.{key} must be an http:// or https:// URL (got {value!r})")
+    return value.rstrip("/") if value is not None else None
+
+
+def _alerts(data: dict[str, Any], base: Path, users: tuple[UserConfig, ...]) -> AlertsConfig:
+    allowed = {
+        "principal", "diagnostic", "duration", "dedup_window", "window", "max_sessions", "max_per_alert",
+        "max_per_host", "notify_url", "notify_token_file", "public_url",
+    }  # fmt: skip
+    _check_keys(data, "alerts", allowed)
+    principal = _string(data, "principal", "alerts")
+    if principal not in {user.name for user in users}:
+        raise UsageError(
+            f"alerts.principal names user {principal!r}, which no [[users]] entry defines "
+            "(give Alertmanager its own user and role)"
+        )
+    defaults = AlertsConfig(principal=principal)
+    diagnostic = _string(data, "diagnostic", "alerts", defaults.diagnostic)
+    if diagnostic not in diagnostic_names():
+        raise UsageError(
+            f"alerts.diagnostic {diagnostic!r} is not a diagnostic ({', '.join(diagnostic_names())})"
+        )
+    token: str | None = None
+    token_file = _optional_string(data, "notify_token_file", "alerts")
+    if token_file is not None:
+        path = base / token_file
+        try:
+            token = path.read_text().strip()
+        except OSError as error:
+            raise UsageError(f"alerts.notify_token_file {path}: {error.strerror}") from error
+    notify_url = _url(data, "notify_url", "alerts")
+    if token is not None and notify_url is None:
+        raise UsageError("alerts.notify_token_file is set but alerts.notify_url is not")
+    return AlertsConfig(
+        principal=principal,
+        diagnostic=diagnostic,
+        duration=_number(data, "duration", "alerts", defaults.duration),
+        dedup_window=_number(data, "dedup_window", "alerts", defaults.dedup_window),
+        window=_number(data, "window", "alerts", defaults.window),
+        max_sessions=_count(data, "max_sessions", "alerts", defaults.max_sessions),
+        max_per_alert=_count(data, "max_per_alert", "alerts", defaults.max_per_alert),
+        max_per_host=_count(data, "max_per_host", "alerts", defaults.max_per_host),
+        notify_url=notify_url,
+        notify_token=token,
+        public_url=_url(data, "public_url", "alerts"),
+    )
+
+
 def parse_controller_config(data: dict[str, Any], source: str, base: Path) -> ControllerConfig:
     """`base`: where relative file names in the config are resolved (the config file's directory)."""
-    _check_keys(data, "", {"http", "nats", "signing", "sessions", "audit", "users", "roles", "oidc"})
+    _check_keys(data, "", {"http", "nats", "signing", "sessions", "audit", "users", "roles", "oidc", "alerts"})
     signing = _table(data.get("signing"), "signing") if "signing" in data else None
     if signing is None:
         raise UsageError(
@@ -372,6 +444,7 @@ def parse_controller_config(data: dict[str, Any], source: str, base: Path) -> Co
         users=users,
         roles=roles,
         oidc=oidc,
+        alerts=_alerts(_table(data["alerts"], "alerts"), base, users) if "alerts" in data else None,
     )
 
 

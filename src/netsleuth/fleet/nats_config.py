@@ -29,6 +29,7 @@ from typing import Any
 
 from netsleuth.fleet.protocol import (
     AGENT_AUDIT_STREAM,
+    ALERTS_BUCKET,
     AUDIT_STREAM,
     HOSTS_BUCKET,
     OWNERS_BUCKET,
@@ -74,7 +75,7 @@ def agent_permissions(host: str) -> dict[str, Any]:
     }
 
 
-# The streams (and the registry bucket's) the controller creates at start; nothing else.
+# The streams and buckets (a bucket is the stream KV_<name>) the controller creates at start; nothing else.
 CONTROLLER_STREAMS = (
     AUDIT_STREAM,
     AGENT_AUDIT_STREAM,
@@ -83,6 +84,7 @@ CONTROLLER_STREAMS = (
     RECORDS_STREAM,
     f"KV_{HOSTS_BUCKET}",
     f"KV_{OWNERS_BUCKET}",
+    f"KV_{ALERTS_BUCKET}",
 )
 
 
@@ -94,6 +96,7 @@ def controller_permissions() -> dict[str, Any]:
                 f"{PREFIX}.audit.controller.>",
                 f"{PREFIX}.history.>",
                 f"$KV.{OWNERS_BUCKET}.>",  # the leases of the sessions it runs (controller/leases.py)
+                f"$KV.{ALERTS_BUCKET}.>",  # what alerts started (controller/alert_state.py)
                 "_INBOX.>",
                 "$JS.API.INFO",
                 "$JS.API.STREAM.INFO.*",

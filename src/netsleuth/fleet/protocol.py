@@ -43,6 +43,7 @@ __all__ = [
     "AGENT_AUDIT_MAX_RECORD",
     "AGENT_AUDIT_STREAM",
     "AGENT_AUDIT_SUBJECTS",
+    "ALERTS_BUCKET",
     "AUDIT_STREAM",
     "AUDIT_SUBJECTS",
     "ENFORCED_SCOPES",
@@ -94,6 +95,7 @@ __all__ = [
 PROTOCOL_VERSION: Final = 1
 PREFIX: Final = "netsleuth"
 HOSTS_BUCKET: Final = "netsleuth_hosts"
+ALERTS_BUCKET: Final = "netsleuth_alerts"  # the controllers' alert ledger (controller/alert_state.py)
 # The controller's decisions and the agents' refusals are two streams: each agent's subject is bounded (how
 # many records, how big) and may discard its own oldest records; the controller's never (controller/streams).
 AUDIT_STREAM: Final = "NETSLEUTH_AUDIT"
