@@ -16,7 +16,8 @@
         lab.agent("lb")                   # its AgentProcess: .pid, .log_text(), .config_path
         lab.kill_agent("lb")              # SIGKILL (a crashed agent); lab.stop_agent("lb") = SIGTERM
         lab.start_agent("lb")             # again, e.g. after a kill; scoped=False: a whole-host agent
-        lab.agent("lb").metrics()         # its /metrics text (netsleuth_fleet_* series)
+        lab.agent("lb").metrics()         # its /metrics text (netsleuth_fleet_* series; drops too with
+                                          # FleetLab(drops_exporter=True))
         lab.stop_nats(); lab.start_nats(); lab.restart_nats()   # same port, same JetStream store
         lab.nats_pid                      # nats-server's pid (None while stopped)
     FleetLab(nats_servers=3): a three-server cluster (routes on loopback, JetStream replicated): the agents
@@ -267,11 +268,14 @@ class FleetLab:
         auth: Literal["password", "nkey"] = "password",
         max_file_store: str = "1G",
         nats_servers: int = 1,
+        drops_exporter: bool = False,
     ) -> None:
         """`auth="nkey"`: the controller and the agents log in with nkey seeds (files in the workdir), the
         server lists them by public key; the lab's own admin user keeps its password. `max_file_store`:
         nats-server's JetStream disk limit (a test that fills the store keeps it small). `nats_servers=3`:
-        a cluster of three nats-servers joined by routes (JetStream R3 is the controller's to ask for)."""
+        a cluster of three nats-servers joined by routes (JetStream R3 is the controller's to ask for).
+        `drops_exporter`: the agents export drop counters on /metrics (off by default: each agent's program
+        sees every netns)."""
         self.host_names = tuple(hosts)
         self.auth = auth
         self.start_agents = agents
@@ -279,6 +283,7 @@ class FleetLab:
         self.agent_settings = agent_settings  # extra TOML appended to each agent's config (e.g. [sessions])
         self.max_file_store = max_file_store
         self.nats_servers = nats_servers
+        self.drops_exporter = drops_exporter
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="netsleuth-fleet-lab-"))
         # The pid and a per-process count: two labs at once never share a name, and a lab whose process
@@ -629,7 +634,7 @@ class FleetLab:
             'listen = "127.0.0.1:0"\n'
             'socket = ""\n'
             "[exporter.drops]\n"
-            "enabled = false\n"
+            f"enabled = {'true' if self.drops_exporter else 'false'}\n"
             "[fleet]\n"
             f'url = "{self.nats_url_text}"\n'
             f'host_id = "{host.name}"\n'

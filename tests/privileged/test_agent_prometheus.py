@@ -5,90 +5,15 @@ reason and namespace grow by exactly the number of drops made."""
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.netlab import wait_for
 from tests.privileged.conftest import Pair
 from tests.privileged.test_agent_harness import AgentProcess
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Prometheus:
-    def __init__(self, target: str) -> None:
-        binary = shutil.which("prometheus")
-        if binary is None:
-            pytest.fail("Debian's prometheus is not installed (make deps installs it)")
-        self._dir = tempfile.TemporaryDirectory(prefix="netsleuth-prometheus-")
-        root = Path(self._dir.name)
-        (root / "prometheus.yml").write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-            "scrape_configs:\n  - job_name: netsleuth\n    static_configs:\n"
-            f"      - targets: ['{target}']\n"
-        )
-        self.port = free_port()
-        self._log = (root / "log").open("w")
-        self.process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={root / 'prometheus.yml'}",
-                f"--storage.tsdb.path={root / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for(self._ready, 60, "prometheus to be ready")
-
-    def _get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
-                return int(response.status), bytes(response.read())
-        except OSError:
-            return 0, b""
-
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"prometheus exited ({self.process.returncode})")
-        return self._get("/-/ready")[0] == 200
-
-    def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
-        params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
-        status, body = self._get("/api/v1/query?" + urllib.parse.urlencode(params))
-        assert status == 200, body
-        payload = json.loads(body)
-        assert payload["status"] == "success", payload
-        result: list[dict[str, Any]] = payload["data"]["result"]
-        return result
-
-    def scalar(self, promql: str, at: float | None = None) -> float | None:
-        result = self.query(promql, at)
-        return float(result[0]["value"][1]) if result else None
-
-    def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._log.close()
-        self._dir.cleanup()
+from tests.prometheus_lab import Prometheus
 
 
 @pytest.fixture
@@ -100,11 +25,8 @@ def agent() -> Iterator[AgentProcess]:
 
 @pytest.fixture
 def prometheus(agent: AgentProcess) -> Iterator[Prometheus]:
-    server = Prometheus(f"127.0.0.1:{agent.port}")
-    try:
+    with Prometheus.scraping(f"127.0.0.1:{agent.port}") as server:
         yield server
-    finally:
-        server.close()
 
 
 def flood(pair: Pair, udpflood: str, port: int, count: int) -> None:
