@@ -24,6 +24,7 @@ import pytest
 from tests.controller_lab import ControllerProcess
 from tests.fleet_lab import REPO, FleetLab, free_port
 from tests.netlab import wait_for
+from tests.privileged.test_diagnose import UDP_SINK  # a 1 KiB receive buffer that never reads
 from tests.prometheus_lab import Alertmanager, Prometheus
 
 pytestmark = pytest.mark.privileged
@@ -49,15 +50,7 @@ while time.monotonic() < end:
     except OSError: pass
     s.close()
 """
-# A UDP socket with a 1 KiB receive buffer that never reads, flooded from its own namespace: SOCKET_RCVBUFF.
-UDP_SINK = """
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-print("ready", flush=True)
-sys.stdin.read()
-"""
+# Flooding the UDP_SINK from its own namespace, 200 datagrams a second: SOCKET_RCVBUFF.
 UDP_LOOP = """
 import socket, sys, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

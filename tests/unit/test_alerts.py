@@ -17,11 +17,11 @@ from netsleuth.controller.alert_targets import choose_host, choose_netns
 from netsleuth.controller.alert_webhook import (
     Alert,
     AlertRefused,
-    BadAlerts,
     parse_notification,
     plan_for,
 )
 from netsleuth.controller.config import AlertsConfig, parse_controller_config
+from netsleuth.controller.requests import BadRequest
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 from netsleuth.errors import UsageError
 
@@ -111,7 +111,7 @@ def body_with(alert_changes: dict[str, Any] | None = None, **changes: Any) -> by
     ],
 )
 def test_a_bad_body_is_one_sentence(body: bytes, status: int, words: str) -> None:
-    with pytest.raises(BadAlerts) as refused:
+    with pytest.raises(BadRequest) as refused:
         parse_notification(body)
     assert refused.value.status == status and words in str(refused.value)
     assert str(refused.value).endswith(".") and "\n" not in str(refused.value)

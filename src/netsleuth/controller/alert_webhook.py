@@ -3,7 +3,7 @@
 The body is what Alertmanager's webhook receiver POSTs (`receiver`, `status`, `alerts[]` each with `status`,
 `labels`, `annotations`, `startsAt`, `endsAt`, `generatorURL`, `fingerprint`, then `groupLabels`,
 `commonLabels`, `commonAnnotations`, `externalURL`, `version: "4"`, `groupKey`, `truncatedAlerts`). Every
-mistake is one sentence and a 4xx, like the rest of the API. A rule says what to run in its
+mistake is one sentence and a 4xx (BadRequest), like the rest of the API. A rule says what to run in its
 `netsleuth_diagnostic` annotation (JSON, packaging/prometheus/netsleuth-alerts.yml); without one the
 controller's default diagnostic runs.
 """
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from netsleuth.controller.config import AlertsConfig
+from netsleuth.controller.requests import BadRequest, json_object
 
 __all__ = [
     "ANNOTATION",
@@ -23,7 +24,6 @@ __all__ = [
     "SCOPES",
     "Alert",
     "AlertRefused",
-    "BadAlerts",
     "DiagnosticPlan",
     "Notification",
     "parse_notification",
@@ -42,14 +42,6 @@ _FINGERPRINT = re.compile(r"^[0-9A-Za-z]{1,64}$")
 # registry knows pods.
 SCOPES = ("netns", "host", "*", "pod", "k8s_namespace")
 Scope = Literal["netns", "host", "*", "pod", "k8s_namespace"]
-
-
-class BadAlerts(Exception):
-    """The webhook body is not an Alertmanager notification we can read: a 4xx with this sentence."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class AlertRefused(Exception):
@@ -94,15 +86,15 @@ class Notification:
 
 def _strings(value: object, where: str) -> dict[str, str]:
     if not isinstance(value, dict):
-        raise BadAlerts(400, f"{where} must be an object of strings.")
+        raise BadRequest(400, f"{where} must be an object of strings.")
     if len(value) > _MAX_LABELS:
-        raise BadAlerts(413, f"{where} has {len(value)} entries; at most {_MAX_LABELS} are allowed.")
+        raise BadRequest(413, f"{where} has {len(value)} entries; at most {_MAX_LABELS} are allowed.")
     for key, item in value.items():
         if not isinstance(item, str):
-            raise BadAlerts(400, f"{where}.{str(key)[:40]} must be a string.")
+            raise BadRequest(400, f"{where}.{str(key)[:40]} must be a string.")
         limit = _MAX_ANNOTATION if where.endswith("annotations") else _MAX_VALUE
         if len(key) > _MAX_VALUE or len(item) > limit:
-            raise BadAlerts(413, f"{where}.{str(key)[:40]} is longer than {limit} characters.")
+            raise BadRequest(413, f"{where}.{str(key)[:40]} is longer than {limit} characters.")
     return cast(dict[str, str], value)
 
 
@@ -111,23 +103,23 @@ def _text(
 ) -> str:
     value = data.get(key, default)
     if not isinstance(value, str) or len(value) > limit:
-        raise BadAlerts(400, f"{where}{key} must be a string of at most {limit} characters.")
+        raise BadRequest(400, f"{where}{key} must be a string of at most {limit} characters.")
     return value
 
 
 def _alert(index: int, raw: object) -> Alert:
     where = f"alerts[{index}]."
     if not isinstance(raw, dict):
-        raise BadAlerts(400, f"alerts[{index}] must be an object.")
+        raise BadRequest(400, f"alerts[{index}] must be an object.")
     status = raw.get("status")
     if status not in ("firing", "resolved"):
-        raise BadAlerts(400, f"{where}status must be 'firing' or 'resolved' (got {str(status)[:40]!r}).")
+        raise BadRequest(400, f"{where}status must be 'firing' or 'resolved' (got {str(status)[:40]!r}).")
     labels = _strings(raw.get("labels"), f"{where}labels")
     if not labels.get("alertname"):
-        raise BadAlerts(400, f"{where}labels has no alertname.")
+        raise BadRequest(400, f"{where}labels has no alertname.")
     fingerprint = raw.get("fingerprint")
     if not isinstance(fingerprint, str) or not _FINGERPRINT.match(fingerprint):
-        raise BadAlerts(
+        raise BadRequest(
             400, f"{where}fingerprint must be Alertmanager's alert fingerprint (1-64 letters/digits)."
         )
     return Alert(
@@ -142,27 +134,21 @@ def _alert(index: int, raw: object) -> Alert:
 
 
 def parse_notification(body: bytes) -> Notification:
-    if len(body) > MAX_ALERT_BODY:
-        raise BadAlerts(413, f"the notification is larger than {MAX_ALERT_BODY >> 20} MiB.")
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise BadAlerts(400, f"the notification is not valid JSON ({error}).") from None
-    if not isinstance(data, dict):
-        raise BadAlerts(400, "the notification must be a JSON object (Alertmanager's webhook body).")
+    """Raises BadRequest (status and one sentence) for anything that is not Alertmanager's webhook body."""
+    data = json_object(body, MAX_ALERT_BODY, "the notification")
     version = data.get("version")
     if version != "4":
-        raise BadAlerts(
+        raise BadRequest(
             400, f'this endpoint reads Alertmanager\'s webhook version "4" (got {str(version)[:20]!r}).'
         )
     alerts = data.get("alerts")
     if not isinstance(alerts, list) or not alerts:
-        raise BadAlerts(400, "alerts must be a non-empty list.")
+        raise BadRequest(400, "alerts must be a non-empty list.")
     if len(alerts) > _MAX_ALERTS:
-        raise BadAlerts(413, f"the notification holds {len(alerts)} alerts; at most {_MAX_ALERTS} are read.")
+        raise BadRequest(413, f"the notification holds {len(alerts)} alerts; at most {_MAX_ALERTS} are read.")
     truncated = data.get("truncatedAlerts", 0)
     if isinstance(truncated, bool) or not isinstance(truncated, int) or truncated < 0:
-        raise BadAlerts(400, "truncatedAlerts must be a whole number.")
+        raise BadRequest(400, "truncatedAlerts must be a whole number.")
     return Notification(
         receiver=_text(data, "receiver", "", ""),
         status=_text(data, "status", "", ""),

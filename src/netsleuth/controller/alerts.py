@@ -34,7 +34,6 @@ from netsleuth.controller.alert_webhook import (
     MAX_ALERT_BODY,
     Alert,
     AlertRefused,
-    BadAlerts,
     parse_notification,
     plan_for,
 )
@@ -143,7 +142,7 @@ class AlertReceiver:
             )
         try:
             notification = parse_notification(body)
-        except BadAlerts as error:
+        except BadRequest as error:
             return await self._refuse(who, remote, error.status, str(error))
         outcomes: list[_Outcome] = []
         try:

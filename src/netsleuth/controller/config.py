@@ -188,6 +188,18 @@ def _strings(data: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _secret_file(data: dict[str, Any], key: str, where: str, base: Path) -> str | None:
+    """The secret a `..._file` setting names (relative to the config's folder), stripped; None when unset."""
+    name = _optional_string(data, key, where)
+    if name is None:
+        return None
+    path = base / name
+    try:
+        return path.read_text().strip()
+    except OSError as error:
+        raise UsageError(f"{where}.{key} {path}: {error.strerror}") from error
+
+
 def _http(data: dict[str, Any]) -> HttpConfig:
     _check_keys(data, "http", {"listen"})
     listen = _string(data, "listen", "http", "127.0.0.1:8477")
@@ -222,14 +234,7 @@ def _nats(data: dict[str, Any], base: Path) -> NatsConfig:
         )
     if "user" in data and logins and logins[0] in ("creds_file", "nkey_seed_file"):
         raise UsageError(f"nats.user goes with a password, not with nats.{logins[0]}: remove it")
-    password = _optional_string(data, "password", "nats")
-    password_file = _optional_string(data, "password_file", "nats")
-    if password_file is not None:
-        path = base / password_file
-        try:
-            password = path.read_text().strip()
-        except OSError as error:
-            raise UsageError(f"nats.password_file {path}: {error.strerror}") from error
+    password = _secret_file(data, "password_file", "nats", base) or _optional_string(data, "password", "nats")
     creds = _optional_string(data, "creds_file", "nats")
     creds_path = base / creds if creds is not None else None
     if creds_path is not None:
@@ -378,14 +383,7 @@ def _alerts(data: dict[str, Any], base: Path, users: tuple[UserConfig, ...]) -> 
         raise UsageError(
             f"alerts.diagnostic {diagnostic!r} is not a diagnostic ({', '.join(diagnostic_names())})"
         )
-    token: str | None = None
-    token_file = _optional_string(data, "notify_token_file", "alerts")
-    if token_file is not None:
-        path = base / token_file
-        try:
-            token = path.read_text().strip()
-        except OSError as error:
-            raise UsageError(f"alerts.notify_token_file {path}: {error.strerror}") from error
+    token = _secret_file(data, "notify_token_file", "alerts", base)
     notify_url = _url(data, "notify_url", "alerts")
     if token is not None and notify_url is None:
         raise UsageError("alerts.notify_token_file is set but alerts.notify_url is not")

@@ -16,6 +16,7 @@ sentence, the host showing `rejected`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -40,6 +41,7 @@ __all__ = [
     "FleetRequestBody",
     "Selector",
     "SessionRequest",
+    "json_object",
     "parse_session_request",
     "read_config",
 ]
@@ -159,6 +161,20 @@ def _targets(body: FleetRequestBody) -> tuple[tuple[str, ...] | None, Selector |
         return tuple(dict.fromkeys(validate_host_id(host) for host in body.hosts)), None
     except ProtocolError as error:
         raise BadRequest(400, f"{error}.") from None
+
+
+def json_object(body: bytes, max_bytes: int, what: str = "the request body") -> dict[str, Any]:
+    """A request body that must be one JSON object of at most `max_bytes`: each mistake one sentence."""
+    if len(body) > max_bytes:
+        size = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 else f"{max_bytes >> 10} KiB"
+        raise BadRequest(413, f"{what} is larger than {size}.")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise BadRequest(400, f"{what} is not valid JSON ({error}).") from None
+    if not isinstance(data, dict):
+        raise BadRequest(400, f"{what} must be a JSON object.")
+    return data
 
 
 def parse_session_request(body: bytes, known_diagnostics: tuple[str, ...]) -> SessionRequest:
