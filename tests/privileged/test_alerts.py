@@ -9,6 +9,7 @@ sentence."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import threading
@@ -20,12 +21,14 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from tests.controller_lab import ControllerProcess
 from tests.fleet_lab import REPO, FleetLab, free_port
 from tests.netlab import wait_for
 from tests.privileged.test_diagnose import UDP_SINK  # a 1 KiB receive buffer that never reads
 from tests.prometheus_lab import Alertmanager, Prometheus
+from tests.ui_browser import browser, open_page, sign_in
 
 pytestmark = pytest.mark.privileged
 
@@ -393,7 +396,27 @@ def test_a_storm_of_alerts_starts_at_most_the_cap_each_audited(receiver: Receive
             ]
         assert [r["session"] for r in cancels] == [first["session"]]
 
+        history_marks(controller, started)
         refusals(controller)
+
+
+def history_marks(controller: ControllerProcess, started: list[str]) -> None:
+    """The UI's history, in headless Chromium as an admin: each alert's session says which alert started it.
+    $NETSLEUTH_UI_SCREENSHOTS: a folder for a screenshot of the page (docs/img/alerts-history.png)."""
+    with browser() as instance:
+        opened = open_page(instance, controller.url, 1280, 700)
+        try:
+            sign_in(opened.page, controller.tokens["root"])
+            opened.page.get_by_role("link", name="History").click()
+            for session in started:
+                row = opened.page.locator(f'tr[data-session="{session}"]')
+                expect(row.get_by_text(re.compile(r"^started by alert Storm\d$"))).to_be_visible()
+            target = os.environ.get("NETSLEUTH_UI_SCREENSHOTS")
+            if target:
+                opened.page.screenshot(path=str(Path(target) / "alerts-history.png"))
+            opened.assert_no_errors()
+        finally:
+            opened.context.close()
 
 
 def refusals(controller: ControllerProcess) -> None:
