@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -188,6 +189,7 @@ def run_faults_and_check(
         assert sink.stdout is not None and sink.stdout.readline() == b"ready\n"
         faults.append(client.ns.popen([sys.executable, "-c", UDP_LOOP, client.address, "5454"]))
         faults.append(client.ns.popen([sys.executable, "-c", SYN_LOOP, server.address]))
+        began = time.monotonic()
 
         def reports() -> dict[str, dict[str, Any]]:
             return {body["hosts"][0]: body for body in receiver.bodies}
@@ -198,6 +200,7 @@ def run_faults_and_check(
             )
         except TimeoutError as error:
             raise AssertionError(explain(controller, receiver, prometheus, alertmanager)) from error
+        print(f"faults to both verdicts at the outgoing webhook: {time.monotonic() - began:.1f} s")
         found = reports()
         # The firewall drop: diagnosed on the server, in its namespace, and the verdict names the rule.
         firewall = found["server"]

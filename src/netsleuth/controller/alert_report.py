@@ -81,11 +81,12 @@ def diagnosis_report(alert: Alert, snapshot: dict[str, Any], link: str) -> dict[
 
 
 class AlertMetrics:
-    """The controller's /metrics: what alerts asked for and what their diagnoses found. Labels stay few
-    (outcome, alert rule, cause category): verdict text and addresses go to authenticated readers only."""
+    """On the controller's /metrics (its one registry: controller/metrics.py): what alerts asked for and what
+    their diagnoses found. Labels stay few (outcome, alert rule, cause category): verdict text, hosts and
+    addresses go to authenticated readers only."""
 
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
         self.webhooks = Counter(
             "netsleuth_alert_webhooks", "Alertmanager notifications received, by result",
             ["result"], registry=self.registry,

@@ -118,10 +118,15 @@ class LedgerState:
 
 class AlertLedger:
     def __init__(
-        self, js: JetStreamContext, config: AlertsConfig, clock: Callable[[], float] = time.time
+        self,
+        js: JetStreamContext,
+        config: AlertsConfig,
+        replicas: int = 1,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._js = js
         self._config = config
+        self._replicas = replicas  # nats.replicas: the ledger survives a lost server like every stream
         self._clock = clock
         self._kv: KeyValue | None = None
         self._lock = asyncio.Lock()  # one decision at a time here; compare-and-set against other controllers
@@ -132,7 +137,9 @@ class AlertLedger:
             self._kv = await self._js.key_value(ALERTS_BUCKET)
         except (NotFoundError, BadRequestError):
             self._kv = await self._js.create_key_value(
-                KeyValueConfig(bucket=ALERTS_BUCKET, history=1, storage=StorageType.FILE)
+                KeyValueConfig(
+                    bucket=ALERTS_BUCKET, history=1, storage=StorageType.FILE, replicas=self._replicas
+                )
             )
 
     async def _load(self, fresh: bool = True) -> tuple[LedgerState, int | None]:

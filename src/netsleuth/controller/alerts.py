@@ -8,7 +8,7 @@ fingerprint per `dedup_window`, at most `max_per_alert`, `max_per_host` and `max
 over every controller), and the session starts through the same path as `POST /api/v1/sessions` - audited
 before anything is sent. A resolved alert cancels its diagnosis if it still runs. When a diagnosis ends, its
 first verdict line goes to the history (`netsleuth.history.<session>.alert`), the outgoing webhook and
-/metrics (alert_report.py).
+the controller's /metrics (alert_report.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from nats.js import JetStreamContext
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from netsleuth.controller.alert_report import AlertMetrics, Notifier, diagnosis_report
 from netsleuth.controller.alert_state import AlertLedger, LedgerUnavailable
@@ -113,8 +112,8 @@ class AlertReceiver:
         self._audit = audit
         self._rbac = rbac
         self._start_session = start_session
-        self.metrics = AlertMetrics()
-        self._ledger = AlertLedger(js, self._alerts)
+        self.metrics = AlertMetrics(sessions.metrics.registry)
+        self._ledger = AlertLedger(js, self._alerts, config.nats.replicas)
         self._notifier = Notifier(self._alerts.notify_url, self._alerts.notify_token, self.metrics)
         self._watchers: set[asyncio.Task[None]] = set()
 
@@ -312,9 +311,9 @@ class AlertReceiver:
 def alert_routes(
     receiver: Callable[[], AlertReceiver | None], principal: Callable[[Request], Awaitable[Principal]]
 ) -> APIRouter:
-    """`POST /api/v1/alerts` (Alertmanager's webhook), `GET /api/v1/alerts` (the alert-started diagnoses) and
-    `GET /metrics` (the controller's alert metrics, for Prometheus). `principal` is the app's authentication,
-    which audits a refused token (401)."""
+    """`POST /api/v1/alerts` (Alertmanager's webhook) and `GET /api/v1/alerts` (the alert-started diagnoses);
+    their metrics are on the controller's /metrics. `principal` is the app's authentication, which audits a
+    refused token (401)."""
     router = APIRouter()
 
     def configured() -> AlertReceiver:
@@ -344,9 +343,5 @@ def alert_routes(
     async def alert_diagnoses(request: Request) -> JSONResponse:
         who = await principal(request)
         return JSONResponse(await configured().diagnoses(who))
-
-    @router.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        return Response(generate_latest(configured().metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return router

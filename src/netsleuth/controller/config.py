@@ -404,7 +404,8 @@ def _alerts(data: dict[str, Any], base: Path, users: tuple[UserConfig, ...]) -> 
 
 def parse_controller_config(data: dict[str, Any], source: str, base: Path) -> ControllerConfig:
     """`base`: where relative file names in the config are resolved (the config file's directory)."""
-    _check_keys(data, "", {"http", "nats", "signing", "sessions", "audit", "users", "roles", "oidc", "alerts"})
+    sections = {"http", "nats", "signing", "sessions", "audit", "users", "roles", "oidc", "alerts"}
+    _check_keys(data, "", sections)
     signing = _table(data.get("signing"), "signing") if "signing" in data else None
     if signing is None:
         raise UsageError(

@@ -233,8 +233,9 @@ _EXAMPLE_HEADER = """\
 #   controller   publishes as itself only (netsleuth.host.>, netsleuth.audit.controller.>, history); creates
 #                its streams and the registry bucket at start (NETSLEUTH_AUDIT, NETSLEUTH_AUDIT_AGENTS,
 #                NETSLEUTH_SESSIONS, NETSLEUTH_STATUS, NETSLEUTH_RECORDS, KV_netsleuth_hosts,
-#                KV_netsleuth_session_owners: nothing to create by hand) and reads them; writes the leases of
-#                the sessions it runs; may not create any other stream, nor update, purge or delete one.
+#                KV_netsleuth_session_owners, KV_netsleuth_alerts: nothing to create by hand) and reads them;
+#                writes the leases of the sessions it runs and the alert ledger (docs/alerts.md); may not
+#                create any other stream, nor update, purge or delete one.
 #   agent-<host> only its own host: subscribe netsleuth.host.<host>.> and its reply inbox _INBOX_<host>.>;
 #                publish its sessions' status/records (netsleuth.session.*.<host>.>), its refusals
 #                (netsleuth.audit.agent.<host>), its registry key ($KV.netsleuth_hosts.<host>) and the
