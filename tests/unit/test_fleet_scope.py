@@ -42,7 +42,7 @@ from netsleuth.spec.parts import PodRef
 from netsleuth.spec.records import Record
 from netsleuth.spec.scope import AddressField, Netns, NetnsField
 from netsleuth.spec.scope import Scope as HeldScope
-from netsleuth.spec.summary import ClockPart, Summary
+from netsleuth.spec.summary import ClockPart, Summary, TotalsPart
 from tests.unit.fleet_fakes import DB, OWN_NETNS, WEB, FakeNamespaces
 
 KEY = generate_private_key()
@@ -149,6 +149,20 @@ def test_summary_groups_and_verdicts_outside_the_scope_are_withheld() -> None:
     ]
     assert [v["category"] for v in scope.keep(verdicts)] == ["drop", "path"]
     assert scope.withheld == 2 + 2
+
+
+def test_diagnoses_summary_always_leaves() -> None:
+    """diagnose's summary is not a spec.summary.Summary and names no namespace: withheld, a scoped fleet
+    session of diagnose failed on every host ('not enough values to unpack')."""
+    from netsleuth.diagnose.records import DiagnoseSummary
+
+    totals = TotalsPart(seen=3, total=3, emitted=3, sampled=0, lost=0, ungrouped=0)
+    summary = DiagnoseSummary(
+        seconds=6.0, watched="netns web", verdicts=1, drops=totals, own_drops=0, all_good=(), problems=(),
+        attach="tp_btf", interrupted=False, clock=ClockPart(monotonic_ns=1, wall_ns=2, offset_ns=1),
+    )  # fmt: skip
+    scope = _filter()
+    assert scope.keep([summary]) == [summary] and scope.withheld == 0
 
 
 def test_an_address_scope_keeps_either_address_inside() -> None:

@@ -204,7 +204,9 @@ class RecordScope:
             return narrowed, int(removed)
         from netsleuth.spec.summary import Summary
 
-        if isinstance(record, Summary):
+        # Every summary by its tag, not only spec.summary.Summary's: diagnose's (DiagnoseSummary) is its own
+        # Record, names no namespace, and withheld it would leave the session without its end.
+        if isinstance(record, Summary) or getattr(type(record).__struct_config__, "tag", None) == "summary":
             return self._summary(record)
         return (record if self.allows(record) else None), 0
 
