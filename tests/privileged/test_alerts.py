@@ -21,13 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import nats
 import pytest
 from playwright.sync_api import expect
 
+from netsleuth.fleet.protocol import ALERTS_BUCKET
 from tests.controller_lab import ControllerProcess
 from tests.fleet_lab import REPO, FleetLab, free_port
 from tests.netlab import wait_for
 from tests.privileged.test_diagnose import UDP_SINK  # a 1 KiB receive buffer that never reads
+from tests.privileged.test_fleet_controller import wait_hosts_running
 from tests.prometheus_lab import Alertmanager, Prometheus
 from tests.ui_browser import browser, open_page, sign_in
 
@@ -238,14 +241,9 @@ def run_faults_and_check(
         )
 
         # Alertmanager repeats the firing alerts every 4 s: duplicates inside the dedup window start nothing.
-        def duplicates() -> float:
-            text = httpx.get(f"{controller.url}/metrics").text
-            match = re.search(
-                r'netsleuth_alert_alerts_total\{outcome="duplicate",status="firing"\} (\S+)', text
-            )
-            return float(match.group(1)) if match else 0.0
-
-        wait_for(lambda: duplicates() >= 2, 60, "Alertmanager to repeat the alerts")
+        wait_for(
+            lambda: alerts_counted(controller, "duplicate") >= 2, 60, "Alertmanager to repeat the alerts"
+        )
         # And the same alert posted by hand, as Alertmanager holds it.
         held = next(
             a
@@ -281,12 +279,38 @@ def run_faults_and_check(
             f'session="{firewall["session"]}",state="ended"' in metrics
             or f'session="{overflow["session"]}"' in metrics
         )
+
+        # The alerts refused on the other host's target: Alertmanager repeats them, the audit has each once.
+        fingerprints = {r["alert"]["fingerprint"] for r in denied}
+        wait_for(
+            lambda: alerts_counted(controller, "refused") >= 3 * len(fingerprints),
+            60,
+            "Alertmanager to repeat the refused alerts",
+        )
+        with api(controller, "root") as admin:
+            audit = admin.get("/api/v1/audit", params={"user": "alertmanager", "limit": 5000}).json()
+        audited = [
+            r["alert"]["fingerprint"]
+            for r in audit
+            if r["action"] == "session.create" and r["decision"] == "deny"
+        ]
+        notifications = alerts_counted(controller, "refused")
+        print(f"refused alerts: {notifications:g} notifications, {len(audited)} audit record(s)")
+        assert fingerprints <= set(audited) and len(audited) == len(set(audited)), audited
     finally:
         for process in faults:
             process.kill()
             process.wait()
         sink.kill()
         sink.wait()
+
+
+def alerts_counted(controller: ControllerProcess, outcome: str) -> float:
+    """netsleuth_alert_alerts_total of firing alerts with this outcome, from the controller's /metrics."""
+    text = httpx.get(f"{controller.url}/metrics").text
+    pattern = rf'netsleuth_alert_alerts_total\{{outcome="{outcome}",status="firing"\}} (\S+)'
+    match = re.search(pattern, text)
+    return float(match.group(1)) if match else 0.0
 
 
 def explain(
@@ -401,6 +425,83 @@ def test_a_storm_of_alerts_starts_at_most_the_cap_each_audited(receiver: Receive
 
         history_marks(controller, started)
         refusals(controller)
+
+
+def ledger_replicas(lab: FleetLab) -> int:
+    async def read() -> int:
+        client = await nats.connect(lab.nats_urls, **lab.admin_credentials)
+        try:
+            info = await client.jetstream().stream_info(f"KV_{ALERTS_BUCKET}")
+            return int(info.config.num_replicas or 1)
+        finally:
+            await client.close()
+
+    return lab._run(read())
+
+
+def test_any_controller_cancels_and_reports_an_alerts_diagnosis(receiver: Receiver) -> None:
+    """Two controllers on a three-server cluster, sharing nothing but JetStream. Two alerts start their
+    diagnoses through the first; the second controller gets one alert's resolution and cancels its diagnosis,
+    which the first runs; the first is SIGKILLed while the other diagnosis runs: the second takes the session
+    over when its lease runs out, ends it and sends its verdict. Each verdict reaches the outgoing webhook
+    exactly once. (Before: the resolution was 'resolved' and cancelled nothing, and the verdict of the
+    session whose controller died was never sent.)"""
+    limits = {"max_sessions": 5, "max_per_alert": 5, "max_per_host": 5}
+    hosts = ("client", "server")
+    with (
+        FleetLab(hosts=hosts, nats_servers=3) as lab,
+        ControllerProcess(
+            lab, alerts_config(receiver, **limits), {"alertmanager": ["alerting"]}, lease_seconds=4
+        ) as first,
+        first.twin("second") as second,
+    ):
+        assert ledger_replicas(lab) == 3  # the ledger survives a lost server like the sessions
+        with api(first, "alertmanager") as poster:
+            answer = poster.post("/api/v1/alerts", json=storm_body(2, 0, hosts)).json()  # 30 s each
+        assert answer["outcomes"] == {"started": 2}, answer
+        session = {a["host"]: a["session"] for a in answer["alerts"]}  # alert 0 on client, 1 on server
+
+        with api(second, "alertmanager") as poster:
+            resolved = poster.post("/api/v1/alerts", json=storm_body(1, 1, hosts, status="resolved")).json()
+        assert resolved["outcomes"] == {"cancelled": 1}, resolved
+        with api(second, "root") as admin:
+            wait_for(
+                lambda: (
+                    admin.get(f"/api/v1/sessions/{session['server']}?timeline=false").json()["state"]
+                    == "cancelled"
+                ),
+                60,
+                "the resolved alert's session, run by the first controller, to be cancelled",
+            )
+            wait_hosts_running(admin, session["client"], ("client",))
+        first.kill()
+        killed = time.monotonic()
+
+        def reported() -> set[str]:
+            return {str(body["session"]) for body in receiver.bodies}
+
+        wait_for(lambda: reported() == set(session.values()), 120, "both verdicts at the outgoing webhook")
+        print(f"the dead controller's diagnosis reported {time.monotonic() - killed:.1f} s after the kill")
+        time.sleep(10)  # three sweeps of the survivor: nothing is sent twice
+        assert sorted(body["session"] for body in receiver.bodies) == sorted(session.values())
+        reports = {body["session"]: body for body in receiver.bodies}
+        assert reports[session["server"]]["state"] == "cancelled"
+        survived = reports[session["client"]]
+        assert survived["state"] == "ended" and survived["alert"]["name"] == "Storm0", survived
+        assert survived["verdict"] and "\n" not in survived["verdict"], survived["verdict"]
+        with api(second, "root") as admin:
+            body = admin.get(f"/api/v1/sessions/{session['client']}?timeline=false").json()
+            origins = {record["session"]: record for record in admin.get("/api/v1/alerts").json()}
+            cancels = [
+                r
+                for r in admin.get("/api/v1/audit", params={"user": "alertmanager"}).json()
+                if r["action"] == "session.cancel"
+            ]
+        assert body["state"] == "ended" and body["taken_over"], body
+        assert origins[session["client"]]["verdict"] == survived["verdict"]
+        assert origins[session["client"]]["state"] == "ended"
+        assert [r["session"] for r in cancels] == [session["server"]]
+        assert "taken over" in second.log_text()
 
 
 def history_marks(controller: ControllerProcess, started: list[str]) -> None:

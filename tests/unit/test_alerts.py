@@ -253,7 +253,7 @@ def test_the_first_line_is_the_worst_verdict() -> None:
     assert first_line(snapshot([])) == ("no cause found: diagnose saw 5 event(s) on node-a in 6 s", "")
     failed = {**snapshot([]), "hosts": {"node-a": {"state": "failed", "reason": "not ready within 15 s"}}}
     assert first_line(failed) == ("no verdict: node-a failed: not ready within 15 s", "")
-    report = diagnosis_report(alert({"host": "node-a"}), snapshot(timeline), "http://ui/#/session/s1")
+    report = diagnosis_report(alert({"host": "node-a"}).brief(), snapshot(timeline), "http://ui/#/session/s1")
     assert report["text"].startswith("A on node-a: node-a: firewall rule") and report["text"].endswith(
         "(http://ui/#/session/s1)"
     )

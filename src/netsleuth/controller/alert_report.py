@@ -15,8 +15,6 @@ from typing import Any
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from netsleuth.controller.alert_webhook import Alert
-
 __all__ = ["AlertMetrics", "Notifier", "diagnosis_report", "first_line"]
 
 _log = logging.getLogger("netsleuth.controller")
@@ -58,15 +56,16 @@ def first_line(snapshot: dict[str, Any]) -> tuple[str, str]:
     )
 
 
-def diagnosis_report(alert: Alert, snapshot: dict[str, Any], link: str) -> dict[str, Any]:
-    """The outgoing webhook's body (and the history's record of the outcome)."""
+def diagnosis_report(alert: dict[str, Any], snapshot: dict[str, Any], link: str) -> dict[str, Any]:
+    """The outgoing webhook's body (and the history's record of the outcome); `alert`: its brief (what the
+    ledger keeps of it for whichever controller sends the verdict)."""
     line, cause = first_line(snapshot)
     hosts = list(snapshot.get("hosts") or {})
     details = [f"{entry.get('host')}: {entry['cause']}" for entry in _host_verdicts(snapshot)[:5]]
     details += [str(verdict.get("text")) for verdict in (snapshot.get("verdicts") or [])[:5]]
     return {
-        "text": f"{alert.name} on {', '.join(hosts)}: {line} ({link})",
-        "alert": alert.brief(),
+        "text": f"{alert.get('name')} on {', '.join(hosts)}: {line} ({link})",
+        "alert": alert,
         "session": snapshot.get("id"),
         "url": link,
         "state": snapshot.get("state"),

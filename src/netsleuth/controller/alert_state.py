@@ -6,6 +6,10 @@ stays small by construction - only started diagnoses are written, and at most `m
 window - so one document updated with compare-and-set (the entry's last revision) makes the dedup and every
 count one atomic decision, also with two controllers deciding at once: the loser of a race re-reads and
 decides again. Alerts that start nothing write nothing, so a storm of them costs reads, not writes.
+
+Beside it, one key per started diagnosis whose verdict is not sent yet (`report.<session>`, the alert's
+brief): whichever controller sees the session end first deletes it at its revision and sends the verdict,
+so a diagnosis whose controller died is reported by the one that took it over, and only once.
 """
 
 from __future__ import annotations
@@ -20,7 +24,13 @@ from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import (
+    BadRequestError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoKeysError,
+    NotFoundError,
+)
 from nats.js.kv import KeyValue
 
 from netsleuth.controller.config import AlertsConfig
@@ -29,6 +39,7 @@ from netsleuth.fleet.protocol import ALERTS_BUCKET
 __all__ = ["AlertLedger", "LedgerState", "LedgerUnavailable"]
 
 _KEY = "state"
+_REPORT = "report."  # + the session id: a started diagnosis whose verdict nobody has sent yet
 _RETRIES = 20
 _CACHE_S = 1.0  # a storm's alerts are decided on one read; a stale copy can only lose a compare-and-set
 
@@ -220,6 +231,41 @@ class AlertLedger:
     async def attach(self, fingerprint: str, session: str) -> None:
         async with self._lock:
             await self._change(lambda state, now: state.attach(fingerprint, session))
+
+    async def pending_report(self, session: str, alert: dict[str, Any]) -> None:
+        """The diagnosis `session` started for `alert` (its brief): its verdict is to be sent once it ends."""
+        assert self._kv is not None
+        try:
+            await self._kv.put(_REPORT + session, json.dumps(alert).encode())
+        except Exception as error:
+            raise LedgerUnavailable(
+                f"the alert ledger (KV {ALERTS_BUCKET}) could not be written: {error}"
+            ) from error
+
+    async def unreported(self) -> list[str]:
+        """The sessions whose verdict no controller has taken to send yet."""
+        assert self._kv is not None
+        try:
+            keys = await self._kv.keys()
+        except NoKeysError:
+            return []
+        return [key[len(_REPORT) :] for key in keys if key.startswith(_REPORT)]
+
+    async def take_report(self, session: str) -> dict[str, Any] | None:
+        """The alert's brief if this controller is the one to send the session's verdict (the key deleted at
+        the revision read: compare-and-set against the other controllers), else None."""
+        assert self._kv is not None
+        try:
+            entry = await self._kv.get(_REPORT + session)
+            await self._kv.delete(_REPORT + session, last=entry.revision)
+        except (KeyNotFoundError, KeyWrongLastSequenceError):
+            return None  # another controller took it
+        except BadRequestError as error:
+            if "wrong last sequence" in str(error).lower():
+                return None
+            raise
+        brief = json.loads(entry.value or b"{}")
+        return brief if isinstance(brief, dict) else None
 
     async def session_of(self, fingerprint: str) -> str | None:
         state, _ = await self._load()

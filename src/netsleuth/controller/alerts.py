@@ -6,9 +6,14 @@ asks for (alert_webhook.py), its host and namespace from its labels (alert_targe
 (the same check as any session), then the ledger in JetStream KV (alert_state.py: one diagnosis per alert
 fingerprint per `dedup_window`, at most `max_per_alert`, `max_per_host` and `max_sessions` per `window`
 over every controller), and the session starts through the same path as `POST /api/v1/sessions` - audited
-before anything is sent. A resolved alert cancels its diagnosis if it still runs. When a diagnosis ends, its
-first verdict line goes to the history (`netsleuth.history.<session>.alert`), the outgoing webhook and
-the controller's /metrics (alert_report.py).
+before anything is sent. A resolved alert cancels its diagnosis if it still runs, whichever controller runs
+it. When a diagnosis ends, its first verdict line goes to the history (`netsleuth.history.<session>.alert`),
+the outgoing webhook and the controller's /metrics (alert_report.py), sent once by whichever controller sees
+it end first - the one that started it, or the one that took it over when that one died.
+
+A refused alert (a namespace its host did not report, a role that does not allow it) is audited once per
+`dedup_window`: Alertmanager repeats it every `repeat_interval`, and the repeats are counted in the next
+record rather than written each.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ __all__ = ["AlertReceiver", "StartRefused", "Starter", "alert_routes"]
 
 _log = logging.getLogger("netsleuth.controller")
 _ANSWERED = 200  # alerts shown one by one in the webhook's answer (the counts cover them all)
+_SWEEP_S = 3.0  # how often each controller looks for ended diagnoses nobody has reported (another's)
+_REFUSALS_KEPT = 4096  # refusals remembered for their audit's dedup; beyond, the oldest are forgotten
 
 
 class StartRefused(Exception):
@@ -116,6 +123,9 @@ class AlertReceiver:
         self._ledger = AlertLedger(js, self._alerts, config.nats.replicas)
         self._notifier = Notifier(self._alerts.notify_url, self._alerts.notify_token, self.metrics)
         self._watchers: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        # (fingerprint, sentence) -> [when last audited, repeats since]: the refusal audit's dedup.
+        self._refusals: dict[tuple[str, str], list[float]] = {}
 
     @property
     def principal(self) -> str:
@@ -123,11 +133,12 @@ class AlertReceiver:
 
     async def start(self) -> None:
         await self._ledger.start()
+        self._sweeper = asyncio.create_task(self._sweep(), name="alert-reports")
 
     async def stop(self) -> None:
-        for task in list(self._watchers):
+        for task in [*self._watchers, *([self._sweeper] if self._sweeper else [])]:
             task.cancel()
-        for task in list(self._watchers):
+        for task in [*self._watchers, *([self._sweeper] if self._sweeper else [])]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self._notifier.close()
@@ -217,7 +228,11 @@ class AlertReceiver:
             raise
         with contextlib.suppress(LedgerUnavailable):
             await self._ledger.attach(alert.fingerprint, session.id)
-        await self._save_origin(session, alert, None)
+        try:
+            await self._ledger.pending_report(session.id, alert.brief())
+        except LedgerUnavailable as error:  # the watcher below still reports it, unless this controller dies
+            _log.warning("session %s: its verdict is not in the ledger to send: %s", session.id, error)
+        await self._save_origin(session.id, session.snapshot(timeline=False), alert.brief(), None)
         self.metrics.running.inc()
         watcher = asyncio.create_task(self._watch(session, alert), name=f"alert-{session.id}")
         self._watchers.add(watcher)
@@ -237,18 +252,42 @@ class AlertReceiver:
         status: int = 422,
     ) -> _Outcome:
         sentence = f"alert {alert.name}: {reason}"
+        repeats = self._refusal_repeats(alert.fingerprint, sentence)
+        if repeats is None:
+            return _Outcome(alert, "refused", sentence, host=host)  # audited within dedup_window
         with contextlib.suppress(AuditUnavailable):
             await self._audit.record(
                 user=who.user, action="session.create", decision="deny", reason=sentence, status=status,
                 hosts=[host] if host else [], remote=remote, outcome="refused",
-                extra={"alert": alert.brief(), "started_by": f"alert {alert.name}"},
+                extra={"alert": alert.brief(), "started_by": f"alert {alert.name}",
+                       **({"repeats": repeats} if repeats else {})},
             )  # fmt: skip
         return _Outcome(alert, "refused", sentence, host=host)
 
+    def _refusal_repeats(self, fingerprint: str, sentence: str) -> int | None:
+        """None: this refusal was audited within `dedup_window` (counted, not written again); else how many
+        were counted since the last record (0 the first time)."""
+        now = time.monotonic()
+        key = (fingerprint, sentence)
+        seen = self._refusals.get(key)
+        if seen is not None and now - seen[0] < self._alerts.dedup_window:
+            seen[1] += 1
+            return None
+        self._refusals.pop(key, None)
+        self._refusals[key] = [now, 0]
+        if len(self._refusals) > _REFUSALS_KEPT:
+            self._refusals = {
+                k: v for k, v in self._refusals.items() if now - v[0] < self._alerts.dedup_window
+            }
+            while len(self._refusals) > _REFUSALS_KEPT:  # a storm of different refusals: forget the oldest
+                del self._refusals[next(iter(self._refusals))]
+        return int(seen[1]) if seen is not None else 0
+
     async def _on_resolved(self, who: Principal, alert: Alert, remote: str | None) -> _Outcome:
         session_id = await self._ledger.session_of(alert.fingerprint)
-        live = self._sessions.get_live(session_id) if session_id else None
-        if live is None or not live.active:
+        # Held here, or run by another controller (followed: the cancel reaches it through the store).
+        live = await self._sessions.running(session_id) if session_id else None
+        if live is None:
             return _Outcome(alert, "resolved", session=session_id)
         await self._audit.record(
             user=who.user, action="session.cancel", decision="allow", status=200, session=live.id,
@@ -264,33 +303,63 @@ class AlertReceiver:
             await session.done.wait()
         finally:
             self.metrics.running.dec()
-        snapshot = session.snapshot(timeline=True)
-        report = diagnosis_report(alert, snapshot, _link(self._config, session.id))
+        await self._report(session.id)
+
+    async def _sweep(self) -> None:
+        """The diagnoses another controller started and could not report (it died; this one, or a third,
+        took the session over and ended it): reported here once they end."""
+        while True:
+            await asyncio.sleep(_SWEEP_S)
+            try:
+                for session_id in await self._ledger.unreported():
+                    if self._sessions.has_ended(session_id):
+                        await self._report(session_id)
+            except Exception as error:  # NATS away: the next sweep tries again
+                _log.warning("alert verdicts not swept: %s", error)
+
+    async def _report(self, session_id: str) -> None:
+        """The ended session's verdict to the history, the metrics and the outgoing webhook, if this
+        controller is the first to take it (the ledger's compare-and-set)."""
+        try:
+            alert = await self._ledger.take_report(session_id)
+        except Exception as error:
+            _log.warning("session %s: its alert verdict was not taken to send: %s", session_id, error)
+            return
+        if alert is None:
+            return  # another controller sends it
+        snapshot = await self._sessions.get(session_id)
+        if snapshot is None:
+            _log.warning("session %s: ended, but its result is gone: no alert verdict sent", session_id)
+            return
+        report = diagnosis_report(alert, snapshot, _link(self._config, session_id))
         self.metrics.finished(
-            alert.name, session.id, str(snapshot.get("state")), report["cause"], time.time()
+            str(alert.get("name")), session_id, str(snapshot.get("state")), report["cause"], time.time()
         )
-        await self._save_origin(session, alert, report)
+        await self._save_origin(session_id, snapshot, alert, report)
         await self._notifier.send(report)
 
-    async def _save_origin(self, session: FleetSession, alert: Alert, report: dict[str, Any] | None) -> None:
-        """Beside the session's own history (same stream, same retention): which alert started it, and once
-        it ended, the verdict's first line. The UI's history marks the session with it."""
+    async def _save_origin(
+        self, session_id: str, snapshot: dict[str, Any], alert: dict[str, Any], report: dict[str, Any] | None
+    ) -> None:
+        """Beside the session's own history (same stream, same retention): which alert started it (`alert`,
+        its brief), and once it ended, the verdict's first line. The UI's history marks the session with
+        it."""
         record = {
-            "session": session.id,
-            "alert": alert.brief(),
-            "started_by": f"alert {alert.name}",
-            "user": session.spec.user,
-            "hosts": list(session.spec.hosts),
-            "created": session.snapshot(timeline=False)["created"],
-            "state": report["state"] if report else session.state,
+            "session": session_id,
+            "alert": alert,
+            "started_by": f"alert {alert.get('name')}",
+            "user": snapshot.get("user"),
+            "hosts": list(snapshot.get("hosts") or {}),
+            "created": snapshot.get("created"),
+            "state": report["state"] if report else snapshot.get("state"),
             "verdict": report["verdict"] if report else None,
             "cause": report["cause"] if report else None,
-            "url": _link(self._config, session.id),
+            "url": _link(self._config, session_id),
         }
         try:
-            await self._js.publish(f"netsleuth.history.{session.id}.alert", json.dumps(record).encode())
+            await self._js.publish(f"netsleuth.history.{session_id}.alert", json.dumps(record).encode())
         except Exception as error:  # history is best effort, like the session's own
-            _log.warning("session %s: alert origin not saved: %s", session.id, error)
+            _log.warning("session %s: alert origin not saved: %s", session_id, error)
 
     async def diagnoses(self, who: Principal) -> list[dict[str, Any]]:
         """Alert-started diagnoses this principal may see (its own; admins: all), newest first."""

@@ -208,6 +208,30 @@ class SessionManager:
     def get_live(self, session_id: str) -> FleetSession | None:
         return self._sessions.get(session_id)
 
+    async def _held(self, session_id: str) -> FleetSession | None:
+        """The session in memory (run or followed here), or another controller's running one (followed from
+        now on); None: ended elsewhere, or unknown."""
+        live = self._sessions.get(session_id)
+        if live is None:
+            summary = self._index.get(session_id) or await self._store.summary(session_id)
+            if summary is not None and summary.get("state") in ACTIVE:
+                live = await self._follow(session_id)
+        return live
+
+    async def running(self, session_id: str) -> FleetSession | None:
+        """A running session, whichever controller runs it (so it can be cancelled here); None when it
+        ended or is unknown."""
+        live = await self._held(session_id)
+        return live if live is not None and live.active else None
+
+    def has_ended(self, session_id: str) -> bool:
+        """Whether the session ended: held here (run or followed), or its summary in the index says so."""
+        live = self._sessions.get(session_id)
+        if live is not None:
+            return not live.active
+        summary = self._index.get(session_id)
+        return summary is not None and summary.get("state") not in ACTIVE
+
     async def get(self, session_id: str) -> dict[str, Any] | None:
         found = await self.get_json(session_id)
         if found is None:
@@ -220,11 +244,7 @@ class SessionManager:
         another controller (followed from now on), or the ended session from the store. An ended session is
         serialised once, however often clients poll it; without the timeline (a client polling for the
         state) it costs nothing that grows with the records."""
-        live = self._sessions.get(session_id)
-        if live is None:
-            summary = self._index.get(session_id) or await self._store.summary(session_id)
-            if summary is not None and summary.get("state") in ACTIVE:
-                live = await self._follow(session_id)
+        live = await self._held(session_id)
         if live is not None:
             if not timeline:
                 return live.spec.user, orjson.dumps(live.snapshot(timeline=False))
