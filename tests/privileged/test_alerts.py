@@ -402,20 +402,8 @@ def test_a_storm_of_alerts_starts_at_most_the_cap_each_audited(receiver: Receive
         # A resolved alert cancels its diagnosis while it still runs (30 s sessions).
         first = next(a for answer in answers for a in answer.json()["alerts"] if a["outcome"] == "started")
         index = int(first["fingerprint"], 16)
-        with api(controller, "alertmanager") as poster:
-            resolved = poster.post(
-                "/api/v1/alerts", json=storm_body(1, index, hosts, status="resolved")
-            ).json()
-        assert resolved["outcomes"] == {"cancelled": 1}, resolved
+        resolve_and_see_cancelled(controller, index, hosts, first["session"])
         with api(controller, "root") as admin:
-            wait_for(
-                lambda: (
-                    admin.get(f"/api/v1/sessions/{first['session']}?timeline=false").json()["state"]
-                    == "cancelled"
-                ),
-                60,
-                "the resolved alert's session to be cancelled",
-            )
             cancels = [
                 r
                 for r in admin.get("/api/v1/audit", params={"user": "alertmanager"}).json()
@@ -425,6 +413,21 @@ def test_a_storm_of_alerts_starts_at_most_the_cap_each_audited(receiver: Receive
 
         history_marks(controller, started)
         refusals(controller)
+
+
+def resolve_and_see_cancelled(
+    controller: ControllerProcess, index: int, hosts: tuple[str, ...], session: str
+) -> None:
+    """Storm alert `index` resolved, posted to `controller`: its running diagnosis `session` is cancelled."""
+    with api(controller, "alertmanager") as poster:
+        resolved = poster.post("/api/v1/alerts", json=storm_body(1, index, hosts, status="resolved")).json()
+    assert resolved["outcomes"] == {"cancelled": 1}, resolved
+    with api(controller, "root") as admin:
+        wait_for(
+            lambda: admin.get(f"/api/v1/sessions/{session}?timeline=false").json()["state"] == "cancelled",
+            60,
+            f"the resolved alert's session {session} to be cancelled",
+        )
 
 
 def ledger_replicas(lab: FleetLab) -> int:
@@ -461,18 +464,8 @@ def test_any_controller_cancels_and_reports_an_alerts_diagnosis(receiver: Receiv
         assert answer["outcomes"] == {"started": 2}, answer
         session = {a["host"]: a["session"] for a in answer["alerts"]}  # alert 0 on client, 1 on server
 
-        with api(second, "alertmanager") as poster:
-            resolved = poster.post("/api/v1/alerts", json=storm_body(1, 1, hosts, status="resolved")).json()
-        assert resolved["outcomes"] == {"cancelled": 1}, resolved
+        resolve_and_see_cancelled(second, 1, hosts, session["server"])  # run by the first controller
         with api(second, "root") as admin:
-            wait_for(
-                lambda: (
-                    admin.get(f"/api/v1/sessions/{session['server']}?timeline=false").json()["state"]
-                    == "cancelled"
-                ),
-                60,
-                "the resolved alert's session, run by the first controller, to be cancelled",
-            )
             wait_hosts_running(admin, session["client"], ("client",))
         first.kill()
         killed = time.monotonic()
