@@ -303,9 +303,11 @@ def test_the_alerts_table_is_checked(tmp_path: Path) -> None:
 
 
 def exported_families() -> set[str]:
-    """Every metric family name the agent's collectors write (string literals in src/netsleuth/agent)."""
+    """Every metric family name the agent's collectors write (string literals in src/netsleuth/agent and in
+    the collectors the diagnostics' specs offer, diagnostics/*/collector.py)."""
+    src = REPO / "src" / "netsleuth"
     names: set[str] = set()
-    for path in (REPO / "src" / "netsleuth" / "agent").glob("*.py"):
+    for path in [*(src / "agent").rglob("*.py"), *(src / "diagnostics").glob("*/collector.py")]:
         names |= set(re.findall(r'"(netsleuth_[a-z0-9_]+)"', path.read_text()))
     return names
 
