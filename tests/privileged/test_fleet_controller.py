@@ -420,7 +420,7 @@ def test_the_live_stream_over_sse(fleet: tuple[FleetLab, ControllerProcess]) -> 
                 {"hosts": ["client"], "diagnostic": "drops", "duration": 1, "config": {"dport": 99999}}
             ).encode(),
             422,
-            "--dport '99999' is not a port",
+            "--dport 99999 is not a port: give a number from 1 to 65535",
         ),
         (b"[1, 2]", 400, "JSON object"),
         (
