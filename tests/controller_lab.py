@@ -67,6 +67,7 @@ class ControllerProcess:
         name: str = "controller",
         tokens: dict[str, str] | None = None,
         lease_seconds: float = 10.0,
+        stale_after: float = 15.0,
     ) -> None:
         """`extra_users`: more users, name -> roles (defined in `extra_config` as [roles.NAME] tables or
         among ROLES); each gets a token in `tokens` like the built-in three. `records_max_bytes`: what
@@ -75,6 +76,7 @@ class ControllerProcess:
         controllers behind a balancer have: `twin`)."""
         self.lab = lab
         self.name = name
+        self.stale_after = stale_after  # [sessions] stale_after: a bench whose agents beat slowly raises it
         self.lease_seconds = lease_seconds
         self.workdir = lab.workdir / name
         self.workdir.mkdir(exist_ok=True)
@@ -110,7 +112,8 @@ class ControllerProcess:
             f"replicas = {self.lab.replicas}\n\n"
             f'[signing]\nkey_file = "{key_file}"\nkey_id = "{self.lab.key_id}"\n\n'
             "[sessions]\nprepare_timeout = 60\nstart_margin = 0.5\nhost_silence = 5\nend_grace = 60\n"
-            f"records_max_bytes = {self.records_max_bytes}\nlease_seconds = {self.lease_seconds}\n\n"
+            f"records_max_bytes = {self.records_max_bytes}\nlease_seconds = {self.lease_seconds}\n"
+            f"stale_after = {self.stale_after}\n\n"
             f"{users}{ROLES}\n{self.extra_config}"
         )
 

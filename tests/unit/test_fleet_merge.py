@@ -338,3 +338,16 @@ def test_a_record_naming_another_hosts_namespace_stays_on_its_sender() -> None:
     assert merged.foreign_records == 1
     entry = next(e for e in merged.timeline() if "forged-by-client" in json.dumps(e))
     assert entry["host"] == "client" and entry["claims_netns_of"] == "server"
+
+
+def test_iso_from_ns_is_datetimes_isoformat_to_the_microsecond() -> None:
+    """The cached second (flow_verdict._iso_second) gives what one datetime per call gave."""
+    import datetime
+
+    for ns in (0, 999_999_999, 1_000_000_000, 1_764_200_000_123_456_789, 1_764_200_001_999_999_999):
+        seconds, rest = divmod(ns, 1_000_000_000)
+        moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC) + datetime.timedelta(
+            microseconds=rest // 1000
+        )
+        assert iso_from_ns(ns) == moment.isoformat(timespec="microseconds"), ns
+        assert parse_time_ns(iso_from_ns(ns)) == ns - ns % 1000

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import heapq
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -228,10 +229,12 @@ class FleetSession:
             by_state[view.state] = by_state.get(view.state, 0) + 1
             if view.state != "ended":
                 not_ended.append(host)
-        shown = sorted(not_ended)[:SUMMARY_HOSTS]
+        # The first 200 by name without sorting 10,000 names on every poll (a poller asks several times a
+        # second; py-spy put summary() at 7 % of the controller's samples in a 10,000-host run).
+        shown = heapq.nsmallest(SUMMARY_HOSTS, not_ended)
         if len(shown) < SUMMARY_HOSTS:
-            ended = sorted(host for host, view in self.hosts.items() if view.state == "ended")
-            shown += ended[: SUMMARY_HOSTS - len(shown)]
+            ended = (host for host, view in self.hosts.items() if view.state == "ended")
+            shown += heapq.nsmallest(SUMMARY_HOSTS - len(shown), ended)
         body["hosts"] = {host: self.hosts[host].to_json() for host in shown}
         body["hosts_by_state"] = by_state
         return body

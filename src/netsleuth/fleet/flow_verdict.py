@@ -10,6 +10,7 @@ clock uncertainty; nothing here reads a clock or a socket.
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,9 +51,18 @@ _FAULTS = ("bypass", "drop", "reset")
 
 
 def iso_from_ns(ns: int) -> str:
+    """UTC, to the microsecond: `2026-11-26T23:40:56.123456+00:00`. The date and time to the second come from
+    a cache: a session's records fall within a few seconds, and a 10,000-host session's merge formats
+    hundreds of thousands of these (a datetime each was a fifth of its verdicts' time)."""
     seconds, rest = divmod(ns, 1_000_000_000)
-    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
-    return (moment + datetime.timedelta(microseconds=rest // 1000)).isoformat(timespec="microseconds")
+    return f"{_iso_second(seconds)}.{rest // 1000:06d}+00:00"
+
+
+@functools.lru_cache(maxsize=256)
+def _iso_second(seconds: int) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="seconds")[
+        : -len("+00:00")
+    ]
 
 
 @dataclass(slots=True)
