@@ -83,3 +83,20 @@ def test_records_are_checked_strictly() -> None:
             check_records([record])
     with pytest.raises(KeyError, match="no schema is declared for records of type 'summary:nope'"):
         schema_for({"type": "summary", "diagnostic": "nope"})
+
+
+def test_wall_time_reads_as_datetimes_isoformat() -> None:
+    """WallTime.iso's cached second and rounded microseconds give exactly what a datetime per call gave,
+    including fractions that round up into the next second and halves (rounded to even, like CPython)."""
+    import datetime
+    import random
+
+    from netsleuth.spec.records import WallTime
+
+    rng = random.Random(22)
+    values = [0.0, 0.5e-6, 1.5e-6, 1_764_200_000.9999995, 1_764_200_000.9999994, 1_764_200_059.9999999]
+    values += [rng.uniform(0, 4e9) for _ in range(20_000)]
+    values += [1_764_200_000 + rng.randrange(10**9) / 1e9 for _ in range(20_000)]
+    for value in values:
+        expected = datetime.datetime.fromtimestamp(value, datetime.UTC).isoformat(timespec="microseconds")
+        assert WallTime(value).iso() == expected, value
