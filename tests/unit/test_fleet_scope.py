@@ -501,3 +501,12 @@ def test_typed_records_are_checked_by_their_field_types_and_a_summary_keeps_its_
     assert scope.withheld_entries == 2
     assert "withheld 4 out-of-scope (2 record(s) and 2 entr(ies)" in (scope.note() or "")
     assert "Kubernetes namespace team-a" in (scope.note() or "")
+
+
+def test_the_flow_diagnostics_ship_conntrack_entries() -> None:
+    """A fleet session of a flow diagnostic ships each host's conntrack entries of its flows: the merge joins
+    the hops across a NAT with them (drops lost it when it became typed, and the lb's DNAT went unseen)."""
+    from netsleuth.fleet.conntrack_records import joins_conntrack
+
+    assert [name for name in ("conn", "drops", "resets", "diagnose") if not joins_conntrack(name)] == []
+    assert not joins_conntrack("snoop.open") and not joins_conntrack("softirq")

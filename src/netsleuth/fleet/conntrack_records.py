@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 # The flow diagnostics not typed yet (a typed one says so in its ScopeTraits.joins_conntrack).
-CONNTRACK_DIAGNOSTICS = frozenset({"conn", "drops", "resets", "diagnose"})
+CONNTRACK_DIAGNOSTICS = frozenset({"conn"})
 MAX_CONNTRACK_RECORDS = 512  # per host and session (docs/fleet.md)
 _MAX_STATES = 16  # state changes kept per entry
 _LIBERAL = "/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal"

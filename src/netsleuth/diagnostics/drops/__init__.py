@@ -63,7 +63,8 @@ DIAGNOSTIC: DiagnosticSpec[DropsConfig] = DiagnosticSpec(
     objects=("drops",),
     # Drops carry their namespace and addresses: both scopes are kept in the kernel (the namespace and the
     # "either address" filters) and checked on every record.
-    scope=ScopeTraits(netns_field="netns", address_field="host"),
+    # A fleet session of drops ships this host's conntrack entries of its flows (the join across a DNAT).
+    scope=ScopeTraits(netns_field="netns", address_field="host", joins_conntrack=True),
     view=_view,
     cli=CliRun(add_arguments=_add_arguments, run=_run),
     needs=("can_trace", "btf", "raw_tp"),  # tp_btf, or raw_tp where it is missing; a perf buffer will do
