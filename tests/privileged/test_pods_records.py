@@ -141,9 +141,9 @@ def test_pod_and_k8s_namespace_filters_are_kernel_netns_filters(pods: Pods) -> N
     ("args", "words"),
     [
         (["--pod", "team-a/nope"], "no pod team-a/nope runs on this host"),
-        (["--pod", "web-1"], "is not NAMESPACE/NAME"),
+        (["--pod", "web-1"], "is not a pod as NAMESPACE/NAME"),
         (["--k8s-namespace", "team-z"], "no pod of Kubernetes namespace team-z runs on this host"),
-        (["--pod", "team-a/web-1", "--netns", "1"], "--netns and --pod each choose the network namespace"),
+        (["--pod", "team-a/web-1", "--netns", "1"], "--pod and --netns each choose the network namespace"),
     ],
 )
 def test_a_pod_that_is_not_here_is_one_sentence_and_exit_2(pods: Pods, args: list[str], words: str) -> None:
