@@ -204,5 +204,16 @@ def test_soak_keeps_rss_and_fds_flat_and_counts_exact(pair: Pair, udpflood: str)
     rest = [rss for _, rss, _ in checkpoints[1:]]
     assert rest[-1] - rest[0] < 8 << 20 and max(rest) - rest[0] < 12 << 20, report
     assert max(rss for _, rss, _ in samples) < 200 << 20, report  # well inside the unit's MemoryMax=256M
+
+    # Every file, map, program and link at rest is the idle agent's, exactly. Sockets may differ by the one
+    # the agent opens for a moment while it works (25 or 26 at rest, not growing, over 130 namespaces and
+    # 26 M drops in CI): a leak grows with the work, so more than one extra socket fails.
+    def split(fds: list[str]) -> tuple[list[str], int]:
+        return [fd for fd in fds if fd != "socket"], fds.count("socket")
+
+    idle_others, idle_sockets = split(idle_fds)
     for _, _, fds in checkpoints:
-        assert fds == idle_fds, f"{report}\nidle fds {idle_fds}\nnow {fds}"
+        others, sockets = split(fds)
+        assert others == idle_others and sockets <= idle_sockets + 1, (
+            f"{report}\nidle fds {idle_fds}\nnow {fds}"
+        )
