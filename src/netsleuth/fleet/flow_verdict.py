@@ -9,8 +9,6 @@ clock uncertainty; nothing here reads a clock or a socket.
 
 from __future__ import annotations
 
-import datetime
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +18,7 @@ from netsleuth.firewall.removal import removal_command
 from netsleuth.fleet.causal_order import causal_order
 from netsleuth.netns_command import in_netns
 from netsleuth.packet import endpoint_text
+from netsleuth.spec.records import iso_second
 
 __all__ = [
     "AppView",
@@ -55,14 +54,7 @@ def iso_from_ns(ns: int) -> str:
     a cache: a session's records fall within a few seconds, and a 10,000-host session's merge formats
     hundreds of thousands of these (a datetime each was a fifth of its verdicts' time)."""
     seconds, rest = divmod(ns, 1_000_000_000)
-    return f"{_iso_second(seconds)}.{rest // 1000:06d}+00:00"
-
-
-@functools.lru_cache(maxsize=256)
-def _iso_second(seconds: int) -> str:
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="seconds")[
-        : -len("+00:00")
-    ]
+    return f"{iso_second(seconds)}.{rest // 1000:06d}+00:00"
 
 
 @dataclass(slots=True)

@@ -31,6 +31,7 @@ __all__ = [
     "decode",
     "encode",
     "encode_lines",
+    "iso_second",
     "schema_hook",
     "to_builtins",
 ]
@@ -54,11 +55,11 @@ class WallTime(float):
         micro = round((self - second) * 1e6)
         if micro >= 1_000_000:
             second, micro = second + 1, micro - 1_000_000
-        return f"{_second_text(second)}.{micro:06d}+00:00"
+        return f"{iso_second(second)}.{micro:06d}+00:00"
 
 
 @functools.lru_cache(maxsize=1024)
-def _second_text(second: int) -> str:
+def iso_second(second: int) -> str:
     """`2026-11-26T18:25:38` for these seconds since the epoch (UTC)."""
     text = datetime.datetime.fromtimestamp(second, datetime.UTC).isoformat(timespec="seconds")
     return text[: -len("+00:00")]
