@@ -341,7 +341,7 @@ def test_a_record_naming_another_hosts_namespace_stays_on_its_sender() -> None:
 
 
 def test_iso_from_ns_is_datetimes_isoformat_to_the_microsecond() -> None:
-    """The cached second (flow_verdict._iso_second) gives what one datetime per call gave."""
+    """The cached second (spec.records.iso_second) gives what one datetime per call gave."""
     import datetime
 
     for ns in (0, 999_999_999, 1_000_000_000, 1_764_200_000_123_456_789, 1_764_200_001_999_999_999):
