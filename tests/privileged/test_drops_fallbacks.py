@@ -141,6 +141,9 @@ def test_inferred_reasons_are_the_kernels_and_marked(pair: Pair) -> None:
         given.start()
         inferred.start()
         assert not given.raw.reasons_inferred and inferred.raw.reasons_inferred
+        # The namespace drops now and then on its own: one such drop between the two attaches is counted by
+        # the first program only, so the totals are compared from a moment both were attached.
+        given_before, inferred_before = _matched_at_one_moment(given, inferred)
         udp(pair.a, pair.b4, 6301, count=5)  # the firewall
         udp(pair.a, pair.b4, 6302, count=3)  # no UDP socket, IPv4 and IPv6
         udp(pair.a, pair.b6, 6302, count=3)
@@ -163,7 +166,7 @@ def test_inferred_reasons_are_the_kernels_and_marked(pair: Pair) -> None:
         given.close()
         inferred.close()
     assert dropped() == 5
-    assert given_matched == inferred_matched
+    assert given_matched - given_before == inferred_matched - inferred_before >= 12
     kernel_reasons = {(r.dport, r.family, r.location, r.reason) for r in mine(by_kernel)}
     inferred_reasons = {(r.dport, r.family, r.location, r.reason) for r in mine(by_location)}
     assert inferred_reasons == kernel_reasons

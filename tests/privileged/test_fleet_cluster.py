@@ -84,9 +84,12 @@ def send_datagrams(lab: FleetLab, count: int, gap_s: float) -> subprocess.Popen[
 
 
 def wait_cluster_whole(lab: FleetLab, timeout: float = 60) -> None:
-    """Every server up, JetStream healthy on each, and every replicated stream current on all three."""
-    for index in range(lab.nats_servers):
-        lab.start_nats(index=index)
+    """Every server up, JetStream healthy on each, and every replicated stream current on all three.
+
+    The stopped servers are started together before any is waited for: a server left running alone after its
+    two peers were killed has no quorum, so waiting for it first (as this did, one index at a time) could
+    never see a meta leader."""
+    lab.start_nats(timeout=timeout)
 
     def current() -> bool:
         for index in range(lab.nats_servers):
