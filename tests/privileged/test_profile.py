@@ -105,6 +105,37 @@ def test_cpu_burner_is_the_widest_frame_of_its_flame_graph(pair: Pair, burner: s
     assert "netsleuth_test_burn" in names
 
 
+def test_netns_samples_the_named_namespaces_tasks_only_while_both_burn(pair: Pair, burner: str) -> None:
+    """`profile --netns` is the kernel's filter (bpf/filter_maps.bpf.h, on the sampled task's namespace): a
+    burner in each of two namespaces at once, and every sample counted is the named one's burner's - none of
+    the other's, none of the host's - while the exact totals still add up."""
+    trace = TraceRun("profile", "--netns", pair.a.name, "--hz", "199")
+    burners: list[subprocess.Popen[bytes]] = []
+    try:
+        trace.wait_ready()
+        # `ip netns exec` enters the namespace and execs the burner: the pid is the burner's.
+        burners = [host.popen([burner, "2.5"]) for host in (pair.a, pair.b)]
+        for process in burners:
+            assert process.wait(60) == 0
+    finally:
+        for process in burners:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        trace.stop()
+    named, other = (process.pid for process in burners)
+    records = trace.records()
+    summary = records[-1]
+    stacks = of_type(records, "stack")
+    assert summary["counted"] == summary["matched"] - summary["uncounted"] == sum(s["count"] for s in stacks)
+    by_pid: dict[int, int] = {}
+    for stack in stacks:
+        by_pid[stack["pid"]] = by_pid.get(stack["pid"], 0) + stack["count"]
+    assert by_pid.get(named, 0) >= 50, (by_pid, summary)  # 2.5 s at 199 Hz, even on a loaded machine
+    assert other not in by_pid, by_pid  # the other namespace's burner burned as long: not one sample
+    assert set(by_pid) == {named}, by_pid  # nothing else runs in the named namespace
+
+
 def test_a_pinned_burner_gets_no_more_samples_than_the_window_holds(burner: str) -> None:
     """One thread on one CPU at 99 Hz: that CPU's clock fires at most hz x window + 1 times while the events
     are enabled, so the burner's samples cannot exceed it when the window is the sampling window (the events

@@ -92,6 +92,57 @@ def test_udp_storm_polls_and_packets_counted_exactly(napi_pair: Pair, udpflood: 
     assert vectors["NET_RX"]["latency"]["p99_ns"] >= vectors["NET_RX"]["latency"]["p50_ns"]
 
 
+@pytest.fixture
+def two_napi_pairs(udpflood: str) -> Iterator[tuple[Pair, Pair]]:
+    """Two pairs in four namespaces, each receiving through its own veth NAPI (as napi_pair)."""
+    lab = Lab()
+    try:
+        pairs = []
+        for index in (1, 2):
+            a, b = lab.host(f"a{index}"), lab.host(f"b{index}")
+            lab.link(a, b, [f"198.18.{index}.1/24"], [f"198.18.{index}.2/24"])
+            receive_through_napi(a, b, f"198.18.{index}.2", udpflood)
+            pairs.append(Pair(lab, a, b, a4=f"198.18.{index}.1", b4=f"198.18.{index}.2"))
+        yield pairs[0], pairs[1]
+    finally:
+        lab.close()
+
+
+def test_netns_keeps_the_named_namespaces_napi_only_while_both_receive(
+    two_napi_pairs: tuple[Pair, Pair], udpflood: str
+) -> None:
+    """`softirq --netns` is the kernel's filter (bpf/filter_maps.bpf.h ns_netns_matches on each NAPI
+    instance's device namespace): with a storm into each of two namespaces at once, the named one's NAPI
+    has exactly its device's packets and the other's is not counted at all. Each sender is pinned to its own
+    CPU, so each instance is polled on one CPU only (exact, unlike one instance on both CPUs)."""
+    named, other = two_napi_pairs
+    trace = TraceRun("softirq", "--netns", named.b.name)
+    try:
+        trace.wait_ready()
+        before = {pair.b.name: rx_packets(pair) for pair in (named, other)}
+        floods = [
+            threading.Thread(
+                target=pair.a.run, args=("taskset", "-c", str(cpu), udpflood, pair.b4, "9", "20000")
+            )
+            for cpu, pair in enumerate((named, other))
+        ]
+        for flood in floods:
+            flood.start()
+        for flood in floods:
+            flood.join()
+        received = {pair.b.name: rx_packets(pair) - before[pair.b.name] for pair in (named, other)}
+    finally:
+        trace.stop()
+    assert received == {named.b.name: 20000, other.b.name: 20000}  # both namespaces received their storm
+    (summary,) = trace.records()
+    # Only the named namespace's instances (no other namespace's, the host's included), and its veth's
+    # packets exactly.
+    assert {napi["netns"] for napi in summary["napi"]} == {named.b.inode}, summary["napi"]
+    (napi,) = napi_of(summary, named.b.name)
+    assert napi["dev"] == "veth0" and napi["packets"] == 20000
+    assert napi_of(summary, other.b.name) == []
+
+
 SPACED_SENDER = """
 import socket, sys, time
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
