@@ -232,6 +232,31 @@ def test_three_hosts_start_together_and_see_the_far_drop(lab: FleetLab, controll
         wait_for(released[host], 10, f"bpftool to no longer list {host}'s session programs")
 
 
+def test_summary_groups_and_total_count_the_same_window(lab: FleetLab, controller: DirectController) -> None:
+    """SYNs dropped on the server after its programs attached but before T0 are in neither the summary's
+    total nor its groups; those after T0 are in both: one count, the window's."""
+    controller.watch("window1")
+    task = lab.task("server", "window1", config={"proto": "tcp", "dport": 8080}, deadline_s=2.0)
+    assert controller.send("server", lab.sign(task).encode()).accepted
+    controller.wait_states("window1", {"server": ("ready",)})
+    before_t0 = 3
+    for _ in range(before_t0):  # attached, not started: dropped and counted, before the window
+        assert connect_through_vip(lab, timeout=0.3) == "TimeoutError"
+    t0_ns = time.time_ns() + 300_000_000
+    controller.control("server", Control("window1", "start", t0_ns))
+    controller.wait_states("window1", {"server": ("running",)})
+    wait_for(lambda: time.time_ns() > t0_ns, 5, "T0")
+    assert connect_through_vip(lab, timeout=0.3) == "TimeoutError"
+    controller.wait_states("window1", {"server": ("ended",)}, timeout=15)
+    server = controller.states("window1")["server"]
+    drops = [r for r in controller.records("window1", "server") if r["type"] == "drop"]
+    summary = controller.records("window1", "server")[-1]
+    assert summary["type"] == "summary"
+    # One SYN in the window (a 0.3 s connect sends no retransmission), none from before it.
+    assert len(drops) == 1 and summary["total"] == server.totals["total"] == 1, (drops, summary)
+    assert sum(group["count"] for group in summary["groups"]) == summary["total"], summary["groups"]
+
+
 def test_event_budget_ends_the_session(lab: FleetLab, controller: DirectController) -> None:
     one_event = Budgets(max_events=1, max_bytes=1 << 20, cpu_percent=5)
     config = {"proto": "tcp", "dport": 8080}

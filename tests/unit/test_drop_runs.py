@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from netsleuth._generated.drops_abi import DropGroupKey, DropGroupValue, DropRunC, DropsMaps
+from netsleuth._generated.drops_abi import DropEvent, DropGroupKey, DropGroupValue, DropRunC, DropsMaps
 from netsleuth.bpf.skeleton import MapAttr
 from netsleuth.diagnostics.drops.runs import groups_with_runs
 
@@ -79,3 +79,21 @@ def test_nothing_is_read_before_the_programs_start() -> None:
     programs = _Programs([], _Runs([[]]))
     programs.started = False
     assert groups_with_runs(programs) == []
+
+
+def test_groups_since_a_window_start_count_only_the_drops_after_it() -> None:
+    """A fleet session's T0 (DropsDiagnostic.start_window): each group less its count and bytes then, and a
+    group with no drop since left out."""
+    from netsleuth.diagnostics.drops.decode import RawDropGroup, decode_event
+    from netsleuth.diagnostics.drops.session import groups_since
+
+    example = decode_event(DropEvent())
+    now = [
+        RawDropGroup(reason=2, location=100, netns=7, count=5, bytes=500, example=example),
+        RawDropGroup(reason=2, location=200, netns=7, count=3, bytes=300, example=example),
+        RawDropGroup(reason=3, location=100, netns=8, count=4, bytes=160, example=example),
+    ]
+    base = {(2, 100, 7): (2, 200), (2, 200, 7): (3, 300)}  # the third group began after the window did
+    since = {(g.reason, g.location, g.netns): (g.count, g.bytes) for g in groups_since(now, base)}
+    assert since == {(2, 100, 7): (3, 300), (3, 100, 8): (4, 160)}
+    assert list(groups_since(now, {})) == now  # no window: every drop since attach

@@ -260,6 +260,9 @@ class FakeDiagnostic:
         happened = len(self._happened())
         return EventTotals(matched=happened, emitted=happened)
 
+    def start_window(self) -> None:
+        pass
+
     def program_fds(self) -> dict[str, int]:
         return {"fake": 7}
 
@@ -268,6 +271,22 @@ class FakeDiagnostic:
 
     def close(self) -> None:
         self.closed = True
+
+
+class GroupedFakeDiagnostic(FakeDiagnostic):
+    """Like drops: its summary holds one in-kernel group, which counts every event since attach unless the
+    session is told where its window starts."""
+
+    def __init__(self, offsets_ms: list[float]) -> None:
+        super().__init__(offsets_ms)
+        self._window_start = 0
+
+    def start_window(self) -> None:
+        self._window_start = len(self._happened())
+
+    def summary(self, interrupted: bool) -> dict[str, Any]:
+        counted = len(self._happened()) - self._window_start
+        return {**super().summary(interrupted), "groups": [{"reason": "NETFILTER_DROP", "count": counted}]}
 
 
 def _idle_ledger() -> ProgramLedger:
@@ -337,6 +356,16 @@ def test_records_before_t0_are_discarded_and_totals_are_the_windows() -> None:
     assert end.totals["total"] == 2  # the event before T0 is not in the window's totals either
     assert records[-1]["type"] == "summary" and records[-1]["total"] == 2
     assert diagnostic.closed
+
+
+def test_summary_groups_count_the_same_window_as_its_totals() -> None:
+    """Drops between attach and T0 are in neither the summary's total nor its groups: one count, the
+    window's (they disagreed when the groups were counted from attach)."""
+    diagnostic = GroupedFakeDiagnostic([-200, -100, 150, 150.001, 150.002])
+    _, records, _ = _run_session(diagnostic, Budgets(), deadline_s=0.5, start_in_s=0.25)
+    summary = records[-1]
+    assert summary["type"] == "summary" and summary["total"] == 3
+    assert sum(group["count"] for group in summary["groups"]) == summary["total"]
 
 
 def test_event_cap_ends_the_session() -> None:

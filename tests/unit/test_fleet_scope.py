@@ -298,6 +298,9 @@ class _MixedDiagnostic:
     def totals(self) -> EventTotals:
         return EventTotals(matched=4, emitted=4)
 
+    def start_window(self) -> None:
+        pass
+
     def program_fds(self) -> dict[str, int]:
         return {}
 

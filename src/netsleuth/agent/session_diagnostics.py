@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from netsleuth.agent.function_names import SharedKallsyms
 from netsleuth.diagnostics.filters import filter_notes
@@ -20,6 +20,7 @@ __all__ = [
     "SESSION_DIAGNOSTICS",
     "DiagnosticContext",
     "DiagnosticFactory",
+    "WindowedGroups",
     "open_session",
     "open_typed",
 ]
@@ -31,6 +32,14 @@ class DiagnosticContext:
 
     reasons: DropReasons
     symbols: SharedKallsyms = field(default_factory=SharedKallsyms)
+
+
+@runtime_checkable
+class WindowedGroups(Protocol):
+    """A session whose summary holds in-kernel groups counted from attach unless told where its window
+    starts (drops: DropsDiagnostic.start_window; a fleet session's T0, netsleuth.fleet.session_runner)."""
+
+    def start_window(self) -> None: ...
 
 
 class _SharedSymbolsSession:
@@ -59,6 +68,10 @@ class _SharedSymbolsSession:
 
     def totals(self) -> EventTotals:
         return self.session.totals()
+
+    def start_window(self) -> None:
+        if isinstance(self.session, WindowedGroups):
+            self.session.start_window()
 
     def summary(self, interrupted: bool) -> Record:
         return self.session.summary(interrupted)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from netsleuth.agent.session_diagnostics import DiagnosticContext, open_session, open_typed
+from netsleuth.agent.session_diagnostics import DiagnosticContext, WindowedGroups, open_session, open_typed
 from netsleuth.diagnostics.drops.batch import DropBatch
 from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
@@ -51,6 +51,8 @@ class FleetDiagnostic(Protocol):
     def summary(self, interrupted: bool) -> Any: ...  # a typed Summary, or an untyped diagnostic's dict
 
     def totals(self) -> EventTotals: ...
+
+    def start_window(self) -> None: ...  # T0: the summary's in-kernel groups count from now on
 
     def program_fds(self) -> dict[str, int]: ...
 
@@ -123,6 +125,10 @@ class _FleetRecords:
 
     def totals(self) -> EventTotals:
         return self._session.totals()
+
+    def start_window(self) -> None:
+        if isinstance(self._session, WindowedGroups):
+            self._session.start_window()
 
     def program_fds(self) -> dict[str, int]:
         return self._session.program_fds()

@@ -7,7 +7,8 @@ itself whatever happens to NATS or the controller.
 Programs attach in *prepare* so that at T0 every host is already watching: records are read from the ring
 buffer all along, and those stamped before T0 are discarded, so the window each host reports starts at the
 same wall-clock instant (corrected by its clock offset), not at whenever its start message arrived. The
-totals reported are the window's: the exact kernel counters at the end minus those at T0.
+totals reported are the window's: the exact kernel counters at the end minus those at T0, and so are the
+summary's in-kernel groups (FleetDiagnostic.start_window).
 
 Every limit is local: the deadline (T0 + deadline_s on this host's monotonic clock, or the task's expiry if
 no start comes), the event and byte caps (agent/record_caps.py, the same as local sessions), the CPU budget
@@ -181,6 +182,10 @@ class FleetSession:
             self._t0_mono = self._mono_ns()
             self._skew_ns = self._wall_ns() - self._t0_ns
             self._baseline = diagnostic.totals()
+            # The summary's groups count from T0 too, so they add up to the window's totals (a drop between
+            # attach and T0 is in neither). Read right after the totals: a drop between the two reads, in a
+            # storm across T0, is in one baseline and not the other.
+            diagnostic.start_window()
             if self._conntrack is not None:
                 self._conntrack.mark()
             self._marked.set()

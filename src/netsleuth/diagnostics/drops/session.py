@@ -9,6 +9,8 @@ anything loads, so a name this host does not have is an error of one sentence (e
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from msgspec import UNSET
@@ -26,12 +28,16 @@ from netsleuth.errors import UsageError
 
 if TYPE_CHECKING:
     from netsleuth.diagnostics.drops.batch import DropBatch, DropBatcher
+    from netsleuth.diagnostics.drops.decode import RawDropGroup
     from netsleuth.diagnostics.drops.enrich import DropEnricher
     from netsleuth.diagnostics.filters import PacketFilter
     from netsleuth.kernel.context import KernelContext
     from netsleuth.kernel.reasons import DropReasons
 
-__all__ = ["DropsDiagnostic", "open_drops", "program_config"]
+__all__ = ["DropsDiagnostic", "groups_since", "open_drops", "program_config"]
+
+# A group's identity in the kernel's drop_groups map (bpf/drops.h): reason x location x netns.
+_GroupKey = tuple[int, int, int]
 
 _INFERRED_NOTE = (
     "drop reasons are inferred from where each packet was freed, not given by the kernel (its skb:kfree_skb "
@@ -70,6 +76,18 @@ def program_config(
         **forced,
     )
     return program, reasons
+
+
+def groups_since(
+    groups: Iterable[RawDropGroup], base: Mapping[_GroupKey, tuple[int, int]]
+) -> Iterator[RawDropGroup]:
+    """The groups' drops since `base` (each group's count and bytes then, by reason x location x netns): a
+    group with none since is left out. Its example stays the first drop the kernel kept for it, which may be
+    older than the base."""
+    for group in groups:
+        count, size = base.get((group.reason, group.location, group.netns), (0, 0))
+        if group.count > count:
+            yield dataclasses.replace(group, count=group.count - count, bytes=group.bytes - size)
 
 
 def open_drops(
@@ -111,6 +129,7 @@ class DropsDiagnostic:
         self._explain_firewall = explain_firewall
         self._enricher: DropEnricher | None = None
         self._batcher: DropBatcher | None = None
+        self._window: dict[_GroupKey, tuple[int, int]] = {}  # the groups when the window started
 
     @property
     def reasons(self) -> DropReasons:
@@ -173,9 +192,18 @@ class DropsDiagnostic:
     def totals(self) -> DropTotals:
         return self._raw.totals()
 
+    def start_window(self) -> None:
+        """Count the groups from now on, not from attach: a fleet session's T0, where its totals' window
+        starts too (netsleuth.fleet.session_runner), so the summary's groups add up to its totals."""
+        self._window = {
+            (group.reason, group.location, group.netns): (group.count, group.bytes)
+            for group in self._raw.groups()
+        }
+
     def groups(self) -> list[DropGroup]:
         enrich_group = self.enricher.enrich_group
-        return sorted((enrich_group(group) for group in self._raw.groups()), key=lambda g: -g.count)
+        in_window = groups_since(self._raw.groups(), self._window)
+        return sorted((enrich_group(group) for group in in_window), key=lambda g: -g.count)
 
     def summary(self, interrupted: bool) -> DropsSummary:
         from netsleuth.spec.summary import ClockPart, Summary
