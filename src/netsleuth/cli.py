@@ -28,16 +28,10 @@ _COMMAND_MODULES = {
     "doctor": "netsleuth.commands.doctor",
     "offload": "netsleuth.commands.offload",
     "rollback": "netsleuth.commands.rollback",
-    "conn": "netsleuth.commands.conn",
     "agent": "netsleuth.commands.agent",
     "controller": "netsleuth.commands.controller",
     "fleet": "netsleuth.commands.fleet",
 }
-
-# The commands whose run is one `run_session` (commands/_runloop.py), which resumes garbage collection once
-# the probes are attached: for them collection is held off from here to there (netsleuth.startup_gc). Every
-# other command runs with it on. tests/unit/test_cli_startup.py checks this list against the modules.
-_ATTACHING_COMMANDS = frozenset({"conn"})
 
 
 def _diagnostic_words(with_plugins: bool) -> list[str]:
@@ -51,9 +45,13 @@ def _diagnostic_words(with_plugins: bool) -> list[str]:
 
 
 def _attaching(word: str | None) -> bool:
+    """Whether the command runs one `run_session` (commands/_runloop.py), which resumes garbage collection
+    once the probes are attached: for it collection is held off from here to there (netsleuth.startup_gc).
+    Those are the diagnostics' derived commands; every hand-written one runs with it on (checked by
+    tests/unit/test_cli_startup.py)."""
     if word is None:
         return False
-    return word in _ATTACHING_COMMANDS or word in _diagnostic_words(with_plugins=False)
+    return word in _diagnostic_words(with_plugins=False)
 
 
 def _command(name: str) -> Command:

@@ -30,10 +30,11 @@ def _collection_on() -> Iterator[None]:
 
 
 @pytest.mark.parametrize("name", sorted(cli._COMMAND_MODULES))
-def test_attaching_commands_are_exactly_those_run_by_run_session(name: str) -> None:
-    # A command listed as attaching but not ending in run_session would run with collection off for good.
+def test_no_hand_written_command_runs_a_session(name: str) -> None:
+    # Only the diagnostics' derived commands attach (cli._attaching): a hand-written one ending in
+    # run_session would run with collection off for good.
     source = (_COMMANDS / f"{name}.py").read_text()
-    assert ("run_session(" in source) == (name in cli._ATTACHING_COMMANDS)
+    assert "run_session(" not in source and not cli._attaching(name)
 
 
 def test_bad_input_of_an_attaching_command_leaves_collection_on(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from netsleuth._generated.tcp_abi import EventKind, RetransKind
-from netsleuth.diagnostics.conn import ConnSelector, ConnTracker
+from netsleuth.diagnostics.conn.tracker import ConnSelector, ConnTracker
 from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple
 from tests.unit.tcp_fakes import FakeClock, drop_record, fake_context, raw_event
 
@@ -93,9 +93,9 @@ def test_syn_dropped_after_dnat_names_the_hop_and_the_rule(tmp_path: Path) -> No
     )
     conn = report.connection
     assert len(conn.drops) == 2 and conn.nat is not None and len(conn.nat.hops) == 1
-    data = report.to_json(lambda inode: None)
-    assert data["nat"][0]["kind"] == "DNAT" and data["nat"][0]["after"]["dport"] == 8080
-    assert [entry["event"] for entry in data["timeline"]].count("nat") == 1
+    record = report.record(lambda inode: None)
+    assert record.nat[0].kind == "DNAT" and record.nat[0].after.dport == 8080
+    assert [entry.event for entry in record.timeline].count("nat") == 1
     # One round found the hop, a second asked for hops around it (none); the second drop joined by alias.
     assert conntrack.reads == 2
 

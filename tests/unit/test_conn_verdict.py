@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from netsleuth._generated.tcp_abi import EventKind, RetransKind
-from netsleuth.diagnostics.conn import ConnSelector, ConnTracker
-from netsleuth.diagnostics.conn_diagnostic import split_endpoint
+from netsleuth.diagnostics.conn.records import split_endpoint
+from netsleuth.diagnostics.conn.tracker import ConnSelector, ConnTracker
 from netsleuth.diagnostics.tcp.resets import ResetEnricher
 from netsleuth.errors import UsageError
 from tests.unit.tcp_fakes import REASON, FakeClock, drop_record, fake_context, raw_event
@@ -90,8 +90,8 @@ def test_connect_killed_by_a_firewall_drop(tmp_path: Path) -> None:
     assert conn.client_netns == A and conn.owner is not None and conn.owner.pid == 7
     assert min(conn.entries, key=lambda e: e.time).event == "state"
     assert len(conn.drops) == 3
-    data = report.to_json(lambda inode: None)
-    assert data["syn_retransmits"] == 2 and data["errno"] == "ETIMEDOUT" and data["established"] is False
+    record = report.record(lambda inode: None)
+    assert record.syn_retransmits == 2 and record.errno == "ETIMEDOUT" and record.established is False
 
 
 def test_connect_without_drops_points_along_the_path(tmp_path: Path) -> None:
@@ -334,4 +334,4 @@ def test_a_connects_duration_starts_at_its_syn_sent_not_at_the_event_that_gave_i
     for event in (syn_sent, retransmit, closed):
         conns.add_tcp(event)
     [report] = conns.flush()
-    assert report.to_json(lambda inode: None)["duration_s"] == pytest.approx(1.5, abs=1e-3)
+    assert report.record(lambda inode: None).duration_s == pytest.approx(1.5, abs=1e-3)

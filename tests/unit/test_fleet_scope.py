@@ -19,7 +19,7 @@ import pytest
 from netsleuth.agent.config import SessionLimits
 from netsleuth.agent.programs import ProgramLedger
 from netsleuth.bpf.stats import ProgramStats
-from netsleuth.diagnostics.model import ConfigInput
+from netsleuth.diagnostics.conn.records import ConnRecord, FlowPart, NatHopPart, TimelineEntry
 from netsleuth.diagnostics.registry import get_diagnostic
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
@@ -36,10 +36,9 @@ from netsleuth.fleet.protocol import (
 )
 from netsleuth.fleet.scope_filter import ScopeFilter
 from netsleuth.fleet.session_runner import FleetSession
-from netsleuth.fleet.untyped import narrow_to_scope
 from netsleuth.kernel.netns import NetnsNames
 from netsleuth.spec.parts import PodRef
-from netsleuth.spec.records import Record
+from netsleuth.spec.records import Record, WallTime, encode
 from netsleuth.spec.scope import AddressField, Netns, NetnsField
 from netsleuth.spec.scope import Scope as HeldScope
 from netsleuth.spec.summary import ClockPart, Summary, TotalsPart
@@ -72,31 +71,36 @@ def _drop(
     return {"type": "drop", "v": 1, "netns": netns, "netns_name": name, "saddr": saddr, "daddr": daddr}
 
 
-def _conn() -> dict[str, Any]:
+def _entry(event: str, netns: str, text: str) -> TimelineEntry:
+    return TimelineEntry(time=WallTime(NOW), event=event, netns=netns, text=text)
+
+
+def _hop(where: str) -> NatHopPart:
+    flow = FlowPart(src="198.18.0.5", sport=40000, dst="198.18.1.10", dport=80)
+    return NatHopPart(kind="DNAT", where=where, before=flow, after=flow, state=None, status=())
+
+
+def _conn(**changes: Any) -> ConnRecord:
     """A `conn` report as the tracker writes one when it joined another namespace's NAT and drop."""
-    return {
-        "type": "conn",
-        "v": 1,
-        "saddr": "198.18.0.5",
-        "daddr": "198.18.1.10",
-        "client_netns": "web",
-        "server_netns": None,
-        "drops": 2,
-        "resets": 0,
-        "outcome": "dropped",
-        "verdict": 'dropped in netns db by "-A INPUT -p tcp -m tcp --dport 8080 -j DROP"',
-        "nat": [
-            {"kind": "DNAT", "where": "netns web", "before": {}, "after": {}},
-            {"kind": "DNAT", "where": "netns db", "before": {}, "after": {}},
-        ],
-        "timeline": [
-            {"event": "state", "netns": "web", "text": "SYN_SENT"},
-            {"event": "nat", "netns": "web", "text": "DNAT in netns web"},
-            {"event": "nat", "netns": "db", "text": "DNAT in netns db"},
-            {"event": "drop", "netns": "web", "text": "dropped by client's OUTPUT"},
-            {"event": "drop", "netns": str(OTHER), "text": "dropped by db's INPUT"},
-        ],
-    }
+    record = ConnRecord(
+        client="198.18.0.5:40000", server="198.18.1.10:80", family=4,
+        saddr="198.18.0.5", sport=40000, daddr="198.18.1.10", dport=80,
+        client_netns="web", server_netns=None,
+        established=False, connect_latency_ms=None, duration_s=1.0,
+        syn_retransmits=1, synack_retransmits=0, retransmits={}, drops=2, resets=0, errno=None,
+        bytes_sent=None, bytes_received=None,
+        nat=(_hop("netns web"), _hop("netns db")),
+        outcome="timeout",
+        verdict='timeout: dropped in netns db by "-A INPUT -p tcp -m tcp --dport 8080 -j DROP"',
+        timeline=(
+            _entry("state", "web", "SYN_SENT"),
+            _entry("nat", "web", "DNAT in netns web"),
+            _entry("nat", "db", "DNAT in netns db"),
+            _entry("drop", "web", "dropped by client's OUTPUT"),
+            _entry("drop", str(OTHER), "dropped by db's INPUT"),
+        ),
+    )  # fmt: skip
+    return msgspec.structs.replace(record, **changes)
 
 
 # -- the last-line filter ------------------------------------------------------------------------------------
@@ -121,15 +125,19 @@ def test_records_of_other_namespaces_are_withheld_and_counted() -> None:
 def test_a_conn_report_keeps_only_its_entries_inside_the_scope() -> None:
     scope = _filter()
     (kept,) = scope.keep([_conn()])
-    assert [e["netns"] for e in kept["timeline"]] == ["web", "web", "web"]
-    assert [hop["where"] for hop in kept["nat"]] == ["netns web"]
-    assert kept["drops"] == 1  # the other namespace's drop is not counted either
-    assert "db" not in json.dumps(kept)  # the verdict named it: replaced
-    assert kept["verdict"].startswith("dropped (as seen inside this task's scope; 3 out-of-scope")
+    assert isinstance(kept, ConnRecord)
+    assert [e.netns for e in kept.timeline] == ["web", "web", "web"]
+    assert [hop.where for hop in kept.nat] == ["netns web"]
+    assert kept.drops == 1  # the other namespace's drop is not counted either
+    assert b"db" not in encode(kept)  # the verdict named it: replaced
+    assert kept.verdict.startswith("timeout (as seen inside this task's scope; 3 out-of-scope")
     assert scope.withheld_entries == 3 and scope.withheld_records == 0
-    # A connection none of whose sockets is in the scope goes entirely.
-    assert scope.keep([{**_conn(), "client_netns": "db"}]) == []
+    # A connection none of whose sockets is in the scope goes entirely; one by its inode stays.
+    assert scope.keep([_conn(client_netns="db")]) == []
     assert scope.withheld_records == 1
+    assert [r.client_netns for r in scope.keep([_conn(client_netns=OWN, server_netns=OTHER)])] == [OWN]
+    # Under an address scope, a connection with neither end inside goes too.
+    assert _filter(("192.0.2.0/24",)).keep([_conn()]) == []
 
 
 def test_summary_groups_and_verdicts_outside_the_scope_are_withheld() -> None:
@@ -258,17 +266,20 @@ def test_an_address_scope_needs_a_diagnostic_with_an_address_filter() -> None:
 
 # -- the typed config narrowed before it opens ---------------------------------------------------------------
 def test_conn_is_confined_to_the_scope_in_its_drop_filter_and_nat_join() -> None:
+    from netsleuth.diagnostics.conn.session import conn_plan
+
     spec = get_diagnostic("conn")
-    config = spec.read(ConfigInput({"netns": HOST_NETNS, "proto": "tcp"}))
-    assert config.drops_filter.netns is None and config.conntrack_namespaces is None  # every namespace
-    narrowed = narrow_to_scope(config, HeldScope(False, OWN_NETNS), (HOST_NETNS,))
+    assert spec.scope.narrow is not None
+    config = spec.config_from_json({"netns": HOST_NETNS, "proto": "tcp"})
+    plan = conn_plan(config)
+    assert plan.drops_filter.netns is None and plan.conntrack_namespaces is None  # every namespace
+    narrowed = conn_plan(spec.scope.narrow(config, HeldScope(False, Netns(OWN, None))))
     assert narrowed.tcp_filter.netns == OWN and narrowed.drops_filter.netns == OWN
     assert narrowed.conntrack_namespaces == (HOST_NETNS,)
-    assert narrow_to_scope(config, HeldScope(True), ()) is config
     # An address scope: admission made it the `host` filter; the drop program gets it too.
-    scoped = spec.read(ConfigInput({"netns": HOST_NETNS, "host": ["198.18.0.0/24"]}))
+    scoped = spec.config_from_json({"netns": HOST_NETNS, "host": ["198.18.0.0/24"]})
     networks = (ipaddress.ip_network("198.18.0.0/24"),)
-    narrowed = narrow_to_scope(scoped, HeldScope(False, OWN_NETNS, networks), (HOST_NETNS,))
+    narrowed = conn_plan(spec.scope.narrow(scoped, HeldScope(False, Netns(OWN, None), networks)))
     assert narrowed.drops_filter.hosts == networks and narrowed.tcp_filter.hosts == networks
 
 
@@ -284,11 +295,11 @@ class _MixedDiagnostic:
     def start(self) -> None:
         pass
 
-    def poll(self, timeout_ms: int) -> list[dict[str, Any]]:
+    def poll(self, timeout_ms: int) -> list[Any]:
         time.sleep(timeout_ms / 1000 / 10)
         return []
 
-    def drain(self) -> list[dict[str, Any]]:
+    def drain(self) -> list[Any]:
         records, self._pending = self._pending, []
         return records
 
@@ -355,10 +366,10 @@ def test_the_ended_status_reports_what_was_withheld(monkeypatch: pytest.MonkeyPa
 def test_a_fleet_conn_reports_the_drops_no_connection_here_claimed(tmp_path: Path) -> None:
     """The server's namespace has the drop but not the client's socket: confined to its scope, its tracker
     joins the drop to nothing, so a fleet session sends the drop itself for the controller to join."""
-    from netsleuth.diagnostics.conn import ConnSelector, ConnTracker
+    from netsleuth.diagnostics.conn.tracker import ConnSelector, ConnTracker
     from tests.unit.tcp_fakes import FakeClock, drop_record, fake_context
 
-    config = get_diagnostic("conn").read(ConfigInput({"proto": "tcp"}))
+    config = get_diagnostic("conn").config_from_json({"proto": "tcp"})
     assert not config.report_unclaimed and for_the_fleet(config).report_unclaimed
     for keep in (False, True):
         clock = FakeClock()

@@ -19,62 +19,12 @@ from typing import Any, Literal, NotRequired, TypedDict, Union
 
 import msgspec
 
-from netsleuth.diagnostics.record_parts import Clock, Totals
 from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 
 __all__ = ["RECORD_TYPES", "json_schema", "markdown", "schema_for"]
 
 
 # -- shared parts --------------------------------------------------------------------------------------------
-
-
-# -- conn ----------------------------------------------------------------------------------------------------
-
-
-class ConnJson(TypedDict):
-    type: Literal["conn"]
-    v: int
-    client: str
-    server: str
-    family: int
-    saddr: str
-    sport: int
-    daddr: str
-    dport: int
-    client_netns: str | int | None
-    server_netns: str | int | None
-    established: bool
-    connect_latency_ms: float | None
-    duration_s: float
-    syn_retransmits: int
-    synack_retransmits: int
-    retransmits: dict[str, int]
-    drops: int
-    resets: int
-    errno: str | None
-    bytes_sent: int | None
-    bytes_received: int | None
-    nat: list[dict[str, Any]]
-    outcome: str
-    verdict: str
-    timeline: list[dict[str, Any]]
-    pid: NotRequired[int | None]
-    comm: NotRequired[str]
-    owner: NotRequired[str]
-    container: NotRequired[str | None]
-
-
-class ConnSummaryJson(TypedDict):
-    type: Literal["summary"]
-    v: int
-    diagnostic: Literal["conn"]
-    connections: int
-    outcomes: dict[str, int]
-    events: dict[str, Totals]
-    drops: Totals
-    attach: str
-    interrupted: bool
-    clock: Clock
 
 
 # -- agent sessions ------------------------------------------------------------------------------------------
@@ -109,10 +59,8 @@ class SessionEndJson(TypedDict):
 
 # The declaration of each record type; summaries by the diagnostic that writes them.
 RECORD_TYPES: dict[str, type] = {
-    "conn": ConnJson,
     "session_start": SessionStartJson,
     "session_end": SessionEndJson,
-    "summary:conn": ConnSummaryJson,
 }
 
 

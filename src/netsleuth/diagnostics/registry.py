@@ -35,7 +35,7 @@ DIAGNOSTIC_MODULES: dict[str, str] = {
     "tcp.retrans": "netsleuth.diagnostics.tcp",
     "tcp.connlat": "netsleuth.diagnostics.tcp",
     "tcp.queues": "netsleuth.diagnostics.tcp",
-    "conn": "netsleuth.diagnostics.conn_diagnostic",
+    "conn": "netsleuth.diagnostics.conn",
     "dns": "netsleuth.diagnostics.dns",
     "diagnose": "netsleuth.diagnose",
     "route": "netsleuth.diagnostics.route",

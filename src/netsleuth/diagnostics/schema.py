@@ -12,8 +12,6 @@ from __future__ import annotations
 __all__ = ["SCHEMA_VERSIONS"]
 
 SCHEMA_VERSIONS: dict[str, int] = {
-    "conn": 1,
-    "summary": 1,
     "session_start": 1,
     "session_end": 1,
 }

@@ -41,15 +41,12 @@ from netsleuth.kernel.netns import NetnsNames
 from netsleuth.kernel.netns_exec import read_file_in_netns
 
 __all__ = [
-    "CONNTRACK_DIAGNOSTICS",
     "MAX_CONNTRACK_RECORDS",
     "ConntrackWatch",
     "entry_matches",
     "joins_conntrack",
 ]
 
-# The flow diagnostics not typed yet (a typed one says so in its ScopeTraits.joins_conntrack).
-CONNTRACK_DIAGNOSTICS = frozenset({"conn"})
 MAX_CONNTRACK_RECORDS = 512  # per host and session (docs/fleet.md)
 _MAX_STATES = 16  # state changes kept per entry
 _LIBERAL = "/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal"
@@ -107,12 +104,11 @@ def _direction_matches(flow: FlowTuple, config: Mapping[str, Any]) -> bool:
 
 
 def joins_conntrack(diagnostic: str) -> bool:
-    """Whether a fleet session of `diagnostic` ships conntrack entries for the controller's NAT join."""
+    """Whether a fleet session of `diagnostic` ships conntrack entries for the controller's NAT join: its
+    spec says so (ScopeTraits.joins_conntrack)."""
     from netsleuth.diagnostics.registry import get_diagnostic
-    from netsleuth.fleet.untyped import is_typed
 
-    spec = get_diagnostic(diagnostic)
-    return bool(spec.scope.joins_conntrack) if is_typed(spec) else diagnostic in CONNTRACK_DIAGNOSTICS
+    return bool(get_diagnostic(diagnostic).scope.joins_conntrack)
 
 
 def entry_matches(entry: ConntrackEntry, config: Mapping[str, Any]) -> bool:

@@ -173,8 +173,8 @@ class SocketConfig(RunConfig, frozen=True, kw_only=True):
 
     def check(self) -> None:
         # -6 with an IPv4 address (or -4 with an IPv6 one) would match nothing, silently: say so instead.
-        for name in ("host", "src", "dst"):
-            for network in getattr(self, name):
+        for networks in (self.host, self.src, self.destinations()):
+            for network in networks:
                 if self.family is not None and network.version != self.family:
                     raise ConfigError(
                         "family",
@@ -195,6 +195,10 @@ class SocketConfig(RunConfig, frozen=True, kw_only=True):
         """The interface filter: none here (PacketConfig has one)."""
         return None
 
+    def destinations(self) -> tuple[IpNetwork, ...]:
+        """The destination address filter (conn's --dst names a server end that may carry its port)."""
+        return self.dst
+
     def packet_filter(self, names: NetnsNames | None = None) -> PacketFilter:
         """The filter resolved on this host (the namespace - given as one, a pod or a Kubernetes namespace
         - as inodes, the protocol as a number): what each program's loader writes into its kernel config. A
@@ -212,7 +216,7 @@ class SocketConfig(RunConfig, frozen=True, kw_only=True):
                 proto=proto,
                 hosts=self.host,
                 sources=self.src,
-                destinations=self.dst,
+                destinations=self.destinations(),
                 port=self.port,
                 sport=self.sport,
                 dport=self.dport,

@@ -194,13 +194,13 @@ class RecordScope:
 
         A summary always leaves (it carries the exact totals): each of its lists of parts that say where
         they happened (groups with their example) keeps only the parts inside. A record type with more to
-        narrow than that (a connection report's timeline) defines `narrowed(allows)` returning the same
+        narrow than that (a connection report's timeline) defines `narrowed(scope)` returning the same
         pair; every other record is kept or withheld whole."""
         if self.scope.host_wide:
             return record, 0
         own = getattr(record, "narrowed", None)
         if callable(own):
-            narrowed, removed = own(self.allows)
+            narrowed, removed = own(self.scope)
             return narrowed, int(removed)
         from netsleuth.spec.summary import Summary
 

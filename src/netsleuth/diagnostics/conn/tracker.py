@@ -10,32 +10,33 @@ has no port yet. Drops and resets that arrive before their connection is known w
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from netsleuth._generated.tcp_abi import EventKind, RetransKind
 from netsleuth.diagnostics.attribution import Owner, owner_json, owner_text, tcp_owner_facts
+from netsleuth.diagnostics.conn.records import ConnRecord, FlowPart, NatHopPart, TimelineEntry
 from netsleuth.diagnostics.drops.records import DropRecord
 from netsleuth.diagnostics.filters import IpNetwork
-from netsleuth.diagnostics.iso_times import iso_time
-from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, NatIndex, NatPath, Placement
+from netsleuth.diagnostics.nat_join import ConntrackEntry, FlowTuple, NatHop, NatIndex, NatPath, Placement
 from netsleuth.diagnostics.tcp.program import RawTcpEvent
 from netsleuth.diagnostics.tcp.records import AbortRecord, ResetRecord, endpoint_text
 from netsleuth.diagnostics.tcp.reset_causes import duration_text
 from netsleuth.diagnostics.tcp_names import errno_name, errno_number, errno_text
 from netsleuth.kernel.conntrack import ConntrackSource
 from netsleuth.kernel.context import KernelContext
+from netsleuth.spec.records import WallTime
 
 __all__ = [
     "ConnReport",
     "ConnSelector",
     "ConnTracker",
     "Connection",
-    "TimelineEntry",
     "verdict",
 ]
 
@@ -86,24 +87,6 @@ class ConnSelector:
         if self.hosts and not (inside(client[0], self.hosts) or inside(server[0], self.hosts)):
             return False
         return self.port is None or self.port in (client[1], server[1])
-
-
-@dataclass(frozen=True)
-class TimelineEntry:
-    time: float
-    event: str  # state | retransmit | synack_retransmit | drop | reset | abort | error
-    netns: str
-    text: str
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "time": iso_time(self.time),
-            "event": self.event,
-            "netns": self.netns,
-            "text": self.text,
-            **self.detail,
-        }
 
 
 @dataclass
@@ -169,42 +152,57 @@ class ConnReport:
     outcome: str
     verdict: str
 
-    def to_json(self, netns_name: Callable[[int], str | None]) -> dict[str, Any]:
+    def record(self, netns_name: Callable[[int], str | None]) -> ConnRecord:
+        """The report as its record; `netns_name` names a namespace by its inode (None: it has no name)."""
         conn = self.connection
 
         def netns(inode: int | None) -> str | int | None:
             return (netns_name(inode) or inode) if inode else None
 
-        data: dict[str, Any] = {
-            "type": "conn",
-            "client": endpoint_text(*conn.client),
-            "server": endpoint_text(*conn.server),
-            "family": conn.family,
-            "saddr": conn.client[0],
-            "sport": conn.client[1],
-            "daddr": conn.server[0],
-            "dport": conn.server[1],
-            "client_netns": netns(conn.client_netns),
-            "server_netns": netns(conn.server_netns),
-            "established": conn.established,
-            "connect_latency_ms": conn.connect_latency * 1e3 if conn.connect_latency is not None else None,
-            "duration_s": conn.last_time - conn.first_time,
-            "syn_retransmits": conn.syn_retransmits,
-            "synack_retransmits": conn.synack_retransmits,
-            "retransmits": dict(conn.retransmits),
-            "drops": len(conn.drops),
-            "resets": len(conn.resets),
-            "errno": errno_name(conn.errno) if conn.errno else None,
-            "bytes_sent": conn.bytes_sent,
-            "bytes_received": conn.bytes_received,
-            "nat": [hop.to_json() for hop in conn.nat.hops] if conn.nat else [],
-            "outcome": self.outcome,
-            "verdict": self.verdict,
-            "timeline": [entry.to_json() for entry in sorted(conn.entries, key=lambda e: e.time)],
-        }
-        if conn.owner is not None:
-            data.update(owner_json(conn.owner))
-        return data
+        owner: dict[str, Any] = dict(owner_json(conn.owner)) if conn.owner is not None else {}
+        return ConnRecord(
+            client=endpoint_text(*conn.client),
+            server=endpoint_text(*conn.server),
+            family=conn.family,
+            saddr=conn.client[0],
+            sport=conn.client[1],
+            daddr=conn.server[0],
+            dport=conn.server[1],
+            client_netns=netns(conn.client_netns),
+            server_netns=netns(conn.server_netns),
+            established=conn.established,
+            connect_latency_ms=conn.connect_latency * 1e3 if conn.connect_latency is not None else None,
+            duration_s=conn.last_time - conn.first_time,
+            syn_retransmits=conn.syn_retransmits,
+            synack_retransmits=conn.synack_retransmits,
+            retransmits=dict(conn.retransmits),
+            drops=len(conn.drops),
+            resets=len(conn.resets),
+            errno=errno_name(conn.errno) if conn.errno else None,
+            bytes_sent=conn.bytes_sent,
+            bytes_received=conn.bytes_received,
+            nat=tuple(nat_hop_part(hop) for hop in conn.nat.hops) if conn.nat else (),
+            outcome=self.outcome,
+            verdict=self.verdict,
+            timeline=tuple(sorted(conn.entries, key=lambda entry: entry.time)),
+            **owner,
+        )
+
+
+def _flow_part(flow: FlowTuple) -> FlowPart:
+    return FlowPart(src=flow.src[0], sport=flow.src[1], dst=flow.dst[0], dport=flow.dst[1])
+
+
+def nat_hop_part(hop: NatHop) -> NatHopPart:
+    """A NAT hop as a report's `nat` list (and its timeline's `nat` entry) carries it."""
+    return NatHopPart(
+        kind=hop.kind,
+        where=hop.where,
+        before=_flow_part(hop.before),
+        after=_flow_part(hop.after),
+        state=hop.entry.state,
+        status=hop.entry.status,
+    )
 
 
 # -- verdict --------------------------------------------------------------------------------------------
@@ -485,20 +483,29 @@ class ConnTracker:
         known = len(conn.nat.hops) if conn.nat else 0
         if len(path.hops) <= known:
             conn.entries = [
-                dataclasses.replace(entry, time=time) if entry.event == "nat" and entry.time > time else entry
+                msgspec.structs.replace(entry, time=WallTime(time))
+                if entry.event == "nat" and entry.time > time
+                else entry
                 for entry in conn.entries
             ]
             return
         conn.nat = path
         for hop in path.hops[known:]:
             state = f", {hop.entry.state}" if hop.entry.state else ""
+            conntrack = f"conntrack {hop.entry.original.text()} ⇄ {hop.entry.reply.text()}{state}"
+            part = nat_hop_part(hop)
             conn.add(
                 TimelineEntry(
-                    time,
-                    "nat",
-                    hop.where.removeprefix("netns "),
-                    f"{hop.text()} (conntrack {hop.entry.original.text()} ⇄ {hop.entry.reply.text()}{state})",
-                    hop.to_json(),
+                    time=WallTime(time),
+                    event="nat",
+                    netns=hop.where.removeprefix("netns "),
+                    text=f"{hop.text()} ({conntrack})",
+                    kind=part.kind,
+                    where=part.where,
+                    before=part.before,
+                    after=part.after,
+                    state=part.state,
+                    status=part.status,
                 )
             )
 
@@ -601,22 +608,17 @@ class ConnTracker:
                 f"dropped{flags} {endpoint_text(item.saddr, item.sport)} > "
                 f"{endpoint_text(item.daddr, item.dport)}: {_reason(item)} at {where}"
             )
-            data: dict[str, Any] = {
-                "reason": item.reason,
-                "location": item.location,
-                "netfilter": item.netfilter or None,
-            }
-            if item.reason_inferred is True:
-                data["reason_inferred"] = True
-            if isinstance(item.tcp_flags, str):  # the fleet merge places a dropped RST after its reset
-                data["tcp_flags"] = item.tcp_flags
             conn.add(
                 TimelineEntry(
-                    item.time,
-                    "drop",
-                    item.netns_name or str(item.netns),
-                    text,
-                    data,
+                    time=item.time,
+                    event="drop",
+                    netns=item.netns_name or str(item.netns),
+                    text=text,
+                    reason=item.reason,
+                    location=item.location,
+                    netfilter=item.netfilter or None,
+                    reason_inferred=True if item.reason_inferred is True else msgspec.UNSET,
+                    tcp_flags=item.tcp_flags,  # the fleet merge places a dropped RST after its reset
                 )
             )
         elif isinstance(item, ResetRecord):
@@ -624,11 +626,13 @@ class ConnTracker:
             what = "RST sent by firewall" if item.by_firewall else f"RST {item.direction}"
             conn.add(
                 TimelineEntry(
-                    item.time,
-                    "reset",
-                    item.netns_name or str(item.netns),
-                    f"{what} ({item.state or 'no socket'}): {item.cause}",
-                    {"direction": item.direction, "cause_code": item.cause_code, "reason": item.reason},
+                    time=item.time,
+                    event="reset",
+                    netns=item.netns_name or str(item.netns),
+                    text=f"{what} ({item.state or 'no socket'}): {item.cause}",
+                    direction=item.direction,
+                    cause_code=item.cause_code,
+                    reason=item.reason,
                 )
             )
         else:
@@ -636,11 +640,12 @@ class ConnTracker:
             conn.errno = conn.errno or errno_number(item.errno)
             conn.add(
                 TimelineEntry(
-                    item.time,
-                    "abort",
-                    item.netns_name or str(item.netns),
-                    item.cause,
-                    {"errno": item.errno, "cause_code": item.cause_code},
+                    time=item.time,
+                    event="abort",
+                    netns=item.netns_name or str(item.netns),
+                    text=item.cause,
+                    errno=item.errno,
+                    cause_code=item.cause_code,
                 )
             )
 
@@ -694,7 +699,7 @@ class ConnTracker:
         context = self.context
         names = context.names
         netns = context.netns_name(raw.netns) or str(raw.netns)
-        when = context.wall_time(raw.monotonic_ns)
+        when = WallTime(context.wall_time(raw.monotonic_ns))
         if raw.kind == EventKind.STATE:
             old, new = names.state(raw.old_state), names.state(raw.state)
             spent = f" after {duration_text(raw.value1 / 1e9)}" if raw.value1 else ""
@@ -703,29 +708,35 @@ class ConnTracker:
                 text += f" with {errno_name(raw.reason)}"
             if old == "CLOSE" and new == "SYN_SENT" and raw.in_task:
                 text += f" (connect() by {raw.comm}[{raw.pid}])"
-            return TimelineEntry(when, "state", netns, text, {"old_state": old, "new_state": new})
+            return TimelineEntry(
+                time=when, event="state", netns=netns, text=text, old_state=old, new_state=new
+            )
         if raw.kind == EventKind.RETRANS:
             kind = _RETRANS_NAMES[raw.retrans_kind]
             state = names.state(raw.state)
             srtt = f", srtt {raw.value2} us" if raw.value2 else ""
             return TimelineEntry(
-                when,
-                "retransmit",
-                netns,
-                f"{kind} retransmit in {state} (retransmits so far {raw.value1}{srtt})",
-                {"kind": kind, "state": state},
+                time=when,
+                event="retransmit",
+                netns=netns,
+                text=f"{kind} retransmit in {state} (retransmits so far {raw.value1}{srtt})",
+                kind=kind,
+                state=state,
             )
         if raw.kind == EventKind.SYNACK_RETRANS:
-            return TimelineEntry(when, "synack_retransmit", netns, f"SYN-ACK retransmit #{raw.value1}", {})
+            return TimelineEntry(
+                time=when, event="synack_retransmit", netns=netns, text=f"SYN-ACK retransmit #{raw.value1}"
+            )
         if raw.kind == EventKind.ERROR:
             return TimelineEntry(
-                when,
-                "error",
-                netns,
-                f"socket error {errno_text(raw.reason)}",
-                {"errno": errno_name(raw.reason)},
+                time=when,
+                event="error",
+                netns=netns,
+                text=f"socket error {errno_text(raw.reason)}",
+                errno=errno_name(raw.reason),
             )
-        return TimelineEntry(when, raw.kind.name.lower(), netns, raw.kind.name.lower(), {})
+        kind_name = raw.kind.name.lower()
+        return TimelineEntry(time=when, event=kind_name, netns=netns, text=kind_name)
 
     def _apply(self, conn: Connection, raw: RawTcpEvent, entry: TimelineEntry) -> None:
         names = self.context.names
