@@ -79,8 +79,6 @@ class HostView:
     unreachable_since: float | None = None  # monotonic: the first "no responders" of a run of them
     task_id: str = ""
     last_seen: float = 0.0  # monotonic: the last status, records or ping answer from this host
-    # Set on each status of this host: its prepare waits on it (one waiter per host, not one per event).
-    progressed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     @property
     def batch_gaps(self) -> int:
@@ -141,10 +139,8 @@ class FleetSession:
         self._listeners: list[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = []
 
     def request_cancel(self) -> None:
-        """Every waiter wakes: the supervisor, and each host's wait for its ready."""
+        """Every waiter wakes: the supervisor, or the wait for the hosts' ready."""
         self.cancel_requested = True
-        for view in self.hosts.values():
-            view.progressed.set()
         self.changed.set()
 
     # -- host states ------------------------------------------------------------------------------------
@@ -153,7 +149,6 @@ class FleetSession:
         view.state, view.reason = state, reason
         if state in FINAL:
             self.open_hosts.discard(host)
-        view.progressed.set()
         return view
 
     # -- events for SSE ---------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ of them costs one log line and one audit record, not one each).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -100,6 +101,8 @@ _QUIET_S = 2.0  # a host silent this long is pinged (a dead one answers "no resp
 # ... but a live agent whose nats-server just died has no responder either until it reconnects to another
 # server of the cluster (well under a second): it is failed only when nobody answers for this long.
 _GONE_S = 3.0
+_PREPARE_WINDOW = 256  # hosts being sent their task and pinged at once; the others wait their turn
+_SIGN_BATCH = 64  # tasks signed (or starts sent) between two turns of the event loop
 _PINGS_PER_ROUND = 256  # liveness pings per second at most: a 10,000-host window must not be a ping storm
 _KEPT_IN_MEMORY = 200  # ended sessions kept for fast reads; older ones are read from the history stream
 _ORPHAN_SCAN_S = 1.0  # how often a controller looks for running sessions whose controller's lease ran out
@@ -731,13 +734,13 @@ class SessionManager:
                     offsets = {host: (v.offset_ns, v.rtt_ns) for host, v in session.hosts.items()}
                     # Stored before any host starts: a controller taking over starts the others at this T0.
                     await self._store.save_t0(session.id, StoredT0(t0, offsets))
-                    await asyncio.gather(*(self._start(session, host, t0) for host in ready))
+                    await self._start_all(session, ready, t0)
                     if session.listened:
                         session.emit("session", session.snapshot(timeline=False))
                     await self._save_summary(session)
             else:
                 waiting = [h for h, v in session.hosts.items() if v.state in ("preparing", "ready")]
-                await asyncio.gather(*(self._start(session, host, session.t0_ns) for host in waiting))
+                await self._start_all(session, waiting, session.t0_ns)
             if session.t0_ns is not None:
                 await self._supervise(session, session.t0_ns + int(session.spec.duration * 1e9))
         except asyncio.CancelledError:
@@ -791,26 +794,74 @@ class SessionManager:
         view.rtt_ns, view.offset_ns = best
 
     async def _prepare_all(self, session: FleetSession) -> None:
-        """Every host's task first, then the clock pings, all concurrently: the tasks are what the agents
-        need to start loading, and the offsets are needed only at T0. (Tasks created in this order run
-        their first steps in this order, so 1,000 tasks leave before the first ping.) A session taken over
-        sends tasks only to the hosts it never heard of, and waits for the others."""
+        """Every host's task, then its clock ping, through a bounded window: `_PREPARE_WINDOW` hosts in
+        flight at once, their tasks signed `_SIGN_BATCH` at a time and sent as they are signed (the requests
+        of one connection are written together; none waits for another's reply). All of them at once - a
+        task and a ping per host, 20,000 coroutines for 10,000 hosts - put the first task 11-23 s after the
+        API call and every later message behind them; in a window the first agents start at once and the
+        event loop keeps reading their replies. A session taken over sends tasks only to the hosts it
+        never heard of, and waits for the others. Then one wait for every host's ready."""
         views = session.hosts
-        dispatches = [
-            asyncio.create_task(
-                self._dispatch(session, host) if not views[host].heard else self._await_ready(session, host)
-            )
+        hosts = [
+            host
             for host in session.spec.hosts
             if views[host].state == "preparing"
+            or (views[host].offset_ns is None and views[host].state not in FINAL)
         ]
-        clocks = [
-            asyncio.create_task(self._clock(session, host))
-            for host in session.spec.hosts
-            if views[host].offset_ns is None and views[host].state not in FINAL
-        ]
-        await asyncio.gather(*dispatches, *clocks)
+        ready_by: collections.deque[tuple[str, float]] = collections.deque()
+        window = asyncio.Semaphore(_PREPARE_WINDOW)
+        in_flight: set[asyncio.Task[None]] = set()
+        errors: list[BaseException] = []  # a bug in one host's prepare ends the session visibly (_run)
+
+        def done(job: asyncio.Task[None]) -> None:
+            in_flight.discard(job)
+            window.release()
+            if not job.cancelled() and job.exception() is not None:
+                errors.append(cast(BaseException, job.exception()))
+
+        try:
+            for first in range(0, len(hosts), _SIGN_BATCH):
+                if session.cancel_requested:
+                    break
+                batch = hosts[first : first + _SIGN_BATCH]
+                signed = {
+                    host: self._signed_task(session, host)
+                    for host in batch
+                    if views[host].state == "preparing" and not views[host].heard
+                }
+                for host in batch:
+                    await window.acquire()
+                    job = asyncio.create_task(self._prepare(session, host, signed.get(host), ready_by))
+                    in_flight.add(job)
+                    job.add_done_callback(done)
+                await asyncio.sleep(0)  # a turn of the loop between batches: replies and statuses are read
+            await asyncio.gather(*in_flight)
+        except asyncio.CancelledError:
+            for job in in_flight:
+                job.cancel()
+            raise
+        if errors:
+            raise errors[0]
+        await self._await_ready(session, ready_by)
         failed = [host for host in session.spec.hosts if views[host].state == "failed"]
         await self._send_control(session, failed, "cancel")  # a failed host may have attached meanwhile
+
+    async def _prepare(
+        self,
+        session: FleetSession,
+        host: str,
+        signed: SignedTask | None,
+        ready_by: collections.deque[tuple[str, float]],
+    ) -> None:
+        """One host: its task (`signed`; None: it has it already), then its clock. Its ready is waited for
+        with every other host's, from `ready_by` (the host, and when it must be ready by)."""
+        view = session.hosts[host]
+        if view.state == "preparing":
+            if signed is not None and not await self._send_task(session, host, signed):
+                return
+            ready_by.append((host, time.monotonic() + self._config.prepare_timeout))
+        if view.offset_ns is None and view.state not in FINAL:
+            await self._clock(session, host)
 
     async def _clock(self, session: FleetSession, host: str) -> None:
         view = session.hosts[host]
@@ -828,8 +879,7 @@ class SessionManager:
             return
         session.merged.set_offset(host, view.offset_ns or 0)
 
-    async def _dispatch(self, session: FleetSession, host: str) -> None:
-        view = session.hosts[host]
+    def _signed_task(self, session: FleetSession, host: str) -> SignedTask:
         spec = session.spec
         now = time.time()
         task = Task(
@@ -849,8 +899,12 @@ class SessionManager:
             run_id=session.runs.get(host, ""),  # a replay to a later run of the agent is refused
             stored=True,  # NETSLEUTH_STATUS and NETSLEUTH_RECORDS keep what it sends: wait for their acks
         )
-        view.task_id = task.id
-        signed = SignedTask.sign(task, self._key, self._key_id)
+        session.hosts[host].task_id = task.id
+        return SignedTask.sign(task, self._key, self._key_id)
+
+    async def _send_task(self, session: FleetSession, host: str, signed: SignedTask) -> bool:
+        """The task to its host, and its answer: True if accepted (the host then prepares)."""
+        spec = session.spec
         try:
             reply_message = await self._request(
                 task_subject(host), signed.encode(), timeout=self._config.prepare_timeout
@@ -858,48 +912,67 @@ class SessionManager:
             reply = TaskReply.from_json(decode(reply_message.data, "task reply"))
         except NoRespondersError:
             self._fail(session, host, "the agent is not connected (nobody answers on its subjects)")
-            return
+            return False
         except (NatsTimeoutError, TimeoutError):
             self._fail(
                 session, host, f"the agent did not answer the task within {self._config.prepare_timeout:g} s"
             )
             await self._send_control(session, [host], "cancel")
-            return
+            return False
         except ProtocolError as error:
             self._fail(session, host, f"bad task reply: {error}")
-            return
-        if not reply.accepted:
-            view = session.set_host(host, "rejected", reply.reason or "refused")
-            session.emit("status", {"host": host, **view.to_json()})
-            self._decided(session, host)
-            with contextlib.suppress(AuditUnavailable):
-                await self._audit.record(
-                    user=spec.user,
-                    action="task.rejected",
-                    decision="deny",
-                    reason=view.reason,
-                    session=session.id,
-                    diagnostic=spec.diagnostic,
-                    hosts=[host],
-                    scope=spec.scope.to_json(),
-                    outcome="rejected by the agent",
-                    extra={"task_id": task.id, "source": "controller"},
-                )
-            return
-        await self._await_ready(session, host)
+            return False
+        if reply.accepted:
+            return True
+        view = session.set_host(host, "rejected", reply.reason or "refused")
+        session.emit("status", {"host": host, **view.to_json()})
+        self._decided(session, host)
+        with contextlib.suppress(AuditUnavailable):
+            await self._audit.record(
+                user=spec.user,
+                action="task.rejected",
+                decision="deny",
+                reason=view.reason,
+                session=session.id,
+                diagnostic=spec.diagnostic,
+                hosts=[host],
+                scope=spec.scope.to_json(),
+                outcome="rejected by the agent",
+                extra={"task_id": signed.task.id, "source": "controller"},
+            )
+        return False
 
-    async def _await_ready(self, session: FleetSession, host: str) -> None:
-        view = session.hosts[host]
-        deadline = time.monotonic() + self._config.prepare_timeout
-        while view.state == "preparing" and time.monotonic() < deadline and not session.cancel_requested:
-            view.progressed.clear()
+    async def _await_ready(
+        self, session: FleetSession, ready_by: collections.deque[tuple[str, float]]
+    ) -> None:
+        """Until every host of `ready_by` has left "preparing" (ready, or failed) or is past the time it
+        had to be ready by (failed then, and told to cancel), or the session is cancelled. One waiter for
+        the session, woken by each status: the oldest host not ready yet is all it looks at (`ready_by` is
+        in the order the tasks were answered, so the deadlines are in order too) - linear in the hosts."""
+        late: list[str] = []
+        while ready_by and not session.cancel_requested:
+            host, deadline = ready_by[0]
+            if session.hosts[host].state != "preparing":
+                ready_by.popleft()
+                continue
+            now = time.monotonic()
+            if now >= deadline:
+                ready_by.popleft()
+                self._fail(session, host, f"not ready within {self._config.prepare_timeout:g} s")
+                late.append(host)
+                continue
+            session.changed.clear()
             with contextlib.suppress(TimeoutError):
-                # Woken by this host's next status, or a cancel (which sets every host's): one wait per host
-                # until then, not a timer every half second (10,000 hosts prepare at once).
-                await asyncio.wait_for(view.progressed.wait(), timeout=max(0.01, deadline - time.monotonic()))
-        if view.state == "preparing" and not session.cancel_requested:
-            self._fail(session, host, f"not ready within {self._config.prepare_timeout:g} s")
-            await self._send_control(session, [host], "cancel")
+                await asyncio.wait_for(session.changed.wait(), timeout=deadline - now)
+        if late:
+            await self._send_control(session, late, "cancel")
+
+    async def _start_all(self, session: FleetSession, hosts: list[str], t0_ns: int) -> None:
+        """`start` to each host, in one pass (a publish waits for nothing): not a coroutine per host."""
+        for index, host in enumerate(hosts, 1):
+            await self._start(session, host, t0_ns)
+            if index % _SIGN_BATCH == 0:
+                await asyncio.sleep(0)  # statuses and replies are read meanwhile
 
     async def _start(self, session: FleetSession, host: str, t0_ns: int) -> None:
         # T0 on the agent's own clock: its wall clock runs offset_ns ahead of ours.
