@@ -70,12 +70,21 @@ class Sampler:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.rss: list[float] = []
+        self.cpu_at: list[tuple[float, float]] = []  # (monotonic, CPU seconds used so far)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
             self.rss.append(rss_mib(self.pid)[0])
+            self.cpu_at.append((time.monotonic(), cpu_seconds(self.pid)))
+
+    def cpu_between(self, since: float, until: float) -> float:
+        """% of one core used between two monotonic times (to the nearest 100 ms sample): a phase's."""
+        inside = [(at, cpu) for at, cpu in self.cpu_at if since <= at <= until]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return 0.0
+        return round((inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]) * 100, 1)
 
     def __enter__(self) -> Sampler:
         self.cpu0, self.t0 = cpu_seconds(self.pid), time.monotonic()
@@ -133,7 +142,9 @@ def load_average() -> str:
 
 async def _wait_all(marks: dict[str, float], hosts: list[str], timeout: float, what: str) -> float:
     deadline = time.monotonic() + timeout
-    while not all(host in marks for host in hosts):
+    # The count first: this runs every 2 ms in the simulator's own event loop, and scanning 10,000 hosts
+    # each time would load the simulator with the bench's waiting.
+    while len(marks) < len(hosts) or not all(host in marks for host in hosts):
         if time.monotonic() > deadline:
             missing = [host for host in hosts if host not in marks]
             raise TimeoutError(f"{len(missing)} hosts never reached {what} (e.g. {missing[:3]})")
@@ -205,6 +216,8 @@ async def _fleet_run(
             nats_servers = [samplers.enter_context(Sampler(pid)) for pid in servers]
             if args.py_spy:
                 samplers.enter_context(_profiled(args.py_spy, controller.process.pid, args.profile_out))
+                # ... and this process, the simulator: whether its own work is what the agents' times show
+                samplers.enter_context(_profiled(args.py_spy, os.getpid(), args.profile_out + ".simulator"))
             selector = {"labels": {"sim": "yes"}}
             body = {"selector": selector, "diagnostic": "drops", "config": {"proto": "tcp"}, "duration": 1}
             called, called_wall = time.monotonic(), time.time()
@@ -233,6 +246,29 @@ async def _fleet_run(
             for state in {view.get("state") for view in final.get("hosts", {}).values()}
         }
         timeline = (await client.get(f"/api/v1/sessions/{session_id}/records")).text.splitlines()
+        last_task = max(fleet.task_at[session_id].values())
+        # Which process was busy when: % of one core in each phase (the whole session's is below). A
+        # process near 100 % in a phase is what that phase waited for; on a shared machine, the load is
+        # the rest of the answer.
+        phases = {
+            "call_to_last_task": (called, last_task),
+            "last_task_to_all_ended": (last_task, all_ended),
+            "all_ended_to_controller_ended": (all_ended, controller_ended),
+        }
+        by_phase = {
+            name: {
+                "controller": sampler.cpu_between(*span),
+                "simulator": simulator.cpu_between(*span),
+                "nats_servers": [server.cpu_between(*span) for server in nats_servers],
+                "simulator_loop_lag_ms_max": fleet.lag_between(*span).get("loop_lag_ms_max"),
+                "seconds": round(span[1] - span[0], 3),
+            }
+            for name, span in phases.items()
+        }
+        slow_consumers = []
+        for index in range(len(servers)):
+            with contextlib.suppress(Exception):
+                slow_consumers.append(lab.monitor_json(index, "/varz").get("slow_consumers"))
         results["fleet_session"] = {
             "asked_by": {"selector": selector},
             "hosts": args.agents,
@@ -240,7 +276,7 @@ async def _fleet_run(
             "records_per_host": args.records,
             "api_call_ms": round((accepted - called) * 1000, 1),
             "api_to_first_task_s": round(min(fleet.task_at[session_id].values()) - called, 3),
-            "api_to_last_task_s": round(max(fleet.task_at[session_id].values()) - called, 3),
+            "api_to_last_task_s": round(last_task - called, 3),
             "api_to_all_ready_s": round(all_ready - called, 3),
             "api_to_last_start_s": round(max(fleet.start_at[session_id].values()) - called, 3),
             "api_to_t0_s": round(fleet.t0_ns[session_id] / 1e9 - called_wall, 3),
@@ -251,8 +287,10 @@ async def _fleet_run(
             "partial": final.get("partial"),
             "merged_timeline_lines": len(timeline),
             "controller": sampler.report(),
-            "simulator_process": simulator.report(),
+            "simulator_process": {**simulator.report(), **fleet.lag_between(called, controller_ended)},
             "nats_servers": [server.report() for server in nats_servers],
+            "cpu_percent_by_phase": by_phase,
+            "nats_slow_consumers": slow_consumers,
             "simulator_stored_messages": {
                 "sent": fleet.sent,
                 "acknowledged": fleet.acked,
@@ -261,9 +299,11 @@ async def _fleet_run(
             "load_average_after": load_average(),
         }
         # The controller's own phase timings for that session (its log), next to what the agents saw.
-        results["fleet_session"]["controller_log"] = [
-            line.split("INFO ", 1)[-1] for line in controller.log_text().splitlines() if session_id in line
-        ][-6:]
+        session_lines = [line for line in controller.log_text().splitlines() if session_id in line]
+        results["fleet_session"]["controller_log"] = [line.split("INFO ", 1)[-1] for line in session_lines][
+            -6:
+        ]
+        results["fleet_session"]["controller_warnings"] = sum("WARNING" in line for line in session_lines)
         results["simulated_tasks_refused"] = len(fleet.refused)
     await fleet.stop()
     return results
@@ -338,7 +378,10 @@ def main() -> int:
         "--wait", type=float, default=300.0, metavar="S",
         help="seconds each phase of the big session may take (slower than the goal is still reported)",
     )  # fmt: skip
-    parser.add_argument("--py-spy", metavar="PATH", help="py-spy: sample the controller in the big session")
+    parser.add_argument(
+        "--py-spy", metavar="PATH",
+        help="py-spy: sample the controller (and the simulator, FILE.simulator) in the big session",
+    )  # fmt: skip
     parser.add_argument("--profile-out", default="/tmp/fleet_scale_controller.txt", metavar="FILE")
     args = parser.parse_args()
     if os.geteuid() != 0:

@@ -118,6 +118,10 @@ class SimulatedFleet:
         self.acked = 0  # ... acknowledged by it ...
         self.ack_errors: list[str] = []  # ... or refused
         self._acks_inbox: dict[int, str] = {}
+        # (monotonic, seconds late) of a 10 ms timer in this process's event loop: how far behind the
+        # simulator itself is - large lags mean its timestamps measure the simulator, not the controller.
+        self.loop_lag: list[tuple[float, float]] = []
+        self._lag_probe: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -142,18 +146,38 @@ class SimulatedFleet:
             await client.flush()
         await self._register_all()
         self._heartbeat = asyncio.create_task(self._heartbeats())
+        self._lag_probe = asyncio.create_task(self._probe_lag())
 
     async def stop(self) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
+        for background in (self._heartbeat, self._lag_probe):
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
         for session in list(self._sessions.values()):
             if session.runner is not None:
                 session.runner.cancel()
         for client in self.clients:
             with contextlib.suppress(Exception):
                 await client.close()
+
+    async def _probe_lag(self, period: float = 0.01) -> None:
+        while True:
+            due = time.monotonic() + period
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            self.loop_lag.append((now, now - due))
+
+    def lag_between(self, since: float, until: float) -> dict[str, float]:
+        """The simulator's event-loop lag between two monotonic times: p50 / p99 / max in ms."""
+        lags = sorted(lag for at, lag in self.loop_lag if since <= at <= until)
+        if not lags:
+            return {}
+        return {
+            "loop_lag_ms_p50": round(lags[len(lags) // 2] * 1000, 1),
+            "loop_lag_ms_p99": round(lags[min(len(lags) - 1, int(len(lags) * 0.99))] * 1000, 1),
+            "loop_lag_ms_max": round(lags[-1] * 1000, 1),
+        }
 
     # -- registry ----------------------------------------------------------------------------------------
     def _entry(self, host: str) -> bytes:
