@@ -15,8 +15,8 @@ import pytest
 
 from netsleuth import cli, startup_gc
 from netsleuth.commands._runloop import run_session
-from netsleuth.diagnostics.model import RunOptions
 from netsleuth.diagnostics.totals import EventTotals
+from netsleuth.spec.common import RunConfig
 
 _COMMANDS = Path(cli.__file__).parent / "commands"
 
@@ -109,7 +109,7 @@ def test_attaching_command_starts_paused_and_run_session_resumes_once_attached(
         states["before"] = gc.isenabled()
         return run_session(
             Session(),  # type: ignore[arg-type]
-            RunOptions(duration=0.01),
+            RunConfig(duration=0.01),
             View(),
             json_lines=False,
             ready_file=str(ready),

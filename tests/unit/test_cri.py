@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,22 +188,19 @@ def test_index_refreshes_on_a_miss_at_most_once_per_interval_and_asks_each_sandb
 def test_pod_filters_are_checked_for_form_only_when_meant_for_another_host() -> None:
     """The controller checks a fleet request's --pod / --k8s-namespace without a runtime: the agent resolves
     them on its host when the task arrives."""
-    import argparse
-
-    from netsleuth.diagnostics.filters import (
-        add_filter_arguments,
-        packet_filter_from_args,
-        read_for_another_host,
-    )
+    from netsleuth.diagnostics.filters import read_for_another_host
     from netsleuth.errors import UsageError
+    from netsleuth.spec.common import PacketConfig
+    from netsleuth.spec.configs import Speaker, read_config
 
-    parser = argparse.ArgumentParser()
-    add_filter_arguments(parser)
+    def packet_filter(**values: str) -> Any:
+        return read_config(PacketConfig, values, Speaker.CLI).packet_filter()
+
     with read_for_another_host():
-        checked = packet_filter_from_args(parser.parse_args(["--pod", "team-a/web-1"]))
+        checked = packet_filter(pod="team-a/web-1")
         assert checked.netns is None and not checked.netns_set
-        packet_filter_from_args(parser.parse_args(["--k8s-namespace", "team-b"]))
-        with pytest.raises(UsageError, match="is not NAMESPACE/NAME"):
-            packet_filter_from_args(parser.parse_args(["--pod", "web-1"]))
+        packet_filter(k8s_namespace="team-b")
+        with pytest.raises(UsageError, match="'web-1' is not a pod as NAMESPACE/NAME"):
+            packet_filter(pod="web-1")
         with pytest.raises(UsageError, match="each choose the network namespace"):
-            packet_filter_from_args(parser.parse_args(["--pod", "a/b", "--k8s-namespace", "a"]))
+            packet_filter(pod="a/b", k8s_namespace="a")

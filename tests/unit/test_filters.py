@@ -10,50 +10,49 @@ import pytest
 
 from netsleuth.diagnostics.filters import (
     PacketFilter,
-    add_filter_arguments,
     check_process,
     missing_device_note,
     on_this_host,
-    packet_filter_from_args,
     read_for_another_host,
 )
 from netsleuth.errors import UsageError
 from netsleuth.kernel.netns import NetnsNames
+from netsleuth.spec.common import PacketConfig
+from netsleuth.spec.flags import add_config_flags, config_from_args
 
 
-def parse(*argv: str) -> argparse.Namespace:
+def packet_filter_from_argv(*argv: str) -> PacketFilter:
+    """The filter a packet diagnostic's flags give, read as the CLI reads them (its typed config)."""
     parser = argparse.ArgumentParser()
-    add_filter_arguments(parser)
-    return parser.parse_args(argv)
+    add_config_flags(parser, PacketConfig)
+    return config_from_args(PacketConfig, parser.parse_args(argv)).packet_filter()
 
 
 def test_all_filters_parse() -> None:
     # Read as the controller reads a fleet request: the formats, not whether pid 42 exists here.
     with read_for_another_host():
-        packet_filter = packet_filter_from_args(
-            parse(
-                "--proto",
-                "udp",
-                "--host",
-                "2001:db8::/32",
-                "--src",
-                "2001:db8::1",
-                "--dst",
-                "2001:db8::2",
-                "--port",
-                "53",
-                "--sport",
-                "1024",
-                "--dport",
-                "80",
-                "--pid",
-                "42",
-                "--comm",
-                "nginx",
-                "--dev",
-                "eth0",
-                "-6",
-            )
+        packet_filter = packet_filter_from_argv(
+            "--proto",
+            "udp",
+            "--host",
+            "2001:db8::/32",
+            "--src",
+            "2001:db8::1",
+            "--dst",
+            "2001:db8::2",
+            "--port",
+            "53",
+            "--sport",
+            "1024",
+            "--dport",
+            "80",
+            "--pid",
+            "42",
+            "--comm",
+            "nginx",
+            "--dev",
+            "eth0",
+            "-6",
         )
     assert packet_filter.proto == 17
     assert packet_filter.hosts == (ipaddress.ip_network("2001:db8::/32"),)
@@ -77,7 +76,7 @@ def test_all_filters_parse() -> None:
         (["--port", "70000"], "not a port"),
         (["--dport", "0"], "not a port"),
         (["--sport", "http"], "not a port"),
-        (["--proto", "quic"], "unknown protocol"),
+        (["--proto", "quic"], r"--proto must be one of .*tcp.* or a whole number from 0 to 255 \(got 'quic'"),
         (["--pid=-3"], "not a process id"),
         (["--pid", "abc"], "not a process id"),
         (["--comm", "a-very-long-process-name"], "1 to 15 characters"),
@@ -88,7 +87,7 @@ def test_all_filters_parse() -> None:
 )
 def test_bad_filters_are_usage_errors(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        packet_filter_from_args(parse(*argv))
+        packet_filter_from_argv(*argv)
 
 
 def fake_proc(tmp_path: Path, processes: dict[int, int], devices: dict[int, list[str]]) -> Path:

@@ -14,6 +14,7 @@ from netsleuth.diagnostics.drops.decode import decode_records
 from netsleuth.fleet.diagnostic_source import EncodedRecords
 from netsleuth.fleet.scope_filter import ScopeFilter
 from netsleuth.fleet.session_runner import record_wall_ns
+from netsleuth.spec.records import to_builtins
 from netsleuth.spec.scope import Netns, Scope
 from tests.unit.test_drop_batch import storm
 from tests.unit.test_drops_decode import enricher, make_event
@@ -36,17 +37,20 @@ def test_the_window_and_the_scope_per_kind_give_the_per_record_paths_records(tmp
     records = [with_netns(record, OWN) if b"outside" not in record else record for record in kinds]
     raw = storm(random.Random(3), records, 600)
     batch = DropBatcher(decode_records, enrich.enrich_many, lambda: enrich.context.wall_offset_ns).batch(raw)
-    plain = [dict(record.to_json()) for record in batch]
+    typed = list(batch)  # the same drops as typed records, one by one
+    plain = [to_builtins(record) for record in typed]  # and as their JSON: the window reads its time text
     walls = sorted(record_wall_ns(record, 0) or 0 for record in plain)
     t0 = walls[len(walls) // 2] + 1  # half the drops before T0
     scope = Scope(False, Netns(OWN, None))
 
     by_record, by_kind = ScopeFilter(scope), ScopeFilter(scope)
-    expected = by_record.keep([record for record in plain if (record_wall_ns(record, 0) or 0) >= t0])
+    expected = by_record.keep(
+        [record for record, text in zip(typed, plain, strict=True) if (record_wall_ns(text, 0) or 0) >= t0]
+    )
     encoded = EncodedRecords(batch).since(t0).keep(by_kind)
     got = [json.loads(line) for line in encoded.lines()]
 
-    assert got == json.loads(json.dumps(expected))
+    assert got == json.loads(json.dumps([to_builtins(record) for record in expected]))
     assert by_kind.withheld_records == by_record.withheld_records > 0
     assert 0 < len(got) < len(plain)
     assert "outside" not in {record["comm"] for record in got}

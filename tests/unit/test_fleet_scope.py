@@ -36,7 +36,6 @@ from netsleuth.fleet.protocol import (
 )
 from netsleuth.fleet.scope_filter import ScopeFilter
 from netsleuth.fleet.session_runner import FleetSession
-from netsleuth.kernel.netns import NetnsNames
 from netsleuth.spec.parts import PodRef
 from netsleuth.spec.records import Record, WallTime, encode
 from netsleuth.spec.scope import AddressField, Netns, NetnsField
@@ -53,22 +52,35 @@ OTHER = OWN + 7
 SCOPE = HeldScope(False, Netns(OWN, "web"))  # held to the test's own namespace, named "web"
 
 
-class _Names(NetnsNames):
-    """`ip netns` names as a host would have them: ours is "web", another is "db"."""
-
-    def name_of(self, inode: int) -> str | None:
-        return {OWN: "web", OTHER: "db"}.get(inode)
-
-
 def _filter(networks: tuple[str, ...] = ()) -> ScopeFilter:
-    scope = HeldScope(False, SCOPE.netns, tuple(ipaddress.ip_network(n) for n in networks))
-    return ScopeFilter(scope, _Names())
+    return ScopeFilter(HeldScope(False, SCOPE.netns, tuple(ipaddress.ip_network(n) for n in networks)))
 
 
-def _drop(
-    netns: int, name: str | None, saddr: str = "198.18.0.5", daddr: str = "198.18.2.7"
-) -> dict[str, Any]:
-    return {"type": "drop", "v": 1, "netns": netns, "netns_name": name, "saddr": saddr, "daddr": daddr}
+class _Drop(Record, frozen=True, kw_only=True, tag="drop"):
+    """A record that says where it happened as a drop does: its namespace and both addresses."""
+
+    netns: NetnsField
+    netns_name: str | None
+    saddr: AddressField
+    daddr: AddressField
+
+
+class _Stack(Record, frozen=True, kw_only=True, tag="stack"):
+    """A record that says neither its namespace nor an address (a profile stack)."""
+
+    pid: int
+    frames: tuple[str, ...]
+
+
+def _drop(netns: int, name: str | None, saddr: str = "198.18.0.5", daddr: str = "198.18.2.7") -> _Drop:
+    return _Drop(netns=netns, netns_name=name, saddr=saddr, daddr=daddr)
+
+
+def _where(record: Any) -> tuple[str, object]:
+    """(type, netns) of a typed record or a conntrack record (a dict)."""
+    if isinstance(record, dict):
+        return record["type"], record.get("netns")
+    return record.record_type(), record.netns
 
 
 def _entry(event: str, netns: str, text: str) -> TimelineEntry:
@@ -109,17 +121,19 @@ def test_records_of_other_namespaces_are_withheld_and_counted() -> None:
     kept = scope.keep(
         [
             _drop(OWN, None),  # by inode
-            _drop(0, "web"),  # by name
             _drop(OTHER, "db"),
-            _drop(OTHER, None),
+            _drop(0, "web"),  # the kernel could not tell its namespace: not the scope's to show
             {"type": "conntrack", "netns": "host", "orig": {"src": "198.18.0.5"}},  # the agent's own label
+            {"type": "conntrack", "netns": "web", "orig": {"src": "198.18.0.5"}},  # by its name
             {"type": "conntrack", "netns": "db", "orig": {"src": "198.18.0.5"}},
-            {"type": "stack", "pid": 1, "frames": ["x"]},  # says neither namespace nor address
+            {"type": "conntrack_stats", "netns": "db", "invalid": 2},
+            {"type": "session_start", "netns": "web"},  # no other record travels untyped
+            _Stack(pid=1, frames=("x",)),  # says neither namespace nor address
         ]
     )
-    assert [(r["type"], r.get("netns")) for r in kept] == [("drop", OWN), ("drop", 0), ("conntrack", "host")]
-    assert scope.withheld_records == 4 and scope.withheld == 4
-    assert scope.note() == "withheld 4 out-of-scope (4 record(s); scope: netns web)"
+    assert [_where(r) for r in kept] == [("drop", OWN), ("conntrack", "host"), ("conntrack", "web")]
+    assert scope.withheld_records == 6 and scope.withheld == 6
+    assert scope.note() == "withheld 6 out-of-scope (6 record(s); scope: netns web)"
 
 
 def test_a_conn_report_keeps_only_its_entries_inside_the_scope() -> None:
@@ -140,23 +154,19 @@ def test_a_conn_report_keeps_only_its_entries_inside_the_scope() -> None:
     assert _filter(("192.0.2.0/24",)).keep([_conn()]) == []
 
 
-def test_summary_groups_and_verdicts_outside_the_scope_are_withheld() -> None:
+def test_verdicts_outside_the_scope_are_withheld() -> None:
+    from netsleuth.spec.verdict import Severity, Verdict
+
+    def verdict(netns: int | None) -> Verdict:
+        return Verdict(
+            severity=Severity.WARNING, category="firewall", cause="a rule dropped it",
+            cause_code="firewall_drop", evidence={}, fix=(), netns=netns,
+        )  # fmt: skip
+
     scope = _filter()
-    groups: list[dict[str, Any]] = [
-        {"netns": OWN, "netns_name": "web", "count": 2},
-        {"netns": OTHER, "netns_name": "db", "count": 1},
-        {"count": 1, "example": {"netns": OTHER, "netns_name": None}},  # resets: through its example
-    ]
-    (kept,) = scope.keep([{"type": "summary", "total": 3, "groups": groups}])
-    assert kept["groups"] == [groups[0]] and kept["total"] == 3
-    verdicts = [
-        {"type": "verdict", "category": "drop", "evidence": {"netns": OWN, "count": 2}},
-        {"type": "verdict", "category": "drop", "evidence": {"example": {"netns": OTHER}}},
-        {"type": "verdict", "category": "net-rx-budget", "evidence": {"cpus": [0, 1]}},  # the whole machine
-        {"type": "verdict", "category": "path", "evidence": {"mtu": 1500}},  # read inside the scope's netns
-    ]
-    assert [v["category"] for v in scope.keep(verdicts)] == ["drop", "path"]
-    assert scope.withheld == 2 + 2
+    # Its namespace's; another's; the whole machine's (a CPU's NET_RX budget): not this task's to see.
+    verdicts = [verdict(OWN), verdict(OTHER), verdict(None)]
+    assert scope.keep(verdicts) == verdicts[:1] and scope.withheld == 2
 
 
 def test_diagnoses_summary_always_leaves() -> None:
@@ -186,14 +196,15 @@ def test_an_address_scope_keeps_either_address_inside() -> None:
                 "orig": {"src": "198.18.3.1"},
                 "reply": {"dst": "198.18.0.9"},
             },
+            {"type": "conntrack", "netns": "host", "orig": {"src": "198.18.3.1", "dst": "198.18.4.1"}},
         ]
     )
-    assert len(kept) == 3 and scope.withheld_records == 1
+    assert len(kept) == 3 and scope.withheld_records == 2
 
 
 def test_a_host_wide_scope_withholds_nothing() -> None:
     scope = ScopeFilter(HeldScope(True))
-    records = [_drop(OTHER, "db"), {"type": "stack"}, _conn()]
+    records = [_drop(OTHER, "db"), _Stack(pid=1, frames=()), _conn()]
     assert scope.keep(records) == records and scope.withheld == 0 and scope.note() is None
 
 
@@ -290,7 +301,7 @@ class _MixedDiagnostic:
     attach_kind = "fake"
 
     def __init__(self) -> None:
-        self._pending = [_drop(OWN, "web"), _drop(OTHER, "db"), _conn(), {"type": "stack"}]
+        self._pending = [_drop(OWN, "web"), _drop(OTHER, "db"), _conn(), _Stack(pid=1, frames=())]
 
     def start(self) -> None:
         pass
@@ -303,8 +314,14 @@ class _MixedDiagnostic:
         records, self._pending = self._pending, []
         return records
 
-    def summary(self, interrupted: bool) -> dict[str, Any]:
-        return {"type": "summary", "groups": [{"netns": OWN}, {"netns": OTHER}]}
+    def summary(self, interrupted: bool) -> _Summary:
+        groups = tuple(
+            _Group(count=1, example=_Lookup(netns=inode, dst="198.18.0.9")) for inode in (OWN, OTHER)
+        )
+        return _Summary(
+            diagnostic="mixed", seen=4, total=4, emitted=4, sampled=0, lost=0, ungrouped=0, attach="fake",
+            interrupted=interrupted, clock=ClockPart(monotonic_ns=0, wall_ns=0, offset_ns=0), groups=groups,
+        )  # fmt: skip
 
     def totals(self) -> EventTotals:
         return EventTotals(matched=4, emitted=4)
@@ -323,9 +340,7 @@ class _MixedDiagnostic:
 
 
 def test_the_ended_status_reports_what_was_withheld(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        "netsleuth.fleet.session_runner.ScopeFilter", lambda scope: ScopeFilter(scope, _Names())
-    )
+    monkeypatch.setattr("netsleuth.fleet.session_runner.ScopeFilter", lambda scope: ScopeFilter(scope))
     published: list[tuple[str, bytes]] = []
     ended = threading.Event()
     accepted = AcceptedTask(_task(deadline_s=0.2), {}, Budgets(), 0.2, SCOPE)
@@ -354,7 +369,7 @@ def test_the_ended_status_reports_what_was_withheld(monkeypatch: pytest.MonkeyPa
         for r in RecordBatch.from_json(json.loads(d)).records
     ]
     assert [r["type"] for r in records] == ["drop", "conn", "summary"]
-    assert records[-1]["groups"] == [{"netns": OWN}]
+    assert [group["example"]["netns"] for group in records[-1]["groups"]] == [OWN]
     end = statuses[-1]
     # Withheld: db's drop and the stack (records); 3 parts of the conn report and 1 summary group (entries).
     assert end.state == "ended" and end.withheld == 6 and end.totals["withheld"] == 6

@@ -9,37 +9,31 @@ import jsonschema
 import msgspec
 import pytest
 
-from netsleuth.diagnostics.record_schemas import (
-    RECORD_TYPES,
-    json_schema,
-    markdown,
-    schema_for,
-    typed_record_types,
-)
+from netsleuth.diagnostics.record_schemas import markdown, schema_for, typed_record_types
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
-from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
+from netsleuth.spec.schemas import record_schema
 from tests.record_check import check_records
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "records.md"
 
 
-def test_every_versioned_type_and_every_summary_is_declared() -> None:
-    declared = {name.split(":", 1)[0] for name in RECORD_TYPES}
-    assert set(SCHEMA_VERSIONS) == declared
+def test_every_registered_diagnostics_records_and_summary_are_declared() -> None:
     typed = typed_record_types()
+    assert {"session_start", "session_end"} <= set(typed)
     for name in diagnostic_names():
         spec = get_diagnostic(name)
-        assert f"summary:{name}" in RECORD_TYPES or f"summary:{name}" in typed, name
-        for record_type in spec.records:
-            if isinstance(record_type, str):
-                assert record_type == "summary" or record_type in RECORD_TYPES, (name, record_type)
+        assert typed[f"summary:{name}"].record_type() == "summary", name
+        for kind in spec.records:
+            assert kind.record_type() == "summary" or typed[kind.record_type()] is kind, (name, kind)
 
 
-@pytest.mark.parametrize("record_type", list(RECORD_TYPES))
+@pytest.mark.parametrize("record_type", list(typed_record_types()))
 def test_schemas_are_valid_json_schema(record_type: str) -> None:
-    schema = json_schema(record_type)
+    kind = typed_record_types()[record_type]
+    schema = record_schema(kind)
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert schema["properties"]["v"] == {"const": SCHEMA_VERSIONS[record_type.split(":", 1)[0]]}
+    version = next(field.default for field in msgspec.structs.fields(kind) if field.name == "v")
+    assert schema["properties"]["v"] == {"const": version}
 
 
 @pytest.mark.parametrize("record_type", list(typed_record_types()))

@@ -106,20 +106,11 @@ def open_typed(spec: Any, config: Any, context: DiagnosticContext) -> Diagnostic
     return _SharedSymbolsSession(session, context.symbols, kernel.close)
 
 
-def open_session(
-    name: str,
-    config: Mapping[str, Any],
-    context: DiagnosticContext,
-    narrow: Callable[[Any], Any] | None = None,
-) -> DiagnosticSession:
+def open_session(name: str, config: Mapping[str, Any], context: DiagnosticContext) -> DiagnosticSession:
     """Validate `config` for the registered diagnostic `name` and open it (nothing attached until start);
-    a UsageError with one sentence when the name or the config is not valid. `narrow` may tighten the typed
-    config before it is opened (an untyped diagnostic's fleet scope, fleet/untyped.py)."""
+    a UsageError with one sentence when the name or the config is not valid."""
     spec = get_diagnostic(name)
-    parsed = spec.config_from_json(dict(config))
-    if narrow is not None:
-        parsed = narrow(parsed)
-    return open_typed(spec, parsed, context)
+    return open_typed(spec, spec.config_from_json(dict(config)), context)
 
 
 # (the config the session request's validator read, the agent's shared context) -> the session, not started.

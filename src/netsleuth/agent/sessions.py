@@ -36,11 +36,12 @@ from netsleuth.agent.session_diagnostics import (
     DiagnosticContext,
     DiagnosticFactory,
 )
+from netsleuth.agent.session_records import SessionEnd, SessionStart
 from netsleuth.agent.session_request import LocalSession, parse_session_request
 from netsleuth.diagnostics.model import DiagnosticSession, Record
-from netsleuth.diagnostics.schema import SCHEMA_VERSIONS
 from netsleuth.errors import NetsleuthError, UsageError
 from netsleuth.render.jsonl import encode_line, record_lines
+from netsleuth.spec.records import encode
 
 __all__ = [
     "ClientGone",
@@ -187,36 +188,28 @@ class LiveSession:
                 line = _encode(
                     {**summary, "groups": groups, "groups_omitted": len(summary["groups"]) - len(groups)}
                 )
-        end = self._end_record(reason, detail, len(line))
-        return [line, _encode(end)]
+        return [line, self._end_record(reason, detail, len(line))]
 
-    def _end_record(self, reason: str, detail: str, pending_bytes: int) -> dict[str, Any]:
-        return {
-            "type": "session_end",
-            "v": SCHEMA_VERSIONS["session_end"],
-            "id": self.id,
-            "reason": reason,
-            "detail": detail,
-            "seconds": round(self._clock() - self.started, 3),
-            "events": self.events,
-            "bytes": self.bytes + pending_bytes,
-            "bpf_run_time_ns": self._budget.run_time_ns(),
-            "bpf_cpu_percent": round(self._budget.average_percent(), 3),
-            "notes": self._diagnostic.notes(),
-        }
+    def _end_record(self, reason: str, detail: str, pending_bytes: int) -> bytes:
+        end = SessionEnd(
+            id=self.id,
+            reason=reason,
+            detail=detail,
+            seconds=round(self._clock() - self.started, 3),
+            events=self.events,
+            bytes=self.bytes + pending_bytes,
+            bpf_run_time_ns=self._budget.run_time_ns(),
+            bpf_cpu_percent=round(self._budget.average_percent(), 3),
+            notes=self._diagnostic.notes(),
+        )
+        return encode(end) + b"\n"
 
     def stream(self, sink: SessionSink) -> str:
         """Run to the end; returns the reason it ended. Whatever fails, the client gets a session_end."""
         reason, detail = "error", ""
         try:
-            start = {
-                "type": "session_start",
-                "v": SCHEMA_VERSIONS["session_start"],
-                "id": self.id,
-                **self.request.to_json(),
-                "attach": self._diagnostic.attach_kind,
-            }
-            self._send(sink, [_encode(start)])
+            start = SessionStart(id=self.id, **self.request.to_json(), attach=self._diagnostic.attach_kind)
+            self._send(sink, [encode(start) + b"\n"])
             try:
                 reason, detail = self._run(sink)
             except NetsleuthError as error:
@@ -225,7 +218,7 @@ class LiveSession:
                 final = self._final_lines(reason, detail)
             except NetsleuthError as error:
                 reason, detail = "error", f"{detail}; the summary failed: {error}".lstrip("; ")
-                final = [_encode(self._end_record(reason, detail, 0))]
+                final = [self._end_record(reason, detail, 0)]
             self._send(sink, final)
         except ClientGone as gone:
             reason, detail = "client_gone", str(gone)
@@ -233,7 +226,7 @@ class LiveSession:
             _LOG.exception("session %s failed", self.id)
             reason, detail = "error", f"internal error: {error}"
             with contextlib.suppress(ClientGone):
-                self._send(sink, [_encode(self._end_record(reason, detail, 0))])
+                self._send(sink, [self._end_record(reason, detail, 0)])
         finally:
             self._manager.finished(self, reason, detail)
         return reason

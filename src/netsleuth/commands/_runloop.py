@@ -8,7 +8,6 @@ A command only says how its records read as text (`TextView`); `run_session` doe
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import signal
 import sys
@@ -30,8 +29,6 @@ __all__ = [
     "RunShape",
     "StopSignals",
     "TextView",
-    "add_run_arguments",
-    "check_run_arguments",
     "run_session",
     "run_until_stopped",
     "write_ready_file",
@@ -39,24 +36,6 @@ __all__ = [
 
 POLL_MS = 100
 _PROGRESS_S = 0.5
-
-
-def add_run_arguments(parser: argparse.ArgumentParser, summary_help: str) -> None:
-    """--summary, --json, --duration, --sample, --ready-file: the same for every tracing command."""
-    parser.add_argument("--summary", action="store_true", help=summary_help)
-    parser.add_argument("--json", action="store_true", help="JSON Lines output, ending with a summary object")
-    parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
-    parser.add_argument(
-        "--sample", type=int, default=1, metavar="N", help="print one event in N (totals stay exact)"
-    )
-    parser.add_argument("--ready-file", metavar="PATH", help="create this file once the probes are attached")
-
-
-def check_run_arguments(args: argparse.Namespace) -> None:
-    if args.duration is not None and args.duration <= 0:
-        raise UsageError("--duration must be a positive number of seconds")
-    if args.sample < 1:
-        raise UsageError("--sample must be 1 (every event) or more")
 
 
 def write_ready_file(path: str | None, text: str) -> None:
@@ -132,7 +111,7 @@ def run_until_stopped(
 
 
 class RunShape(Protocol):
-    """What the run loop reads of how a run goes: RunOptions, or a diagnostic's typed config."""
+    """What the run loop reads of how a run goes: a diagnostic's typed config (spec.common.RunConfig)."""
 
     @property
     def summary(self) -> bool: ...

@@ -19,7 +19,6 @@ import functools
 from typing import Any
 
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
-from netsleuth.fleet import untyped
 from netsleuth.spec.schemas import config_schema, schema_components
 from netsleuth.spec.session_request import SessionRequest
 
@@ -32,27 +31,14 @@ _X_SCOPE = {"netns": "network-namespace", "k8s_namespace": "kubernetes-namespace
 
 def _scope_fields(spec: Any) -> tuple[dict[str, str], str | None]:
     """{config field: scope role} and why it runs only host-wide (None: it can be kept in a namespace)."""
-    if untyped.is_typed(spec):
-        traits = spec.scope
-        roles = {role: traits.field_of(spec.config, role) for role in ("netns", "address", "k8s_namespace")}
-        fields = {field: role for role, field in roles.items() if field is not None}
-        return fields, traits.host_wide_only
-    keys = spec.keys
-    fields = {
-        key: role
-        for key, role in (("netns", "netns"), ("host", "address"), ("k8s_namespace", "k8s_namespace"))
-        if key in keys
-    }
-    return fields, None
+    traits = spec.scope
+    roles = {role: traits.field_of(spec.config, role) for role in ("netns", "address", "k8s_namespace")}
+    fields = {field: role for role, field in roles.items() if field is not None}
+    return fields, traits.host_wide_only
 
 
 def _form_schema(spec: Any) -> dict[str, Any]:
-    schema = (
-        config_schema(spec.config, title=spec.name)
-        if untyped.is_typed(spec)
-        else untyped.config_schema(spec.keys, title=spec.name)
-    )
-    schema = copy.deepcopy(schema)
+    schema = copy.deepcopy(config_schema(spec.config, title=spec.name))
     properties: dict[str, Any] = schema.get("properties", {})
     fields, _why = _scope_fields(spec)
     for name, role in fields.items():

@@ -1,15 +1,13 @@
-"""Filters shared by every packet diagnostic (drops, resets, tcp...): parsed and validated once, here.
+"""The packet filter every packet diagnostic's loader writes into its kernel config (`PacketFilter`, what a
+typed config resolves to on this host: netsleuth.spec.common), and the checks of what this host has.
 
-Bad input is a ConfigError (a UsageError: one sentence, exit 2) that also names the field, so the web form
-marks it and words it with its own label while the CLI names the flag. The parsed `PacketFilter` is what each
-program's loader turns into its in-kernel configuration.
-
-Naming something this host does not have is bad input too: a `--pid` that is no process here (or is a
-thread, while the kernel filters by process), a `--netns` inode nothing holds (kernel/netns.py). An
-interface is different: one may appear during the run (a container's veth), so a `--dev` no namespace has
-now is accepted with a note (`PacketFilter.notes`), printed when the run starts. These checks run wherever a
-config is read on the host that traces it (the CLI, the agent); a controller checking a config meant for
-other hosts reads it under `read_for_another_host()`, which checks formats only.
+Naming something this host does not have is bad input: a `--pid` that is no process here (or is a thread,
+while the kernel filters by process), a `--netns` inode nothing holds (kernel/netns.py). An interface is
+different: one may appear during the run (a container's veth), so a `--dev` no namespace has now is
+accepted with a note (`PacketFilter.notes`), printed when the run starts. These checks run wherever a config
+is read on the host that traces it (the CLI, the agent); a controller checking a config meant for other
+hosts reads it under `read_for_another_host()`, which checks formats only. `add_filter_arguments` and
+`FILTER_KEYS` are the filters as `netsleuth fleet run` offers them for any diagnostic.
 """
 
 from __future__ import annotations
@@ -25,10 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netsleuth.diagnostics.model import ConfigInput
 from netsleuth.errors import NetsleuthError, UsageError
-from netsleuth.packet import proto_number
-from netsleuth.spec.configs import ConfigError
 
 if TYPE_CHECKING:
     from netsleuth.kernel.netns import NetnsNames
@@ -42,38 +37,11 @@ __all__ = [
     "check_process",
     "filter_notes",
     "on_this_host",
-    "packet_filter_from_args",
-    "parse_network",
-    "parse_port",
     "read_for_another_host",
-    "read_packet_filter",
-    "read_task_selection",
-    "read_tcp_filter",
     "resolve_namespaces",
 ]
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def parse_network(text: str, key: str | None = None) -> IpNetwork:
-    """An address or CIDR; `key` names the config field it was given for (`dst`), if any."""
-    try:
-        return ipaddress.ip_network(text, strict=False)
-    except ValueError:
-        raise ConfigError(
-            key,
-            f"{text!r} is not an IP address or CIDR (e.g. 198.18.0.1, 198.18.0.0/15, 2001:db8::/32)",
-            flag=f"--{key}" if key else "",
-        ) from None
-
-
-def parse_port(text: str, option: str, key: str | None = None) -> int:
-    """A port given with the CLI's `option` (`--dport`) for the config field `key` (default: the option's)."""
-    if not text.isdigit() or not 0 < int(text) <= 65535:
-        raise ConfigError(
-            key or option.lstrip("-"), f"{text!r} is not a port: give a number from 1 to 65535", flag=option
-        )
-    return int(text)
 
 
 @dataclass(frozen=True)
@@ -247,25 +215,6 @@ def filter_notes(session: object) -> list[str]:
     return list(packet_filter.notes) if isinstance(packet_filter, PacketFilter) else []
 
 
-def packet_filter_from_args(args: argparse.Namespace) -> PacketFilter:
-    return read_packet_filter(ConfigInput.from_args(args))
-
-
-def _read_pid(values: ConfigInput) -> int | None:
-    text = values.text("pid")
-    if text is not None and (not text.isdigit() or int(text) <= 0):
-        raise ConfigError("pid", f"{text!r} is not a process id", flag="--pid")
-    return int(text) if text is not None else None
-
-
-def _read_comm(values: ConfigInput) -> str | None:
-    comm = values.text("comm")
-    if comm is not None and not 0 < len(comm) <= 15:
-        problem = f"{comm!r} must be 1 to 15 characters, as the kernel keeps it"
-        raise ConfigError("comm", problem, flag="--comm")
-    return comm
-
-
 @dataclass(frozen=True)
 class TaskSelection:
     """Which tasks a process-level diagnostic (profile, snoop) watches: --pid, --comm, --netns (inode),
@@ -275,107 +224,6 @@ class TaskSelection:
     comm: str | None = None
     netns: int | None = None
     cgroup_id: int | None = None
-
-
-def read_task_selection(values: ConfigInput) -> TaskSelection:
-    from netsleuth.kernel.cgroups import resolve_cgroup_arg
-    from netsleuth.kernel.netns import resolve_netns_arg
-
-    netns, cgroup = values.text("netns"), values.text("cgroup")
-    pid = _read_pid(values)
-    if pid is not None:
-        check_process(pid)
-    return TaskSelection(
-        pid=pid,
-        comm=_read_comm(values),
-        netns=resolve_netns_arg(netns) if netns is not None else None,
-        cgroup_id=resolve_cgroup_arg(cgroup) if cgroup is not None else None,
-    )
-
-
-def read_packet_filter(
-    values: ConfigInput, resolve_netns: Callable[[str], int] | None = None
-) -> PacketFilter:
-    """The filters from CLI flags or a JSON config. `resolve_netns` turns --netns into an inode on this host
-    (by default: `ip netns` names, inodes, /proc/PID/ns/net); a controller that only checks a config meant
-    for another host passes its own."""
-    proto = None
-    proto_text = values.text("proto")
-    if proto_text is not None:
-        proto = proto_number(proto_text)
-        if proto is None:
-            raise ConfigError(
-                "proto",
-                f"{proto_text!r} is an unknown protocol: use tcp, udp, icmp, icmpv6, sctp or a number 0-255",
-                flag="--proto",
-            )
-    pid, comm = _read_pid(values), _read_comm(values)
-    dev = values.text("dev")
-    if dev is not None and not 0 < len(dev) <= 15:
-        raise ConfigError("dev", f"{dev!r} is not an interface name (1 to 15 characters)", flag="--dev")
-    family = values.raw("family")
-    if family not in (None, 4, 6):
-        raise ConfigError("family", f"must be 4 or 6 (-4 or -6), not {family!r}")
-    netns = values.text("netns")
-    if resolve_netns is None:
-        from netsleuth.kernel.netns import resolve_netns_arg
-
-        resolve_netns = resolve_netns_arg
-
-    def port(key: str) -> int | None:
-        text = values.text(key)
-        return parse_port(text, f"--{key}") if text is not None else None
-
-    hosts = tuple(parse_network(text, "host") for text in values.texts("host"))
-    sources = tuple(parse_network(text, "src") for text in values.texts("src"))
-    destinations = tuple(parse_network(text, "dst") for text in values.texts("dst"))
-    # -6 with an IPv4 address (or -4 with an IPv6 one) would match nothing, silently: say so instead.
-    for network in (*hosts, *sources, *destinations):
-        if family is not None and network.version != family:
-            raise ConfigError(
-                "family",
-                f"contradicts the IPv{network.version} address {network}: drop one of them",
-                flag=f"-{family}",
-            )
-    netns_inode, netns_set = _read_namespaces(values, netns, resolve_netns)
-    packet_filter = PacketFilter(
-        proto=proto,
-        hosts=hosts,
-        sources=sources,
-        destinations=destinations,
-        port=port("port"),
-        sport=port("sport"),
-        dport=port("dport"),
-        pid=pid,
-        comm=comm,
-        netns=netns_inode,
-        dev=dev,
-        family=family,
-        netns_set=netns_set,
-    )
-    return on_this_host(packet_filter)
-
-
-def read_tcp_filter(values: ConfigInput) -> PacketFilter:
-    """The filters of a diagnostic that traces TCP sockets (conn), minus the ones that cannot apply to them
-    (the typed configs' rule: netsleuth.diagnostics.tcp.records.TcpConfig)."""
-    packet_filter = read_packet_filter(values)
-    if packet_filter.proto not in (None, 6):
-        raise UsageError("this command traces TCP: --proto can only be tcp")
-    if packet_filter.dev is not None:
-        raise UsageError("--dev does not apply here: TCP events belong to sockets, not interfaces")
-    return packet_filter
-
-
-def _read_namespaces(
-    values: ConfigInput, netns: str | None, resolve_netns: Callable[[str], int]
-) -> tuple[int | None, frozenset[int]]:
-    pod, k8s_namespace = values.text("pod"), values.text("k8s_namespace")
-    choices = (("--netns", netns), ("--pod", pod), ("--k8s-namespace", k8s_namespace))
-    given = [option for option, value in choices if value is not None]
-    if len(given) > 1:
-        raise UsageError(f"{' and '.join(given)} each choose the network namespace: give one of them")
-    return resolve_namespaces(netns, pod, k8s_namespace, resolve_netns)
 
 
 def resolve_namespaces(

@@ -45,7 +45,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from netsleuth.agent.config import SessionLimits
 from netsleuth.errors import NetsleuthError, UsageError
-from netsleuth.fleet import untyped
 from netsleuth.fleet.host_namespaces import NamespaceLookup
 from netsleuth.fleet.protocol import Budgets, ProtocolError, SignedTask, Task, decode
 from netsleuth.spec.configs import Config, ConfigError
@@ -72,8 +71,7 @@ class TaskRefused(Exception):
 @dataclass(frozen=True)
 class AcceptedTask:
     task: Task
-    # The diagnostic's typed config with the scope pushed in; for a diagnostic not yet typed, its JSON
-    # config with the scope pushed into its keys (fleet/untyped.py).
+    # The diagnostic's typed config with the scope pushed in.
     config: Any
     budgets: Budgets  # the task's budgets capped by the agent's own limits
     deadline_s: float
@@ -83,8 +81,6 @@ class AcceptedTask:
     @property
     def config_json(self) -> dict[str, Any]:
         """The effective config as JSON (what conntrack's entries are matched against)."""
-        if isinstance(self.config, dict):
-            return self.config
         built: dict[str, Any] = msgspec.to_builtins(self.config, enc_hook=str)
         return built
 
@@ -140,11 +136,8 @@ class TaskAdmission:
         run_id: str,
         max_task_lifetime: float = 300.0,
         clock: Callable[[], float] = time.time,
-        validate_config: Callable[[str, dict[str, Any]], object] | None = None,
     ) -> None:
-        """`namespaces` resolves what a scope names on this host (fleet/host_namespaces.py);
-        `validate_config` checks the JSON config of a diagnostic that is not typed yet (fleet/untyped.py:
-        reading it resolves names on the host, so a test without those names leaves it out)."""
+        """`namespaces` resolves what a scope names on this host (fleet/host_namespaces.py)."""
         self.host_id = host_id
         self.run_id = run_id
         self._key = controller_key
@@ -154,7 +147,6 @@ class TaskAdmission:
         self._namespaces = namespaces
         self._max_lifetime = max_task_lifetime
         self._clock = clock
-        self._validate = validate_config
         self.replays = ReplayGuard(clock)
 
     def admit(self, data: bytes) -> AcceptedTask:
@@ -288,8 +280,6 @@ class TaskAdmission:
         from netsleuth.diagnostics.registry import get_diagnostic
 
         spec = get_diagnostic(task.diagnostic)
-        if not untyped.is_typed(spec):
-            return untyped.scoped_config(task, scope, self._namespaces, self._validate, TaskRefused)
         given = dict(task.config)
         if scope.host_wide and given.get("netns") == HOST_WIDE:
             # `"netns": "*"` is how a request asks for every namespace (the controller made the scope of

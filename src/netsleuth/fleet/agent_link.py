@@ -36,7 +36,7 @@ from netsleuth.agent.programs import ProgramLedger
 from netsleuth.agent.session_diagnostics import DiagnosticContext
 from netsleuth.fleet.admission import TaskAdmission, TaskRefused
 from netsleuth.fleet.clock import OffsetEstimator, parse_nats_time
-from netsleuth.fleet.diagnostic_source import catalogue, open_diagnostic, validate_config
+from netsleuth.fleet.diagnostic_source import catalogue, open_diagnostic
 from netsleuth.fleet.host_namespaces import HostNamespaces
 from netsleuth.fleet.host_registry import host_entry, probe_features
 from netsleuth.fleet.link_config import FleetConfig, login_identity, login_refused, lone_reset
@@ -98,7 +98,6 @@ class FleetLink:
             host_netns=config.netns,
             namespaces=HostNamespaces(self._names, self._pods),
             max_task_lifetime=config.max_task_lifetime,
-            validate_config=validate_config,
         )
         self._features: dict[str, Any] = {}
         self._sessions: dict[str, FleetSession] = {}
@@ -413,13 +412,7 @@ class FleetLink:
                     session = FleetSession(
                         accepted,
                         self.config.host_id,
-                        lambda: open_diagnostic(
-                            accepted.task.diagnostic,
-                            accepted.config,
-                            self._context,
-                            accepted.scope,
-                            accepted.namespace_files,
-                        ),
+                        lambda: open_diagnostic(accepted.task.diagnostic, accepted.config, self._context),
                         self.publisher(accepted.task.stored),
                         self._ledger,
                         lambda: self._clock.offset_ns,

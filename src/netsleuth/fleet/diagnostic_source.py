@@ -3,29 +3,24 @@
 encoded into record batches (a drop storm's as its batch's own lines).
 
 Admission (admission.py) gave the config already narrowed to the task's scope, by the diagnostic's
-`ScopeTraits` and its narrowing hook; a diagnostic not typed yet is narrowed here the old way
-(untyped.narrow_to_scope: every packet filter it holds gets the scope's namespace - conn's drop program
-watches every namespace by design, to catch the drop that kills a connection elsewhere on the host - and its
-NAT join reads only the scope's conntrack tables). So the kernel never emits another namespace's events for
-a scoped task; scope_filter.py is the last line behind that.
+`ScopeTraits` and its narrowing hook (conn's confines its drop program, which watches every namespace by
+design, and its NAT join to the scope's namespaces). So the kernel never emits another namespace's events
+for a scoped task; scope_filter.py is the last line behind that.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import msgspec
 
-from netsleuth.agent.session_diagnostics import DiagnosticContext, WindowedGroups, open_session, open_typed
+from netsleuth.agent.session_diagnostics import DiagnosticContext, WindowedGroups, open_typed
 from netsleuth.diagnostics.drops.batch import DropBatch
 from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 from netsleuth.diagnostics.totals import EventTotals
-from netsleuth.fleet import untyped
 from netsleuth.fleet.scope_filter import ScopeFilter
-from netsleuth.spec.scope import Scope
 
 __all__ = [
     "EncodedRecords",
@@ -34,7 +29,6 @@ __all__ = [
     "catalogue",
     "for_the_fleet",
     "open_diagnostic",
-    "validate_config",
 ]
 
 
@@ -48,7 +42,7 @@ class FleetDiagnostic(Protocol):
 
     def drain(self) -> Records: ...
 
-    def summary(self, interrupted: bool) -> Any: ...  # a typed Summary, or an untyped diagnostic's dict
+    def summary(self, interrupted: bool) -> Any: ...  # a typed summary record
 
     def totals(self) -> EventTotals: ...
 
@@ -88,20 +82,19 @@ class EncodedRecords:
         return self._batch.json_lines()
 
 
-# Typed records (msgspec Structs, encoded at the edge), an untyped diagnostic's records as their JSON
-# objects, or a drop batch's lines.
+# Typed records (msgspec Structs, encoded at the edge), or a drop batch's lines.
 Records = list[Any] | EncodedRecords
 
 
 def _as_records(records: Sequence[Record]) -> Records:
     if isinstance(records, DropBatch):
         return EncodedRecords(records)
-    return [record if isinstance(record, msgspec.Struct) else dict(record.to_json()) for record in records]
+    return list(records)
 
 
 class _FleetRecords:
-    """A registry session as the fleet reads it: typed records as they are, an untyped diagnostic's as
-    their JSON objects, a drop batch as its lines (EncodedRecords)."""
+    """A registry session as the fleet reads it: typed records as they are, a drop batch as its lines
+    (EncodedRecords)."""
 
     def __init__(self, session: DiagnosticSession) -> None:
         self._session = session
@@ -120,8 +113,7 @@ class _FleetRecords:
         return _as_records(self._session.drain())
 
     def summary(self, interrupted: bool) -> Any:
-        summary = self._session.summary(interrupted)
-        return summary if isinstance(summary, msgspec.Struct) else dict(summary.to_json())
+        return self._session.summary(interrupted)
 
     def totals(self) -> EventTotals:
         return self._session.totals()
@@ -147,31 +139,10 @@ def for_the_fleet(config: Any) -> Any:
     others' namespaces."""
     if isinstance(config, msgspec.Struct) and "report_unclaimed" in config.__struct_fields__:
         return msgspec.structs.replace(config, report_unclaimed=True)
-    if (
-        dataclasses.is_dataclass(config)
-        and not isinstance(config, type)
-        and any(item.name == "report_unclaimed" for item in dataclasses.fields(config))
-    ):
-        return dataclasses.replace(config, report_unclaimed=True)
     return config
 
 
-def open_diagnostic(
-    name: str, config: Any, context: DiagnosticContext, scope: Scope, files: tuple[str, ...]
-) -> FleetDiagnostic:
-    """Open `name` with the config admission accepted (nothing attached until start): a typed config as it
-    is, an untyped diagnostic's JSON validated and narrowed to `scope` here (`files`: files that enter the
-    scope's namespaces, for its NAT join). UsageError if invalid."""
-    spec = get_diagnostic(name)
-    if untyped.is_typed(spec):
-        return _FleetRecords(open_typed(spec, for_the_fleet(config), context))
-    return _FleetRecords(
-        open_session(
-            name, config, context, lambda typed: for_the_fleet(untyped.narrow_to_scope(typed, scope, files))
-        )
-    )
-
-
-def validate_config(name: str, config: dict[str, Any]) -> object:
-    """An untyped diagnostic's config from JSON, or its UsageError: nothing is loaded or attached."""
-    return get_diagnostic(name).config_from_json(dict(config))
+def open_diagnostic(name: str, config: Any, context: DiagnosticContext) -> FleetDiagnostic:
+    """Open `name` with the typed config admission accepted and narrowed to the task's scope (nothing
+    attached until start). UsageError if it cannot open here."""
+    return _FleetRecords(open_typed(get_diagnostic(name), for_the_fleet(config), context))

@@ -13,8 +13,9 @@ A typed record is checked by its field types (spec.scope.RecordScope): every fie
 name a namespace of the scope, every pod (`K8sNamespaceField`) be of the scope's Kubernetes namespace, and a
 record carrying addresses (`AddressField`) must have one inside the scope's ranges - at any depth. A
 summary always leaves, keeping only its groups inside the scope; a record that carries neither a namespace
-nor an address (a profile stack) passes only a host-wide scope. Records of diagnostics not typed yet are
-still dicts, checked by key names (fleet/untyped.py, to be deleted).
+nor an address (a profile stack) passes only a host-wide scope. The session's own conntrack records
+(fleet/conntrack_records.py) are the only ones that are not typed: they name where they were read by its
+label and carry their tuples' addresses, checked as such; any other untyped record is withheld.
 
 Everything withheld is counted (`withheld_records`, `withheld_entries`), and the host's `ended` status says
 so: totals stay honest when the agent holds something back.
@@ -28,9 +29,7 @@ from typing import Any
 
 import msgspec
 
-from netsleuth.fleet.untyped import DictScope
-from netsleuth.kernel.netns import NetnsNames
-from netsleuth.spec.scope import RecordScope, Scope
+from netsleuth.spec.scope import NetnsLabels, RecordScope, Scope
 
 __all__ = ["ScopeFilter"]
 
@@ -39,11 +38,10 @@ class ScopeFilter:
     """Checks records against one task's scope and counts what it holds back. Thread-safe counters: the
     session thread filters, the status is read from the same thread, but nothing here assumes it."""
 
-    def __init__(self, scope: Scope, names: NetnsNames | None = None) -> None:
+    def __init__(self, scope: Scope) -> None:
         self.scope = scope
         self._typed = RecordScope(scope)
-        self._names = names
-        self._dicts: DictScope | None = None  # made on the first dict record (it reads namespace names)
+        self._labels: NetnsLabels | None = None  # made on the first conntrack record
         self._lock = threading.Lock()
         self.withheld_records = 0
         self.withheld_entries = 0  # summary groups, timeline entries, NAT hops removed from kept records
@@ -65,15 +63,27 @@ class ScopeFilter:
             f"withheld {self.withheld} out-of-scope ({' and '.join(parts)}; scope: {self.scope.describe()})"
         )
 
-    def _dict_scope(self) -> DictScope:
-        if self._dicts is None:
-            self._dicts = DictScope(self.scope, self._names or NetnsNames())
-        return self._dicts
+    def _conntrack_inside(self, record: Any) -> bool:
+        """A conntrack record (a dict: `conntrack` or `conntrack_stats`) is inside when the namespace it was
+        read in is the scope's and, under an address scope, one of its tuples' addresses is inside."""
+        if not isinstance(record, dict) or record.get("type") not in ("conntrack", "conntrack_stats"):
+            return False  # nothing else travels untyped: what cannot be judged does not leave
+        if self._labels is None:
+            self._labels = NetnsLabels(self.scope)
+        if not self._labels.holds(record.get("netns")):
+            return False
+        tuples = [record.get(direction) for direction in ("orig", "reply")]
+        addresses = [
+            flow[key] for flow in tuples if isinstance(flow, dict) for key in ("src", "dst") if key in flow
+        ]
+        return not (self.scope.networks and addresses) or any(
+            isinstance(address, str) and self.scope.holds_address(address) for address in addresses
+        )
 
     def _narrow(self, record: Any) -> tuple[Any | None, int]:
         if isinstance(record, msgspec.Struct):
             return self._typed.narrow(record)
-        return self._dict_scope().narrow(record)
+        return (record if self._conntrack_inside(record) else None), 0
 
     def keep(self, records: Iterable[Any]) -> list[Any]:
         """The records (some narrowed) that may leave the host; the rest counted."""
@@ -99,12 +109,7 @@ class ScopeFilter:
         Only for records that are kept or withheld whole (not summaries, conn reports or verdicts)."""
         if self.scope.host_wide:
             return True
-        if isinstance(record, msgspec.Struct):
-            inside = self._typed.allows(record)
-        else:
-            if record.get("type") in ("summary", "conn", "verdict"):
-                raise ValueError(f"a {record.get('type')} record is narrowed, not kept whole")
-            inside = self._dict_scope().inside(record)
+        inside = self._typed.allows(record) if isinstance(record, msgspec.Struct) else False
         if inside:
             return True
         with self._lock:

@@ -73,7 +73,7 @@ class Pod:
         return f"{self.namespace}/{self.name}"
 
     def to_json(self) -> dict[str, str]:
-        """What a record carries of its pod (netsleuth.diagnostics.record_parts.PodRef)."""
+        """What a record carries of its pod (netsleuth.spec.parts.PodRef)."""
         return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
 
 

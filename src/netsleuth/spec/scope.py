@@ -29,6 +29,7 @@ __all__ = [
     "K8sNamespaceField",
     "Netns",
     "NetnsField",
+    "NetnsLabels",
     "RecordScope",
     "Scope",
     "ScopeRole",
@@ -158,6 +159,34 @@ class ScopeTraits:
         }[role]
         fields: tuple[str, ...] = getattr(config_type, "__struct_fields__", ())
         return name if name is not None and name in fields else None
+
+
+class NetnsLabels:
+    """Whether a namespace as a label names it - its `ip netns` name, its inode (as a number or as text),
+    `netns NAME` (a NAT hop's `where`), `host` (the conntrack reader's label for the agent's own) - is one
+    of a scope's: how a conn report's timeline and a conntrack record say where they were seen."""
+
+    def __init__(self, scope: Scope) -> None:
+        import os
+
+        own = os.stat("/proc/self/ns/net").st_ino
+        self._inodes = {netns.inode for netns in scope.namespaces}
+        texts = {str(netns.inode) for netns in scope.namespaces}
+        texts.update(netns.name for netns in scope.namespaces if netns.name)
+        if own in self._inodes:
+            texts.add("host")
+        self._texts = frozenset(texts)
+
+    def holds(self, value: object) -> bool | None:
+        """True/False for a value naming a namespace; None when it names none (unknown: 0, null, empty)."""
+        if value is None or value == 0 or isinstance(value, bool):
+            return None
+        if isinstance(value, int):
+            return value in self._inodes
+        if not isinstance(value, str):
+            return False
+        text = value.removeprefix("netns ")
+        return text in self._texts if text else None
 
 
 class RecordScope:

@@ -228,15 +228,12 @@ def read_request_config(
     machine cannot check (None) is left to the agents. `read_config`: how the diagnostic reads it when not
     by its registered spec (a test's scripted diagnostic)."""
     from netsleuth.diagnostics.registry import get_diagnostic
-    from netsleuth.spec.diagnostic import DiagnosticSpec
 
     try:
         if read_config is not None:
             return read_config(name, config)
-        spec = get_diagnostic(name)
-        if isinstance(spec, DiagnosticSpec):
-            return spec.config_from_json(config, speaker)  # its form only: nothing here is host-specific
-        return _read_untyped(spec, config, elsewhere)
+        # Its form only: nothing a typed config holds is host-specific (names are resolved when it opens).
+        return get_diagnostic(name).config_from_json(config, speaker)
     except UsageError as error:
         sentence = f"invalid config for {name}: {str(error).rstrip('.')}."
         if isinstance(error, ConfigError) and error.field is not None:
@@ -246,16 +243,3 @@ def read_request_config(
         if not elsewhere:
             raise
         return None  # what this machine lacks (BTF for drop reason names): the agents check it
-
-
-def _read_untyped(spec: Any, config: dict[str, Any], elsewhere: bool) -> Any:
-    """ADAPTER (fleet/untyped.py): a diagnostic whose config is not typed yet, read by its own reader."""
-    if not elsewhere:
-        return spec.config_from_json(config)
-    from netsleuth.diagnostics.filters import read_for_another_host
-
-    # Its reader resolves `netns` on this host, which is not the hosts': roles decide who may name which
-    # namespace, each agent whether it exists.
-    config = {key: value for key, value in config.items() if key != "netns"}
-    with read_for_another_host():  # whether a --pid or --dev exists is each agent's to say
-        return spec.config_from_json(config)

@@ -7,7 +7,6 @@ UNSET.
 from __future__ import annotations
 
 import ipaddress
-import os
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -17,7 +16,7 @@ from netsleuth.diagnostics.tcp.records import TcpConfig
 from netsleuth.spec.configs import ConfigError
 from netsleuth.spec.options import FILTERS, IpNetwork, Opt
 from netsleuth.spec.records import Record, WallTime
-from netsleuth.spec.scope import AddressText
+from netsleuth.spec.scope import AddressText, NetnsLabels
 from netsleuth.spec.summary import ClockPart, TotalsPart
 
 if TYPE_CHECKING:
@@ -215,7 +214,7 @@ class ConnRecord(Record, frozen=True, kw_only=True, tag="conn"):
         its sockets is inside; the other end's namespace, and the timeline entries and NAT hops seen outside,
         are removed (its drop and reset counts with them), and the verdict - written from everything the
         tracker joined - says that parts were withheld. The second value: how many parts were removed."""
-        labels = _NetnsLabels(scope)
+        labels = NetnsLabels(scope)
         ends = [labels.holds(self.client_netns), labels.holds(self.server_netns)]
         if True not in ends or not any(scope.holds_address(address) for address in (self.saddr, self.daddr)):
             return None, 0
@@ -239,30 +238,6 @@ class ConnRecord(Record, frozen=True, kw_only=True, tag="conn"):
                 f"{self.outcome} (as seen inside this task's scope; {removed} out-of-scope part(s) withheld)"
             )
         return (msgspec.structs.replace(self, **changes) if changes else self), removed
-
-
-class _NetnsLabels:
-    """Whether a namespace as a conn report names it - its `ip netns` name, its inode (as a number or as
-    text), `netns NAME` (a NAT hop's `where`), `host` (the conntrack reader's label for the agent's own) - is
-    one of a scope's."""
-
-    def __init__(self, scope: Scope) -> None:
-        own = os.stat("/proc/self/ns/net").st_ino
-        self._inodes = {netns.inode for netns in scope.namespaces}
-        texts = {str(netns.inode) for netns in scope.namespaces}
-        texts.update(netns.name for netns in scope.namespaces if netns.name)
-        if own in self._inodes:
-            texts.add("host")
-        self._texts = frozenset(texts)
-
-    def holds(self, value: str | int | None) -> bool | None:
-        """True/False for a value naming a namespace; None when it names none (unknown: 0, null, empty)."""
-        if value is None or value == 0:
-            return None
-        if isinstance(value, int):
-            return value in self._inodes
-        text = value.removeprefix("netns ")
-        return text in self._texts if text else None
 
 
 class ConnSummary(Record, frozen=True, kw_only=True, tag="summary"):
