@@ -16,21 +16,6 @@ REPO = Path(__file__).resolve().parents[2]
 # Where the modules are, each with the folder its dotted names start from.
 ROOTS = ((REPO / "src" / "netsleuth", REPO / "src"), (REPO / "bench", REPO))
 
-# The one cycle left, with its members, until the conversions that hold its files are in (issue 21): the
-# arrow to cut is kernel/context.py -> diagnostics/attribution.py, the kernel's view importing a diagnostic's
-# rules. Owner, OwnerFacts and attribute_owner need only kernel.process: they belong under kernel/, and
-# attribution.py keeps what reads a decoded drop or tcp event. A cycle is allowed only inside this set.
-KNOWN_CYCLE = frozenset(
-    {
-        "netsleuth.diagnostics.attribution",
-        "netsleuth.diagnostics.filter_maps",
-        "netsleuth.diagnostics.filters",
-        "netsleuth.diagnostics.model",
-        "netsleuth.diagnostics.tcp.program",
-        "netsleuth.kernel.context",
-    }
-)
-
 Imports = dict[str, dict[str, int]]  # module -> module it imports -> the line of the first such import
 
 
@@ -109,10 +94,13 @@ def describe(graph: Imports, cycle: frozenset[str]) -> str:
     return "\n".join([f"{len(cycle)} modules:", *ties])
 
 
-def test_no_import_cycle_but_the_known_one() -> None:
+def test_no_import_cycle() -> None:
+    # The last one (kernel/context.py -> diagnostics/attribution.py -> tcp/program.py -> filter_maps.py /
+    # filters.py -> diagnostics/model.py -> kernel/context.py) went with the untyped config readers
+    # (ConfigInput) when conn, the last untyped diagnostic, became a typed spec.
     graph = import_graph()
-    new = [cycle for cycle in cycles(graph) if not cycle <= KNOWN_CYCLE]
-    assert not new, "import cycles:\n" + "\n".join(describe(graph, cycle) for cycle in new)
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(describe(graph, cycle) for cycle in found)
 
 
 def test_the_graph_sees_imports_in_functions_and_type_checking_blocks() -> None:
