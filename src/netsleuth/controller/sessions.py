@@ -48,6 +48,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
+from netsleuth.controller import full_collections
 from netsleuth.controller.audit import AuditLog, AuditUnavailable
 from netsleuth.controller.config import SessionsConfig
 from netsleuth.controller.fleet_session import (
@@ -714,7 +715,12 @@ class SessionManager:
     # -- orchestration (the controller that runs the session) -------------------------------------------
     async def _run(self, session: FleetSession) -> None:
         """From where the session is: a new one from its prepare, one taken over from its prepare (tasks
-        only to the hosts never heard of) or after T0 (started again where the start may not have come)."""
+        only to the hosts never heard of) or after T0 (started again where the start may not have come).
+        No full garbage collection over a large session's objects until it is finished (full_collections)."""
+        with full_collections.held() if len(session.hosts) > _LARGE_SESSION else contextlib.nullcontext():
+            await self._run_held(session)
+
+    async def _run_held(self, session: FleetSession) -> None:
         run = asyncio.current_task()
         assert run is not None
         keeper = asyncio.create_task(self._keep_lease(session, run))
