@@ -64,6 +64,18 @@ def rss_mib(pid: int) -> tuple[float, float]:
     return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
 
 
+def sched_seconds(pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of every thread of a process (schedstat):
+    a process whose two add up to the wall time wanted a CPU all along - saturated, or starved by the
+    machine's other work - and one far below it was waiting for someone else."""
+    running = waiting = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        with contextlib.suppress(OSError, ValueError):
+            fields = stat.read_text().split()
+            running, waiting = running + int(fields[0]), waiting + int(fields[1])
+    return running / 1e9, waiting / 1e9
+
+
 class Sampler:
     """CPU and RSS of one process every 100 ms while a block runs."""
 
@@ -71,6 +83,7 @@ class Sampler:
         self.pid = pid
         self.rss: list[float] = []
         self.cpu_at: list[tuple[float, float]] = []  # (monotonic, CPU seconds used so far)
+        self.sched_at: list[tuple[float, float, float]] = []  # (monotonic, running s, waiting for a CPU s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -78,6 +91,7 @@ class Sampler:
         while not self._stop.wait(0.1):
             self.rss.append(rss_mib(self.pid)[0])
             self.cpu_at.append((time.monotonic(), cpu_seconds(self.pid)))
+            self.sched_at.append((time.monotonic(), *sched_seconds(self.pid)))
 
     def cpu_between(self, since: float, until: float) -> float:
         """% of one core used between two monotonic times (to the nearest 100 ms sample): a phase's."""
@@ -85,6 +99,13 @@ class Sampler:
         if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
             return 0.0
         return round((inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]) * 100, 1)
+
+    def waiting_between(self, since: float, until: float) -> float:
+        """% of the phase its threads spent runnable but waiting for a CPU (summed over threads)."""
+        inside = [sample for sample in self.sched_at if since <= sample[0] <= until]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return 0.0
+        return round((inside[-1][2] - inside[0][2]) / (inside[-1][0] - inside[0][0]) * 100, 1)
 
     def __enter__(self) -> Sampler:
         self.cpu0, self.t0 = cpu_seconds(self.pid), time.monotonic()
@@ -134,6 +155,17 @@ def _profiled(py_spy: str, pid: int, out: str) -> Iterator[None]:
         except subprocess.TimeoutExpired:
             recorder.kill()
             recorder.wait()
+
+
+async def _controller_gc(client: httpx.AsyncClient) -> dict[str, float]:
+    """The controller's garbage-collection pauses so far (its /metrics): their total and the longest."""
+    found = {"total": 0.0, "longest": 0.0}
+    for line in (await client.get("/metrics")).text.splitlines():
+        if line.startswith("netsleuth_controller_gc_pause_seconds_total{"):
+            found["total"] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("netsleuth_controller_gc_pause_longest_seconds{"):
+            found["longest"] = max(found["longest"], float(line.rsplit(" ", 1)[1]))
+    return found
 
 
 def load_average() -> str:
@@ -187,11 +219,17 @@ async def _fleet_run(
 
         # 1. small sessions, one after the other
         latencies = []
+        refused: list[str] = []  # 503s ("NATS did not answer; try again shortly"): retried, as a client would
         for round_index in range(args.repeat):
             chosen = [hosts[(round_index * args.small + i) % len(hosts)] for i in range(args.small)]
             body = {"hosts": chosen, "diagnostic": "drops", "config": {"proto": "tcp"}, "duration": 1}
             called = time.monotonic()
             response = await client.post("/api/v1/sessions", json=body)
+            while response.status_code == 503 and len(refused) < 10:
+                refused.append(response.json().get("error", ""))
+                await asyncio.sleep(1)
+                called = time.monotonic()
+                response = await client.post("/api/v1/sessions", json=body)
             if response.status_code != 201:
                 raise RuntimeError(f"POST /api/v1/sessions: {response.status_code} {response.text}")
             session_id = response.json()["id"]
@@ -205,9 +243,12 @@ async def _fleet_run(
             "api_to_all_ready_ms_p50": round(statistics.median(latencies) * 1000, 1),
             "api_to_all_ready_ms_p95": round(latencies[max(0, int(len(latencies) * 0.95) - 1)] * 1000, 1),
             "api_to_all_ready_ms_max": round(latencies[-1] * 1000, 1),
+            "answered_503_then_retried": len(refused),
+            **({"first_503": refused[0]} if refused else {}),
         }
 
         # 2. every host at once, by selector
+        gc_before = await _controller_gc(client)
         assert controller.process is not None
         servers = [pid for pid in lab.nats_pids if pid is not None]
         with contextlib.ExitStack() as samplers:
@@ -246,6 +287,7 @@ async def _fleet_run(
             for state in {view.get("state") for view in final.get("hosts", {}).values()}
         }
         timeline = (await client.get(f"/api/v1/sessions/{session_id}/records")).text.splitlines()
+        gc_after = await _controller_gc(client)
         last_task = max(fleet.task_at[session_id].values())
         # Which process was busy when: % of one core in each phase (the whole session's is below). A
         # process near 100 % in a phase is what that phase waited for; on a shared machine, the load is
@@ -260,6 +302,11 @@ async def _fleet_run(
                 "controller": sampler.cpu_between(*span),
                 "simulator": simulator.cpu_between(*span),
                 "nats_servers": [server.cpu_between(*span) for server in nats_servers],
+                "waiting_for_a_cpu": {
+                    "controller": sampler.waiting_between(*span),
+                    "simulator": simulator.waiting_between(*span),
+                    "nats_servers": [server.waiting_between(*span) for server in nats_servers],
+                },
                 "simulator_loop_lag_ms_max": fleet.lag_between(*span).get("loop_lag_ms_max"),
                 "seconds": round(span[1] - span[0], 3),
             }
@@ -290,6 +337,10 @@ async def _fleet_run(
             "simulator_process": {**simulator.report(), **fleet.lag_between(called, controller_ended)},
             "nats_servers": [server.report() for server in nats_servers],
             "cpu_percent_by_phase": by_phase,
+            "controller_gc": {
+                "pause_s_total": round(gc_after["total"] - gc_before["total"], 3),
+                "pause_ms_longest_since_start": round(gc_after["longest"] * 1000, 1),
+            },
             "nats_slow_consumers": slow_consumers,
             "simulator_stored_messages": {
                 "sent": fleet.sent,
