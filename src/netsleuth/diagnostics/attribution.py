@@ -17,11 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from netsleuth.kernel.process import SocketOwners, container_of
-
 if TYPE_CHECKING:
     from netsleuth.diagnostics.drops.decode import RawDrop
     from netsleuth.diagnostics.tcp.program import RawTcpEvent
+    from netsleuth.kernel.process import SocketOwners
 
 __all__ = [
     "Owner",
@@ -67,9 +66,16 @@ def tcp_owner_facts(raw: RawTcpEvent, task_acts_on_socket: bool = False) -> Owne
 
 
 def attribute_owner(
-    facts: OwnerFacts, owners: SocketOwners, container: Callable[[int], str | None] = container_of
+    facts: OwnerFacts, owners: SocketOwners, container: Callable[[int], str | None] | None = None
 ) -> Owner:
-    """`container` maps a pid to its container id; callers on hot paths pass a cached one."""
+    """`container` maps a pid to its container id (kernel.process.container_of unless given); callers on hot
+    paths pass a cached one. kernel.process is imported only here, when an event is attributed: a
+    diagnostic's records (Owner, owner_json) are imported by every spec lookup, the agent's start among
+    them, which must not pay for the /proc scanner."""
+    if container is None:
+        from netsleuth.kernel.process import container_of
+
+        container = container_of
     if facts.task_pid:
         return Owner(facts.task_pid, facts.task_comm, "task", container(facts.task_pid))
     if facts.tracked_pid:
