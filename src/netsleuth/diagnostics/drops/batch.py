@@ -15,7 +15,6 @@ them.
 
 from __future__ import annotations
 
-import datetime
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, overload
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, overload
 import msgspec
 
 from netsleuth.diagnostics.drops.records import DropRecord
-from netsleuth.spec.records import WallTime, encode
+from netsleuth.spec.records import WallTime, encode, iso_second
 
 if TYPE_CHECKING:
     from netsleuth.diagnostics.drops.decode import RawDrop
@@ -164,8 +163,7 @@ _ZONE = "+00:00"
 _LINE = b"%s%s%06d%s"  # a drop's line: its kind's head, its second's head, its microseconds, its kind's tail
 _ONE_SECOND = 1_000_000_000
 _TIME_KEY = '"time":"'
-_SECOND_HEADS: dict[int, str] = {}  # second -> "YYYY-MM-DDTHH:MM:SS."
-_SECOND_BYTES: dict[int, bytes] = {}  # the same, UTF-8
+_SECOND_BYTES: dict[int, bytes] = {}  # second -> b"YYYY-MM-DDTHH:MM:SS."
 
 
 def _text_wall_ns(time_ns: int, offset: int) -> int:
@@ -175,18 +173,12 @@ def _text_wall_ns(time_ns: int, offset: int) -> int:
     return (second * 1_000_000 + round((seconds - second) * 1e6)) * 1000
 
 
-def _second_head(second: int) -> str:
-    if len(_SECOND_HEADS) >= 4096:
-        _SECOND_HEADS.clear()
-    text = datetime.datetime.fromtimestamp(second, datetime.UTC).isoformat(timespec="seconds")
-    head = _SECOND_HEADS[second] = text[: -len(_ZONE)] + "."
-    return head
-
-
 def _second_bytes(second: int) -> bytes:
+    """A second's head as UTF-8, from the time text's one per-second cache (spec.records.iso_second, what
+    WallTime.iso uses), kept here as bytes for `_line_values`' dict lookup per drop."""
     if len(_SECOND_BYTES) >= 4096:
         _SECOND_BYTES.clear()
-    head = _SECOND_BYTES[second] = (_SECOND_HEADS.get(second) or _second_head(second)).encode()
+    head = _SECOND_BYTES[second] = f"{iso_second(second)}.".encode()
     return head
 
 
