@@ -311,7 +311,12 @@ def test_everything_restarted_keeps_the_audit_and_the_history(cluster: FleetLab)
         reread = admin.get(f"/api/v1/sessions/{created['id']}").json()
         again = create(admin, hosts=list(HOSTS), diagnostic="drops", config={}, duration=1)
         after = wait_state(admin, again["id"], ("ended", "failed"), timeout=60)
-    assert audit_after[: len(audit_before)] == audit_before
+    # Nothing lost and nothing reordered: the listing merges the controller's and the agents' audit streams
+    # by the time each record was stored, and a record stored just before the first listing can become
+    # readable just after it (replicated, not yet committed), so it may appear between older ones afterwards.
+    later = iter(audit_after)
+    kept_in_order = all(any(record == other for other in later) for record in audit_before)
+    assert kept_in_order, (audit_before, audit_after)
     recorded = {r["action"] for r in audit_before if r.get("session") == created["id"]}
     assert recorded >= {"session.create", "session.end"}, recorded
     assert sessions_after.items() >= sessions_before.items() and created["id"] in sessions_before

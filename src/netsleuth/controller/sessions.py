@@ -92,7 +92,10 @@ _log = logging.getLogger("netsleuth.controller")
 # A host's states in the order they happen: a status read back from the stream after a newer one came live
 # (a resync) must not take the host back.
 _RANK = {"preparing": 0, "ready": 1, "running": 2, "ended": 3, "failed": 3, "rejected": 3}
-_RECONCILE_S = 3.0  # at the end, how long to wait for record batches a host sent but we lack (outbox resends)
+# At the end, how long to wait for record batches a host sent but we lack: its outbox resends one only after
+# the dead server's ack timeout (fleet/outbox.py ACK_TIMEOUT_S, 3 s) and a reconnect, so 3 s here gave up on
+# batches still on their way on a busy machine (2 gaps in a cluster test). Only a session with a gap waits.
+_RECONCILE_S = 10.0
 _INTERRUPTED = "interrupted"  # a session of an older controller that stopped before it ended
 _PINGS = 3  # clock samples per host, the one with the shortest round trip wins ...
 _PINGS_LARGE = 1  # ... but one for large sessions: 3 x 1,000 round trips would delay T0 by a second
