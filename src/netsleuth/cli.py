@@ -54,15 +54,17 @@ def _attaching(word: str | None) -> bool:
     return word in _diagnostic_words(with_plugins=False)
 
 
-def _command(name: str) -> Command:
+def _command(name: str, with_plugins: bool) -> Command:
+    """The command `name`; its diagnostics are the built-in ones only, or with the plug-ins' too."""
     module = _COMMAND_MODULES.get(name)
     if module is not None:
         command: Command = importlib.import_module(module).COMMAND
         return command
     from netsleuth.commands.diagnostic import diagnostic_command
-    from netsleuth.diagnostics.registry import diagnostic_modules, get_diagnostic
+    from netsleuth.diagnostics.registry import DIAGNOSTIC_MODULES, diagnostic_modules, get_diagnostic
 
-    specs = [get_diagnostic(each) for each in diagnostic_modules() if each.split(".", 1)[0] == name]
+    names = diagnostic_modules() if with_plugins else DIAGNOSTIC_MODULES
+    specs = [get_diagnostic(each) for each in names if each.split(".", 1)[0] == name]
     return diagnostic_command(name, specs)
 
 
@@ -139,13 +141,14 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     before_command = arguments[: arguments.index(chosen)] if chosen is not None else arguments
     top_level_help = "-h" in before_command or "--help" in before_command
     builtin = [*_COMMAND_MODULES, *_diagnostic_words(with_plugins=False)]
-    if chosen is not None and chosen in builtin and not top_level_help:
-        names = [chosen]
-    else:
-        # Plug-in diagnostics are looked up only here (reading the installed distributions costs time).
-        names = [*_COMMAND_MODULES, *_diagnostic_words(with_plugins=True)]
+    # Plug-in diagnostics are looked up only when the command is not a built-in one, or for the top-level
+    # help: reading every installed distribution's entry points imports importlib.metadata (email, zipfile,
+    # csv...) and costs 10-30 ms of `netsleuth drops`' start. A built-in command word is netsleuth's own: a
+    # plug-in adds its own word (docs/adding-a-diagnostic.md), never a mode under one of netsleuth's.
+    with_plugins = chosen is None or chosen not in builtin or top_level_help
+    names = [*_COMMAND_MODULES, *_diagnostic_words(with_plugins=True)] if with_plugins else [chosen or ""]
     for name in names:
-        command = _command(name)
+        command = _command(name, with_plugins)
         sub = subparsers.add_parser(name, help=command.help, description=command.help)
         command.add_arguments(sub)
         sub.set_defaults(_run=command.run)

@@ -187,3 +187,18 @@ def test_launcher_pauses_before_the_cli_and_the_cli_decides(
     assert launcher() == 0
     assert seen == [collecting]
     assert gc.isenabled()
+
+
+def test_a_built_in_command_reads_no_installed_distribution() -> None:
+    # Plug-ins are found through importlib.metadata's entry points, which reads every installed distribution
+    # (and imports email, zipfile, csv...): a run of a built-in diagnostic never needs them.
+    code = (
+        "import sys\n"
+        "from netsleuth import cli\n"
+        "cli.build_parser(['drops', '--summary']).parse_args(['drops', '--summary'])\n"
+        "print('importlib.metadata' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "False"
