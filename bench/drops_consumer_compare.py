@@ -1,11 +1,12 @@
 """The `drops --json` consumer's delivered events per CPU-second in two source trees, in the same run.
 
 What a drops run does with each poll of a storm, offline (no kernel, no traffic, so a shared machine's other
-work shows as little as it can): the ring's records as one blob, the batch made of them (decoded and named
-once per kind of drop), its JSON Lines (netsleuth.render.jsonl's path: the batch's own lines), written to a
-file. Storms of three shapes: one kind of drop (one sender, the user's storm), 16 kinds mixed, and every drop
-its own kind (a port scan: each drop decoded, named and encoded whole). Each tree runs in its own process
-(`PYTHONPATH=<tree>/src`), rounds alternating between the trees; the median of each is kept.
+work shows as little as it can): the records taken off a ring laid out in memory as the kernel's is, by the
+tree's own reader, the batch made of them (decoded and named once per kind of drop), its JSON Lines
+(netsleuth.render.jsonl's path: the batch's own lines), written to a file. Storms of three shapes: one kind
+of drop (one sender, the user's storm), 16 kinds mixed, and every drop its own kind (a port scan: each drop
+decoded, named and encoded whole). Each tree runs in its own process (`PYTHONPATH=<tree>/src`), rounds
+alternating between the trees; the median of each is kept.
 
 `--callgrind` also counts instructions per event under valgrind (a run of N events minus a run of none:
 imports and setup cancel out), which a busy machine does not change.
@@ -82,9 +83,57 @@ def storm(shape: str, count: int) -> list[bytes]:
     ]
 
 
+class _Ring:
+    """The tree's own ring-buffer reader (netsleuth.bpf.ringbuf._MappedRing) over plain memory laid out as
+    the kernel's ring is (each record after an 8-byte header of its length and page offset, padded to 8
+    bytes; the data twice in a row), so what it costs to take a poll's records off the ring is measured
+    too, as in a real run: each poll's records are copied in (the kernel's share) and read out with
+    `_take_blob` as a poll does."""
+
+    SIZE = 1 << 23  # bpf/emit.h NS_RINGBUF_BYTES
+
+    def __init__(self) -> None:
+        from netsleuth.bpf.ringbuf import _MappedRing
+
+        reader = _MappedRing.__new__(_MappedRing)
+        self._memory = bytearray(2 * self.SIZE)
+        data = memoryview(self._memory)
+        reader._mask = self.SIZE - 1
+        reader._data = data
+        reader._words = data.cast("I")
+        reader._consumer_pos = memoryview(bytearray(8)).cast("Q")
+        reader._producer_pos = memoryview(bytearray(8)).cast("Q")
+        self._reader = reader
+
+    @staticmethod
+    def laid_out(records: list[bytes]) -> bytes:
+        parts: list[bytes] = []
+        at = 0
+        for record in records:
+            size = len(record)
+            padding = b"\x5a" * ((-size) % 8)  # stale bytes, not zeros
+            parts += [size.to_bytes(4, "little"), (at // 4096).to_bytes(4, "little"), record, padding]
+            at += 8 + size + len(padding)
+        return b"".join(parts)
+
+    def read(self, laid_out: bytes) -> list[Any]:
+        """The poll's records as the reader hands them over (one or more takes of at most 1 MiB)."""
+        from netsleuth.bpf.ringbuf import _MAX_BYTES
+
+        reader = self._reader
+        self._memory[: len(laid_out)] = laid_out
+        reader._consumer_pos[0] = 0
+        reader._producer_pos[0] = len(laid_out)
+        taken: list[Any] = []
+        while True:
+            blob, bounds = reader._take_blob(_MAX_BYTES)
+            if not bounds:
+                return taken
+            taken.append((blob, bounds))
+
+
 def child(shape: str, events: int) -> dict[str, float]:
     """One tree's consumer on one storm: events per CPU-second of this process (and per wall second)."""
-    from netsleuth.bpf.ringbuf import joined_records
     from netsleuth.kernel.kallsyms import Kallsyms
     from netsleuth.kernel.reasons import DropReasons
 
@@ -97,11 +146,13 @@ def child(shape: str, events: int) -> dict[str, float]:
     enricher.prepare()
     batcher = drop_batcher(decode_records, enricher.enrich_many, lambda: enricher.context.wall_offset_ns)
     records = storm(shape, events)
-    polls = [joined_records(records[at : at + _BATCH]) for at in range(0, events, _BATCH)]
+    ring = _Ring()
+    polls = [ring.laid_out(records[at : at + _BATCH]) for at in range(0, events, _BATCH)]
     with tempfile.TemporaryFile() as out:
         cpu, wall = time.process_time(), time.perf_counter()
-        for blob, bounds in polls:
-            out.write(batcher.batch_blob(blob, bounds).json_blob())
+        for laid_out in polls:
+            for blob, bounds in ring.read(laid_out):
+                out.write(batcher.batch_blob(blob, bounds).json_blob())
         out.flush()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         size = out.tell()

@@ -20,6 +20,7 @@ from netsleuth.bpf.stats import ProgramStats
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
 from netsleuth.kernel.reasons import load_drop_reasons
+from netsleuth.render.jsonl import encode_line
 from tests.unit.json_record import JsonRecord
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -56,8 +57,22 @@ class Kernel:
         return ProgramStats(run_count=int(self.run_ns // 100), run_time_ns=int(self.run_ns))
 
 
+class Blobbed(list[JsonRecord]):
+    """A poll's records that make their lines whole, as a drop storm's batch does (json_blob)."""
+
+    blobs = 0  # batches written whole
+
+    def json_lines(self) -> list[bytes]:
+        return [encode_line(record.to_json()) for record in self]
+
+    def json_blob(self) -> bytes:
+        Blobbed.blobs += 1
+        return b"".join(self.json_lines())
+
+
 class Scripted:
-    """A diagnostic that produces `per_poll` drop records each poll and moves the clock by the poll time."""
+    """A diagnostic that produces `per_poll` drop records each poll and moves the clock by the poll time
+    (as one batch that makes its lines whole with `blob`)."""
 
     instances: ClassVar[list[Scripted]] = []
 
@@ -65,6 +80,7 @@ class Scripted:
         if config.get("port") == 0:
             raise UsageError("--port '0' is not a port: give a number from 1 to 65535")
         self.per_poll = int(config.get("per_poll", 1))
+        self.blob = bool(config.get("blob"))
         self.clock = clock
         self.attach_kind = "fake"
         self.emitted = 0
@@ -82,7 +98,8 @@ class Scripted:
 
     def poll(self, timeout_ms: int) -> list[JsonRecord]:
         self.clock.now += timeout_ms / 1000
-        return self._records(self.per_poll)
+        records = self._records(self.per_poll)
+        return Blobbed(records) if self.blob else records
 
     def drain(self) -> list[JsonRecord]:
         return self._records(2)
@@ -255,21 +272,28 @@ def test_stream_is_start_records_summary_end() -> None:
     assert set(sink.deadlines) == {100.0 + 1}
 
 
-def test_event_cap_ends_with_exactly_that_many() -> None:
+@pytest.mark.parametrize("blob", [False, True])
+def test_event_cap_ends_with_exactly_that_many(blob: bool) -> None:
     clock = Clock()
     sessions, _ = manager(clock)
     sink = Sink()
-    assert run(sessions, sink, duration=30, max_events=25, options={"per_poll": 7}) == "max_events"
+    Blobbed.blobs = 0
+    options = {"per_poll": 7, "blob": blob}
+    assert run(sessions, sink, duration=30, max_events=25, options=options) == "max_events"
     lines = sink.lines()
-    assert sum(1 for line in lines if line["type"] == "drop") == 25
+    assert [line["n"] for line in lines if line["type"] == "drop"] == list(range(25))
     assert lines[-1]["reason"] == "max_events" and lines[-2]["interrupted"] is True
+    # Whole batches go as their one blob while they fit (0-6, 7-13, 14-20); the one the cap cuts, by line.
+    assert Blobbed.blobs == (3 if blob else 0)
 
 
-def test_byte_cap_counts_what_was_sent_and_trims_the_summary() -> None:
+@pytest.mark.parametrize("blob", [False, True])
+def test_byte_cap_counts_what_was_sent_and_trims_the_summary(blob: bool) -> None:
     clock = Clock()
     sessions, _ = manager(clock)
     sink = Sink()
-    assert run(sessions, sink, duration=30, max_bytes=2000, options={"per_poll": 3}) == "max_bytes"
+    options = {"per_poll": 3, "blob": blob}
+    assert run(sessions, sink, duration=30, max_bytes=2000, options=options) == "max_bytes"
     lines = sink.lines()
     summary, end = lines[-2], lines[-1]
     assert end["reason"] == "max_bytes"

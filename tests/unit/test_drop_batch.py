@@ -7,7 +7,8 @@ import random
 import socket
 from pathlib import Path
 
-from netsleuth.diagnostics.drops.batch import DropBatcher
+from netsleuth.bpf.ringbuf import StridedBounds
+from netsleuth.diagnostics.drops.batch import DropBatcher, _one_kind
 from netsleuth.diagnostics.drops.decode import decode_records
 from netsleuth.diagnostics.drops.enrich import DropEnricher
 from netsleuth.render.jsonl import JsonLinesWriter, encode_line, record_blob, record_lines
@@ -90,3 +91,48 @@ def test_writer_takes_a_batch_or_plain_records(tmp_path: Path) -> None:
         stream.flush()
         outputs.append(stream.buffer.getvalue())
     assert outputs[0] == outputs[1] == b"".join(encode_line(record.to_json()) for record in plain)
+
+
+def strided(records: list[bytes], padding: bytes) -> tuple[bytes, StridedBounds]:
+    """Records of one size as the ring buffer hands them over: each after an 8-byte header (its length and
+    its page offset, which differs), padded to 8 bytes with whatever the ring held there before (`padding`,
+    cycled)."""
+    (length,) = {len(record) for record in records}
+    stride = (length + 8 + 7) & ~7
+    pad = stride - 8 - length
+    blob = b"".join(
+        length.to_bytes(4, "little")
+        + (index * stride // 8).to_bytes(4, "little")  # the header's offset field, different in each
+        + record
+        + padding[index % len(padding) :][:pad].ljust(pad)
+        for index, record in enumerate(records)
+    )
+    return blob, StridedBounds(8, stride, len(records), length)
+
+
+def test_a_strided_storm_of_one_kind_equals_the_plain_path(tmp_path: Path) -> None:
+    # One kind, read whole (no step per record), with stale bytes in the ring's padding; then the same with
+    # two kinds, where the per-record path takes over.
+    rng = random.Random(7)
+    enrich = enricher(tmp_path)
+    one = make_event(in_task=1, pid=1234, comm=b"sender", frames=FRAMES)
+    other = make_event(in_task=1, pid=4321, comm=b"other", frames=FRAMES)
+    for kinds in ([one], [one, other]):
+        records = storm(rng, kinds, 2500)
+        blob, bounds = strided(records, padding=bytes(range(1, 250)))
+        assert [blob[first:last] for first, last in bounds] == records
+        plain = enrich.enrich_many(decode_records(records))
+        batch = batcher(enrich).batch_blob(blob, bounds)
+        assert list(batch) == plain
+        lines = [encode_line(record.to_json()) for record in plain]
+        assert batch.json_lines() == lines and batch.json_blob() == b"".join(lines)
+
+
+def test_one_kind_is_told_from_the_bytes_after_the_time() -> None:
+    record = bytes(range(45))  # padded to 56 in the ring: 3 stale bytes after each record
+    same = [with_time(record, 10**18 + index) for index in range(5)]
+    blob, bounds = strided(same, padding=bytes(range(1, 200)))
+    assert bounds.stride == 56
+    assert _one_kind(blob, bounds) == [10**18 + index for index in range(5)]
+    changed = [*same[:3], same[3][:-1] + b"\x00", same[4]]
+    assert _one_kind(*strided(changed, padding=b"\xff")) is None

@@ -94,6 +94,16 @@ def _encode(record: Mapping[str, Any]) -> bytes:
     return encode_line(record)
 
 
+def _whole_blob(records: Sequence[Record], events_left: int) -> bytes | None:
+    """The batch's lines as one blob when it builds them so (json_blob) and has fewer than `events_left`
+    records (the event cap ends a session when it is reached, as take_within_caps says)."""
+    build = getattr(records, "json_blob", None)
+    if build is None or not 0 < len(records) < events_left:
+        return None
+    blob: bytes = build()
+    return blob
+
+
 class LiveSession:
     """An accepted, attached session; `stream` runs it to its end on the calling thread."""
 
@@ -140,7 +150,13 @@ class LiveSession:
             self.bytes += len(data)
 
     def _take(self, records: Sequence[Record]) -> tuple[list[bytes], tuple[str, str] | None]:
-        """Encode records while the caps allow; returns the lines and why it stopped, if it did."""
+        """Encode records while the caps allow; returns the lines and why it stopped, if it did. A batch
+        that makes its lines whole (a drop storm's, netsleuth.diagnostics.drops.batch) goes as its one
+        blob, as the CLI writes it, when all of it is inside both caps; otherwise line by line up to them."""
+        blob = _whole_blob(records, self.request.max_events - self.events)
+        if blob is not None and self.bytes + len(blob) <= self.request.max_bytes:
+            self.events += len(records)
+            return [blob], None
         lines, ended = take_within_caps(
             record_lines(records),
             self.events,

@@ -18,6 +18,11 @@ zeroes its target before writing, and a consumer_pos of 0 for an instant reads a
 side, which then samples and loses events - seen in the storm benchmark.) Other architectures keep libbpf's
 callback path (`_CallbackRing`).
 
+A storm's records are all one size: their headers then sit one stride apart, and one strided read of them
+(a C-level slice of the mapped words, compared with the first header repeated) tells that every one is
+committed, instead of a Python step per record; the batch then says where its records are as `StridedBounds`
+(first, stride, count, length), which a consumer can read whole (netsleuth.diagnostics.drops.batch).
+
 What the consumer cannot take stays in the ring; past half full the BPF side samples (emit.bpf.h), counted,
 never silently lost.
 """
@@ -29,11 +34,13 @@ import errno
 import mmap
 import os
 import select
+from collections.abc import Iterator, Sequence
+from typing import overload
 
 from netsleuth.bpf import _libbpf
 from netsleuth.bpf.errors import BpfError, last_errno_error
 
-__all__ = ["RecordBlob", "RingBuffer", "joined_records"]
+__all__ = ["RecordBlob", "RingBuffer", "StridedBounds", "joined_records"]
 
 _BATCH = 4096  # records per poll on the callback path
 _MAX_BYTES = 1 << 20  # per poll on the mapped path (~6k drops): the loop keeps its clock (progress, Ctrl-C)
@@ -92,6 +99,11 @@ class _MappedRing:
         # Offsets from `base`; never past base + one ring's size: the second mapping keeps records contiguous.
         offset = 0
         stop = min(end, start + limit) - start
+        strided = self._take_strided(base, stop)
+        if strided is not None:
+            blob = self._data[base : base + len(strided) * strided.stride].tobytes()
+            self._consumer_pos[0] = start + len(strided) * strided.stride
+            return blob, strided
         bounds: list[tuple[int, int]] = []
         append = bounds.append
         while offset < stop:
@@ -108,6 +120,38 @@ class _MappedRing:
         blob = self._data[base : base + offset].tobytes()
         self._consumer_pos[0] = start + offset
         return blob, bounds
+
+    def _take_strided(self, base: int, stop: int) -> StridedBounds | None:
+        """The committed records from `base` on, when they are at least two of one size (a storm's): their
+        headers, one stride apart, read in one strided slice and compared with the first one repeated; the
+        longest run of equal ones (a BUSY or other-sized record ends it) by halving. None otherwise: the
+        per-record walk then."""
+        words = self._words
+        header = words[base >> 2]
+        if header & (_BUSY | _DISCARD):
+            return None
+        length = header & _LENGTH
+        stride = (length + _HEADER + 7) & ~7
+        most = -(-stop // stride)  # every record that starts before `stop`, as the walk takes them
+        if most < 2:
+            return None
+        step = stride >> 2
+        first = base >> 2
+        heads = words[first : first + most * step : step].tobytes()
+        expected = header.to_bytes(4, "little") * most
+        count = most
+        if heads != expected:
+            low, high = 1, most  # heads[:4*low] matches, heads[:4*high] does not
+            while high - low > 1:
+                middle = (low + high) // 2
+                if heads[: 4 * middle] == expected[: 4 * middle]:
+                    low = middle
+                else:
+                    high = middle
+            count = low
+        if count < 2:
+            return None
+        return StridedBounds(_HEADER, stride, count, length)
 
     def poll(self, timeout_ms: int) -> list[bytes]:
         blob, bounds = self.poll_blob(timeout_ms)
@@ -202,8 +246,47 @@ class _CallbackRing:
 
 _TSO = os.uname().machine == "x86_64"  # not the platform module: it is imported on the way to attaching
 
+
+class StridedBounds(Sequence[tuple[int, int]]):
+    """Where `number` records of `length` bytes are in a blob: the first at `first`, each `stride` bytes after
+    the one before (a ring buffer's records of one size). A sequence of (first, last) like a list of them."""
+
+    __slots__ = ("first", "length", "number", "stride")
+
+    def __init__(self, first: int, stride: int, number: int, length: int) -> None:
+        self.first = first
+        self.stride = stride
+        self.number = number
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.number
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[int, int]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[int, int] | list[tuple[int, int]]:
+        if isinstance(index, slice):
+            return [self[at] for at in range(*index.indices(self.number))]
+        if index < 0:
+            index += self.number
+        if not 0 <= index < self.number:
+            raise IndexError("record index out of range")
+        at = self.first + index * self.stride
+        return at, at + self.length
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        starts = range(self.first, self.first + self.number * self.stride, self.stride)
+        return zip(
+            starts, range(self.first + self.length, starts.stop + self.length, self.stride), strict=True
+        )
+
+
 # Records as one bytes object and where each one is in it: (blob, [(first, last), ...]).
-RecordBlob = tuple[bytes, list[tuple[int, int]]]
+RecordBlob = tuple[bytes, Sequence[tuple[int, int]]]
 _EMPTY: RecordBlob = (b"", [])
 
 
