@@ -15,13 +15,16 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from netsleuth.diagnostics.filters import filter_notes
-from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.totals import EventTotals
 from netsleuth.errors import UsageError
 from netsleuth.startup_gc import resume_collection
+
+if TYPE_CHECKING:
+    # Protocols only named in annotations: a run of a typed diagnostic never defines the old model's classes.
+    from netsleuth.diagnostics.model import DiagnosticSession, Record
 
 __all__ = [
     "POLL_MS",

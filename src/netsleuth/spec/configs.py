@@ -11,7 +11,6 @@ names that only mean something there (a network namespace, a device) are resolve
 
 from __future__ import annotations
 
-import difflib
 import enum
 import ipaddress
 import re
@@ -193,6 +192,8 @@ def _sentence(
     if unknown:
         name = unknown.group(1)
         known = sorted(field.encode_name for field in config_fields(config_type))
+        import difflib  # only for this sentence: not on every run's way to attaching
+
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; it knows {', '.join(known)}"
         # A key the config does not have is no field a form could mark: the config as a whole is refused.
