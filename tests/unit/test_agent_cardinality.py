@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from netsleuth.agent.cardinality import SeriesGuard
+from netsleuth.spec.cardinality import SeriesGuard
 
 
 def test_admits_the_largest_up_to_the_limit() -> None:

@@ -10,11 +10,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from netsleuth._generated.drops_abi import DropEvent
 from netsleuth.agent.config import DropsExporterConfig
-from netsleuth.agent.function_names import FunctionNames, _names_from, resolve_in_child
 from netsleuth.diagnostics.drops.collector import DropsCollector
 from netsleuth.diagnostics.drops.decode import RawDropGroup, decode_event
 from netsleuth.diagnostics.drops.program import DropTotals
 from netsleuth.errors import EnvironmentProblem
+from netsleuth.kernel.function_names import FunctionNames, _names_from, resolve_in_child
 from netsleuth.kernel.kallsyms import Kallsyms
 from netsleuth.kernel.netns import NetnsNames
 from netsleuth.kernel.pods import PodIndex

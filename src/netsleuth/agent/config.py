@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netsleuth.config_file import ConfigTable, read_secret
+from netsleuth.diagnostics.drops.exporter_config import DropsExporterConfig
 from netsleuth.errors import UsageError
 from netsleuth.packet import endpoint_text
 
@@ -45,14 +46,6 @@ class ListenAddress:
 
     def __str__(self) -> str:
         return endpoint_text(self.host, self.port)
-
-
-@dataclass(frozen=True)
-class DropsExporterConfig:
-    enabled: bool = True
-    netns_series: int = 50  # namespaces with their own series; the rest are summed as netns="other"
-    location_series: int = 100  # (reason, kernel function) pairs with their own series
-    retire_netns_after: float = 300.0  # seconds a vanished namespace keeps its series
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from netsleuth.agent.function_names import SharedKallsyms
 from netsleuth.diagnostics.filters import filter_notes
 from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.diagnostics.registry import diagnostic_names, get_diagnostic
 from netsleuth.diagnostics.totals import EventTotals
+from netsleuth.kernel.function_names import SharedKallsyms
 from netsleuth.kernel.reasons import DropReasons
 
 __all__ = [

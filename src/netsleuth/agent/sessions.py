@@ -36,12 +36,12 @@ from netsleuth.agent.session_diagnostics import (
     DiagnosticContext,
     DiagnosticFactory,
 )
-from netsleuth.agent.session_records import SessionEnd, SessionStart
 from netsleuth.agent.session_request import LocalSession, parse_session_request
 from netsleuth.diagnostics.model import DiagnosticSession, Record
 from netsleuth.errors import NetsleuthError, UsageError
 from netsleuth.render.jsonl import encode_line, record_lines
 from netsleuth.spec.records import encode
+from netsleuth.spec.session_records import SessionEnd, SessionStart
 
 __all__ = [
     "ClientGone",

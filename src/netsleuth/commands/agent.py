@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="netsleuth agent: %(levelname)s %(message)s",
     )
-    from netsleuth.agent.function_names import limit_malloc_arenas
     from netsleuth.agent.service import Agent
+    from netsleuth.kernel.function_names import limit_malloc_arenas
 
     limit_malloc_arenas()  # before any thread starts, so every thread shares the two
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from netsleuth.agent.cardinality import OTHER, SeriesGuard
 from netsleuth.agent.config import NicExporterConfig
 from netsleuth.doctor.links import read_links
+from netsleuth.spec.cardinality import OTHER, SeriesGuard
 from netsleuth.spec.collectors import CollectorInputs, ExporterCollector
 
 __all__ = ["COLLECTORS", "LINK_COUNTERS", "LinkCollector"]

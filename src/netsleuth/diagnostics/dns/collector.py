@@ -28,9 +28,9 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from netsleuth.agent.cardinality import OTHER, SeriesGuard
 from netsleuth.diagnostics.dns.summary import DnsGroupStats, DnsTotals, latency_bucket_bounds_us
 from netsleuth.diagnostics.dns.wire import rcode_name
+from netsleuth.spec.cardinality import OTHER, SeriesGuard
 from netsleuth.spec.collectors import CollectorInputs
 
 __all__ = [

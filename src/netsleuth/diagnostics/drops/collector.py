@@ -32,15 +32,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from netsleuth._generated.drops_abi import DROPS_MAX_GROUPS
-from netsleuth.agent.cardinality import OTHER, SeriesGuard
-from netsleuth.agent.config import DropsExporterConfig
-from netsleuth.agent.function_names import FunctionNames
 from netsleuth.diagnostics.drops.decode import RawDropGroup
+from netsleuth.diagnostics.drops.exporter_config import DropsExporterConfig
 from netsleuth.diagnostics.drops.program import DropsProgramConfig, DropsSession, DropTotals
+from netsleuth.kernel.function_names import FunctionNames
 from netsleuth.kernel.netns import NetnsNames
 from netsleuth.kernel.pods import PodIndex
 from netsleuth.kernel.process import container_of
 from netsleuth.kernel.reasons import DropReasons
+from netsleuth.spec.cardinality import OTHER, SeriesGuard
 from netsleuth.spec.collectors import CollectorInputs
 
 __all__ = ["DropCounts", "DropsCollector", "ExporterDropsSession", "open_collector", "open_source"]

@@ -3,7 +3,7 @@
 A loaded `Kallsyms` holds every text symbol (~120k on a distribution kernel: ~40 MB of Python objects and
 half a second to parse), while the exporter only ever names the few dozen places that drop packets. So
 names are cached forever, and a scrape that meets new addresses has them resolved in one batch by a short
-child process (`python -m netsleuth.agent.function_names ADDRESS...`, the same `Kallsyms` class): the
+child process (`python -m netsleuth.kernel.function_names ADDRESS...`, the same `Kallsyms` class): the
 agent's RSS never carries the table, not even as a high-water mark.
 
 Sessions do need the whole table (every event's location, stacks, the firewall hook): `SharedKallsyms`
@@ -70,7 +70,7 @@ def _names_from(table: Kallsyms, addresses: Iterable[int]) -> dict[int, str]:
 
 def resolve_in_child(addresses: set[int]) -> dict[int, str]:
     """Resolve a batch in a child process; on failure every address keeps its hex form (logged)."""
-    argv = [sys.executable, "-m", "netsleuth.agent.function_names", *(str(address) for address in addresses)]
+    argv = [sys.executable, "-m", "netsleuth.kernel.function_names", *(str(address) for address in addresses)]
     try:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S, check=True)
         return {int(address): name for address, name in json.loads(result.stdout).items()}
