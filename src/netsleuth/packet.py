@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+
+import msgspec
 
 __all__ = ["TCP_FLAG_NAMES", "PacketTuple", "endpoint_text", "proto_name", "proto_number", "tcp_flags_text"]
 
@@ -56,8 +57,7 @@ def tcp_flags_text(flags: int) -> str:
     return "|".join(name for bit, name in enumerate(TCP_FLAG_NAMES) if flags & (1 << bit)) or "none"
 
 
-@dataclass(frozen=True)
-class PacketTuple:
+class PacketTuple(msgspec.Struct, frozen=True):
     """What a packet's headers say. Ports are None for protocols without them; for ICMP, `icmp_type` and
     `icmp_code` are set instead."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -123,6 +124,13 @@ def test_attaching_command_starts_paused_and_run_session_resumes_once_attached(
     assert gc.isenabled()
 
 
+def _python(code: str, *args: str) -> str:
+    """What a fresh interpreter running `code` prints."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+
+
 def _with_run(parser: argparse.ArgumentParser, run: Any) -> argparse.ArgumentParser:
     for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
         for sub in action.choices.values():  # type: ignore[union-attr]
@@ -163,10 +171,7 @@ def test_a_known_command_loads_and_builds_only_itself(command: str, modules: str
         "others = tuple(f'netsleuth.diagnostics.{name}' for name in names)\n"
         "print(sorted(m for m in sys.modules if m.startswith(others)))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, command], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert result.stdout.splitlines() == [f"['{command}']", modules, "[]"]
+    assert _python(code, command).splitlines() == [f"['{command}']", modules, "[]"]
 
 
 @pytest.mark.parametrize(("name", "collecting"), [("doctor", True), ("drops", False)])
@@ -198,7 +203,63 @@ def test_a_built_in_command_reads_no_installed_distribution() -> None:
         "cli.build_parser(['drops', '--summary']).parse_args(['drops', '--summary'])\n"
         "print('importlib.metadata' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    assert _python(code).strip() == "False"
+
+
+# Modules a `drops --summary` start has no use for before it attaches (each costs milliseconds of it).
+_NOT_BEFORE_ATTACH = (
+    "difflib",
+    "importlib.metadata",
+    "rich",
+    "nats",
+    "fastapi",
+    "prometheus_client",
+    "asyncio",
+    "shutil",
+    "subprocess",
+    "netsleuth.firewall",
+    "netsleuth.kernel.kallsyms",
+    "netsleuth.kernel.context",
+    "netsleuth.agent",
+    "netsleuth.spec.schemas",
+    "netsleuth.diagnostics.model",
+    "netsleuth.diagnostics.drops.rules",
+    "netsleuth.diagnostics.drops.enrich",
+    "netsleuth.diagnostics.drops.decode",
+)
+
+
+def test_the_drops_summary_start_defines_no_dataclass_and_skips_what_it_does_not_need() -> None:
+    # Up to the session's start (faked here: it needs root): a dataclass costs about a millisecond to define
+    # (its methods are generated and exec()ed; a msgspec Struct is some 50 times faster), msgspec.inspect's
+    # view of the config (spec.configs.config_fields) 8 ms, and each module in the list above more than that.
+    # bpf/ is left out of the dataclass check (not in this test's hands); the real start imports it too.
+    code = (
+        "import json, sys\n"
+        "from netsleuth import cli\n"
+        "from netsleuth.commands import _runloop\n"
+        "from netsleuth.diagnostics.drops import session\n"
+        "from netsleuth.spec import configs\n"
+        "seen = {}\n"
+        "session.open_drops = lambda config, **options: object()\n"
+        "def run_session(*args, **options):\n"
+        "    seen['modules'] = sorted(sys.modules)\n"
+        "    return 0\n"
+        "_runloop.run_session = run_session\n"
+        "assert cli.main(['drops', '--summary', '--ready-file', '/nonexistent/ready']) == 0\n"
+        "dataclasses = sorted({\n"
+        "    name for name, module in sys.modules.items()\n"
+        "    if name.startswith('netsleuth.') and not name.startswith('netsleuth.bpf')\n"
+        "    for value in vars(module).values()\n"
+        "    if isinstance(value, type) and '__dataclass_fields__' in vars(value)\n"
+        "    and value.__module__ == name\n"
+        "})\n"
+        "print(json.dumps({'modules': seen['modules'], 'dataclasses': dataclasses,\n"
+        "                  'inspected': sorted(kind.__name__ for kind in configs._FIELDS)}))\n"
     )
-    assert result.stdout.strip() == "False"
+    report = json.loads(_python(code))
+    loaded = set(report["modules"])
+    assert "netsleuth.diagnostics.drops.session" in loaded  # the path was taken
+    assert report["dataclasses"] == []
+    assert report["inspected"] == []
+    assert [name for name in _NOT_BEFORE_ATTACH if name in loaded] == []

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 
+import msgspec
 import pytest
 
 from netsleuth._generated.dns_abi import DnsConfigC
@@ -32,7 +32,7 @@ def test_every_config_gets_the_same_values() -> None:
     for struct in (DnsConfigC, DropsConfigC, RouteConfigC, TcpConfigC):
         cfg = struct()
         fill_filter_config(
-            cfg, FILTER if struct is not TcpConfigC else dataclasses.replace(FILTER, dev=None), ("proto",)
+            cfg, FILTER if struct is not TcpConfigC else msgspec.structs.replace(FILTER, dev=None), ("proto",)
         )
         assert (cfg.netns, cfg.pid, cfg.comm) == (4026531840, 42, b"dig")
         assert (cfg.port, cfg.sport, cfg.dport) == (53, 0, 5353)
@@ -44,7 +44,7 @@ def test_proto_and_dev_are_written_where_the_struct_has_them() -> None:
     fill_filter_config(dns, FILTER)
     assert (dns.family, dns.filter_l4proto, dns.l4proto, dns.filter_dev, dns.dev) == (4, 1, 17, 1, b"veth0")
     tcp = TcpConfigC()  # tcp sees TCP only: --proto tcp is what the object is, and it has no --dev
-    fill_filter_config(tcp, dataclasses.replace(FILTER, proto=6, dev=None), inherent=("proto",))
+    fill_filter_config(tcp, msgspec.structs.replace(FILTER, proto=6, dev=None), inherent=("proto",))
     assert (tcp.netns, tcp.port, tcp.family) == (4026531840, 53, 4)
 
 
@@ -53,9 +53,9 @@ def test_a_filter_the_struct_has_no_field_for_is_refused() -> None:
     with pytest.raises(
         BpfError, match=r"struct tcp_config has no filter_dev, dev: the filter cannot be applied"
     ):
-        fill_filter_config(TcpConfigC(), dataclasses.replace(FILTER, proto=None))
+        fill_filter_config(TcpConfigC(), msgspec.structs.replace(FILTER, proto=None))
     with pytest.raises(BpfError, match=r"struct tcp_config has no filter_l4proto, l4proto"):
-        fill_filter_config(TcpConfigC(), dataclasses.replace(FILTER, dev=None))
+        fill_filter_config(TcpConfigC(), msgspec.structs.replace(FILTER, dev=None))
 
 
 def test_no_filter_is_all_zero() -> None:

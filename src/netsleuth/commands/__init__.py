@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 __all__ = ["Command"]
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(msgspec.Struct, frozen=True):
     name: str
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import ipaddress
 import re
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from netsleuth.errors import NetsleuthError, UsageError
 
@@ -44,8 +44,7 @@ __all__ = [
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-@dataclass(frozen=True)
-class PacketFilter:
+class PacketFilter(msgspec.Struct, frozen=True):
     proto: int | None = None
     hosts: tuple[IpNetwork, ...] = ()
     sources: tuple[IpNetwork, ...] = ()
@@ -58,7 +57,7 @@ class PacketFilter:
     netns: int | None = None
     dev: str | None = None
     family: int | None = None
-    extra: dict[str, object] = field(default_factory=dict)
+    extra: dict[str, object] = msgspec.field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what the run should know from the start (an interface that does not exist)
     # Several namespaces (--k8s-namespace: its pods'), kept in the kernel's netns_filter set, not in `netns`.
     netns_set: frozenset[int] = frozenset()
@@ -121,7 +120,7 @@ FILTER_KEYS = (
 # -- what this host has ------------------------------------------------------------------------------------
 
 _ELSEWHERE: ContextVar[bool] = ContextVar("netsleuth_config_for_another_host", default=False)
-_TGID = re.compile(r"^Tgid:\s*(\d+)$", re.MULTILINE)
+_TGID = r"^Tgid:\s*(\d+)$"  # compiled by the first --pid check (re caches it), not on every start
 
 
 @contextlib.contextmanager
@@ -144,7 +143,7 @@ def check_process(pid: int, proc_root: str = "/proc") -> None:
         status = Path(proc_root, str(pid), "status").read_text()
     except OSError:
         raise UsageError(f"--pid {pid}: no process has this id on this host") from None
-    found = _TGID.search(status)
+    found = re.search(_TGID, status, re.MULTILINE)
     if found is not None and int(found.group(1)) != pid:
         process = int(found.group(1))
         raise UsageError(f"--pid {pid} is a thread of process {process}: give the process id, {process}")
@@ -202,7 +201,7 @@ def on_this_host(packet_filter: PacketFilter, names: NetnsNames | None = None) -
     if packet_filter.dev is None:
         return packet_filter
     note = missing_device_note(packet_filter.dev, packet_filter.netns, names)
-    return dataclasses.replace(packet_filter, notes=(note,)) if note else packet_filter
+    return msgspec.structs.replace(packet_filter, notes=(note,)) if note else packet_filter
 
 
 def filter_notes(session: object) -> list[str]:
@@ -215,8 +214,7 @@ def filter_notes(session: object) -> list[str]:
     return list(packet_filter.notes) if isinstance(packet_filter, PacketFilter) else []
 
 
-@dataclass(frozen=True)
-class TaskSelection:
+class TaskSelection(msgspec.Struct, frozen=True):
     """Which tasks a process-level diagnostic (profile, snoop) watches: --pid, --comm, --netns (inode),
     --cgroup (cgroup v2 id), read with the packet filters' checks and sentences."""
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 __all__ = ["EventTotals"]
 
 
-@dataclass(frozen=True)
-class EventTotals:
+class EventTotals(msgspec.Struct, frozen=True):
     """Every matched event is emitted, sampled or lost (or only counted, in --summary mode)."""
 
     seen: int = 0  # before filters

@@ -29,8 +29,9 @@ __all__ = [
 DEFAULT_NETNS_DIRS = ("/run/netns", "/var/run/netns")
 
 # `readlink /proc/PID/ns/net` prints `net:[4026531840]`; accept that form as well as the bare number.
-_NS_LINK = re.compile(r"^net:\[(\d+)\]$")
-_NS_LINK_ANY = re.compile(r"^(\w+):\[(\d+)\]$")
+# Compiled when a --netns value is first read (re caches them), not on every start.
+_NS_LINK = r"^net:\[(\d+)\]$"
+_NS_LINK_ANY = r"^(\w+):\[(\d+)\]$"
 _UNKNOWN = "unknown network namespace {text!r}: give an inode, an `ip netns` name or /proc/PID/ns/net"
 
 
@@ -196,7 +197,7 @@ def resolve_netns_arg(text: str, names: NetnsNames | None = None) -> int:
     """A user's `--netns` value → namespace inode. Accepts an inode number (also as `net:[N]`), an `ip netns`
     name, or a namespace file such as /proc/PID/ns/net."""
     value = text.strip()
-    link = _NS_LINK.match(value)
+    link = re.match(_NS_LINK, value)
     if link:
         value = link.group(1)
     names = names or NetnsNames()
@@ -222,7 +223,7 @@ def resolve_netns_arg(text: str, names: NetnsNames | None = None) -> int:
         if nsfs is not None and status.st_dev != nsfs:
             raise UsageError(_UNKNOWN.format(text=text))
         try:
-            kind = _NS_LINK_ANY.match(os.readlink(value))
+            kind = re.match(_NS_LINK_ANY, os.readlink(value))
         except OSError:
             kind = None  # a /run/netns bind mount is no symlink; only `ip netns` makes those
         if kind is not None and kind.group(1) != "net":

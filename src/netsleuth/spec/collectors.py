@@ -11,9 +11,10 @@ stops; its `collector` reads that source at scrape time.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -24,8 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["CollectorInputs", "ExporterCollector", "ExporterSource"]
 
 
-@dataclass(frozen=True)
-class CollectorInputs:
+class CollectorInputs(msgspec.Struct, frozen=True):
     """What the agent gives every collector: its `[exporter]` settings, the root /proc and /sys are read under
     (a recorded tree in unit tests), and this kernel's drop reason names (read once)."""
 
@@ -47,8 +47,7 @@ class ExporterSource(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class ExporterCollector:
+class ExporterCollector(msgspec.Struct, frozen=True):
     """One collector. `name` labels its scrape timings (netsleuth_scrape_collector_success{collector=...});
     `enabled(exporter)` reads its switch in the `[exporter]` settings; `source(inputs)`, if it has BPF
     programs, makes their (not yet started) attachment; `collector(source, inputs)` the prometheus_client

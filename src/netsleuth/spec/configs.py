@@ -24,9 +24,11 @@ from netsleuth.errors import UsageError
 from netsleuth.spec.options import NETWORK_TYPES, Opt
 
 __all__ = [
+    "CliField",
     "Config",
     "ConfigError",
     "Speaker",
+    "cli_fields",
     "config_fields",
     "read_config",
 ]
@@ -81,24 +83,128 @@ def config_fields(config_type: type[Config]) -> tuple[mi.Field, ...]:
 _FIELDS: dict[type[Config], tuple[mi.Field, ...]] = {}
 
 
+class CliField(msgspec.Struct, frozen=True):
+    """One field as the CLI reads it: its name and JSON key, its Opt (None: JSON-only), and its type's shape -
+    `kind` "bool" (a switch), "list" (a repeatable flag), "choice" (a Literal: `choices`) or "value", seen
+    through an Optional and the Annotated metadata (as spec.flags builds its argparse argument), and
+    `repeatable`: it holds a list of values (any member of a union does; read_config takes one value there
+    as a list of one)."""
+
+    name: str
+    encode_name: str
+    opt: Opt | None
+    kind: str
+    choices: tuple[object, ...] = ()
+    repeatable: bool = False
+
+
+def cli_fields(config_type: type[Config]) -> tuple[CliField, ...]:
+    """The config's fields in declaration order as the CLI and read_config need them, from the type hints
+    alone (read once per type). msgspec.inspect's full view (`config_fields`, what errors and the web form
+    describe a type by) costs ~8 ms of every start; a run's flags and values need only this much of it
+    (tests/unit/test_config_fields.py checks that both views agree for every config)."""
+    found = _CLI_FIELDS.get(config_type)
+    if found is None:
+        found = _CLI_FIELDS[config_type] = _read_cli_fields(config_type)
+    return found
+
+
+_CLI_FIELDS: dict[type[Config], tuple[CliField, ...]] = {}
+
+
 def field_opts(config_type: type[Config]) -> dict[str, Opt]:
     """Each field's Opt (a field without one is JSON-only: the CLI and the form leave it out)."""
-    return _OPTS.get(config_type) or _OPTS.setdefault(config_type, _read_opts(config_type))
+    found = _OPTS.get(config_type)
+    if found is None:
+        found = _OPTS[config_type] = {
+            field.name: field.opt for field in cli_fields(config_type) if field.opt is not None
+        }
+    return found
 
 
 _OPTS: dict[type[Config], dict[str, Opt]] = {}
 
 
-def _read_opts(config_type: type[Config]) -> dict[str, Opt]:
+def _read_cli_fields(config_type: type[Config]) -> tuple[CliField, ...]:
     import typing
 
     hints = typing.get_type_hints(config_type, include_extras=True)
-    opts: dict[str, Opt] = {}
-    for name in config_type.__struct_fields__:
-        for meta in getattr(hints.get(name), "__metadata__", ()):
-            if isinstance(meta, Opt):
-                opts[name] = meta
-    return opts
+    fields = []
+    for name, encode_name in zip(
+        config_type.__struct_fields__, config_type.__struct_encode_fields__, strict=True
+    ):
+        hint = hints[name]
+        opt = next((meta for meta in getattr(hint, "__metadata__", ()) if isinstance(meta, Opt)), None)
+        plain = _plain_hint(hint)
+        if plain is bool:
+            kind, choices = "bool", ()
+        elif _is_sequence_hint(plain, any_member=False):
+            kind, choices = "list", ()
+        elif typing.get_origin(plain) is typing.Literal:
+            kind, choices = "choice", typing.get_args(plain)
+        else:
+            kind, choices = "value", ()
+        repeatable = _is_sequence_hint(hint, any_member=True)
+        fields.append(CliField(name, encode_name, opt, kind, choices, repeatable))
+    return tuple(fields)
+
+
+def _unwrapped(hint: Any) -> Any:
+    """The type under Annotated metadata and NewTypes, as msgspec reads it."""
+    while True:
+        if hasattr(hint, "__metadata__"):  # Annotated[T, ...]
+            hint = hint.__origin__
+        elif hasattr(hint, "__supertype__"):  # a NewType
+            hint = hint.__supertype__
+        else:
+            return hint
+
+
+def _union_members(hint: Any) -> tuple[Any, ...] | None:
+    import types
+    import typing
+
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.get_args(hint)
+    return None
+
+
+def _plain_hint(hint: Any) -> Any:
+    """An Optional's one other member, under its metadata: `int | None` reads as int."""
+    hint = _unwrapped(hint)
+    members = _union_members(hint)
+    if members is not None:
+        others = [member for member in members if member is not type(None)]
+        if len(others) == 1:
+            return _plain_hint(others[0])
+    return hint
+
+
+def _is_sequence_hint(hint: Any, *, any_member: bool) -> bool:
+    """A list, set, frozenset or `tuple[X, ...]` (msgspec's list, var-tuple and set types); with
+    `any_member`, a union with one among its members is one too."""
+    import collections.abc
+    import typing
+
+    hint = _unwrapped(hint)
+    members = _union_members(hint)
+    if members is not None:
+        return any_member and any(_is_sequence_hint(member, any_member=True) for member in members)
+    if hint in (list, tuple, set, frozenset):
+        return True
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        return len(args) == 2 and args[1] is Ellipsis
+    return origin in (
+        list,
+        set,
+        frozenset,
+        collections.abc.Sequence,
+        collections.abc.MutableSequence,
+        collections.abc.Set,
+        collections.abc.MutableSet,
+    )
 
 
 def _dec_hook(kind: type, value: Any) -> Any:
@@ -109,9 +215,10 @@ def _dec_hook(kind: type, value: Any) -> Any:
     raise NotImplementedError
 
 
-_AT = re.compile(r" - at `\$\.?([A-Za-z_][A-Za-z0-9_]*)?(.*)`$")
-_UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
-_MISSING = re.compile(r"Object missing required field `([^`]*)`")
+# msgspec's error texts, read only when a config is refused: compiled then (re caches them), not at start.
+_AT = r" - at `\$\.?([A-Za-z_][A-Za-z0-9_]*)?(.*)`$"
+_UNKNOWN = r"Object contains unknown field `([^`]*)`"
+_MISSING = r"Object missing required field `([^`]*)`"
 
 
 def read_config(
@@ -155,20 +262,12 @@ def _repeatable(config_type: type[Config]) -> frozenset[str]:
     found = _REPEATABLE.get(config_type)
     if found is None:
         found = _REPEATABLE[config_type] = frozenset(
-            field.encode_name for field in config_fields(config_type) if _is_sequence(field.type)
+            field.encode_name for field in cli_fields(config_type) if field.repeatable
         )
     return found
 
 
 _REPEATABLE: dict[type[Config], frozenset[str]] = {}
-
-
-def _is_sequence(kind: mi.Type) -> bool:
-    if isinstance(kind, mi.UnionType):
-        return any(_is_sequence(member) for member in kind.types)
-    if isinstance(kind, mi.Metadata):
-        return _is_sequence(kind.type)
-    return isinstance(kind, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType)
 
 
 def _respoken(config_type: type[Config], error: ConfigError, speaker: Speaker) -> ConfigError:
@@ -188,7 +287,7 @@ def _flag(config_type: type[Config], name: str) -> str:
 def _sentence(
     config_type: type[Config], given: Mapping[str, Any], message: str, speaker: Speaker, what: str
 ) -> ConfigError:
-    unknown = _UNKNOWN.match(message)
+    unknown = re.match(_UNKNOWN, message)
     if unknown:
         name = unknown.group(1)
         known = sorted(field.encode_name for field in config_fields(config_type))
@@ -198,11 +297,11 @@ def _sentence(
         hint = f"; did you mean {close[0]!r}?" if close else f"; it knows {', '.join(known)}"
         # A key the config does not have is no field a form could mark: the config as a whole is refused.
         return ConfigError(None, f"{name} is not an option of {what}{hint}", speaker=speaker)
-    missing = _MISSING.match(message)
+    missing = re.match(_MISSING, message)
     if missing:
         name = missing.group(1)
         return ConfigError(name, "is required", speaker=speaker, flag=_flag(config_type, name))
-    at = _AT.search(message)
+    at = re.search(_AT, message)
     name = at.group(1) if at else None
     if name is None:
         return ConfigError(None, f"the {what} config is invalid: {message}", speaker=speaker)

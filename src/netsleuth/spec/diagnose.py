@@ -18,8 +18,9 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 if TYPE_CHECKING:
     from netsleuth.diagnostics.filters import PacketFilter
@@ -31,8 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["DiagnoseWatch", "WatchInputs", "Watched", "Window", "lazy"]
 
 
-@dataclass(frozen=True)
-class WatchInputs:
+class WatchInputs(msgspec.Struct, frozen=True, dict=True):  # dict: room for its cached property
     """What every contribution opens under: diagnose's packet filter, resolved on this host (the namespace as
     an inode, a pod as its namespaces), the run's kernel context, and the window's length in seconds."""
 
@@ -52,8 +52,7 @@ class WatchInputs:
             return None
 
 
-@dataclass(frozen=True)
-class Watched:
+class Watched(msgspec.Struct, frozen=True):
     """What one contribution's session saw in the window: the records it kept (at most its `keep`) and its
     summary."""
 
@@ -61,8 +60,7 @@ class Watched:
     summary: Any
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(msgspec.Struct, frozen=True):
     """What diagnose read around the window, for every contribution's rules.
 
     `sysctls` are the settings read when it ended; `host_netns` this host's own namespace and `netns_file`
@@ -72,11 +70,11 @@ class Window:
     for, by (address, port) - a drop verdict quotes them (netsleuth.diagnose.correlate.resets_by_flow)."""
 
     seconds: float
-    sysctls: Mapping[str, str] = field(default_factory=dict)
+    sysctls: Mapping[str, str] = msgspec.field(default_factory=dict)
     host_netns: int | None = None
     netns_file: Callable[[int], str | None] | None = None
     watched_netns: int | None = None
-    resets_by_flow: Mapping[tuple[str | None, int | None], int] = field(default_factory=dict)
+    resets_by_flow: Mapping[tuple[str | None, int | None], int] = msgspec.field(default_factory=dict)
 
     def netns_of_fix(self, netns: int, netns_name: str | None) -> str | None:
         """The namespace a fix for something in `netns` must run in, as `in_netns` takes it: its `ip netns`
@@ -90,8 +88,7 @@ class Window:
         return path or str(netns)
 
 
-@dataclass(frozen=True)
-class DiagnoseWatch:
+class DiagnoseWatch(msgspec.Struct, frozen=True):
     """A diagnostic's part of `diagnose`.
 
     `watched` names what it watches in a problem line ("DNS not watched: ..."); `open(inputs)` gives its

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from netsleuth.spec.configs import Config, Speaker, config_fields, read_config
+import msgspec
+
+from netsleuth.spec.configs import Config, Speaker, cli_fields, read_config
 from netsleuth.spec.records import Record
 from netsleuth.spec.scope import ScopeTraits
 
@@ -30,8 +31,7 @@ __all__ = ["CliRun", "DiagnosticSpec"]
 C = TypeVar("C", bound=Config)
 
 
-@dataclass(frozen=True)
-class CliRun:
+class CliRun(msgspec.Struct, frozen=True):
     """What a diagnostic needs on the command line beyond its config: flags that only make sense in a
     terminal (`--pcap FILE`), and how it runs there when that is more than `run_session` with its view."""
 
@@ -39,8 +39,7 @@ class CliRun:
     run: Callable[[Any, argparse.Namespace], int] | None = None  # (config, args) -> exit status
 
 
-@dataclass(frozen=True)
-class DiagnosticSpec(Generic[C]):
+class DiagnosticSpec(msgspec.Struct, Generic[C], frozen=True):
     """A registered diagnostic.
 
     `name` is its registry name; a dotted name (`tcp.life`) is a CLI subcommand under its first part
@@ -59,10 +58,10 @@ class DiagnosticSpec(Generic[C]):
     records: tuple[type[Record], ...]
     open: Callable[[C, KernelContext | None], DiagnosticSession]
     objects: tuple[str, ...] = ()
-    scope: ScopeTraits = field(default_factory=ScopeTraits)
+    scope: ScopeTraits = msgspec.field(default_factory=ScopeTraits)
     needs: tuple[str, ...] = ()
     view: Callable[[C], Any] | None = None
-    cli: CliRun = field(default_factory=CliRun)
+    cli: CliRun = msgspec.field(default_factory=CliRun)
     description: str = ""
     diagnose: DiagnoseWatch | None = None
     collectors: tuple[ExporterCollector, ...] = ()
@@ -86,4 +85,4 @@ class DiagnosticSpec(Generic[C]):
     @property
     def keys(self) -> tuple[str, ...]:
         """The JSON config keys it accepts (its config's fields)."""
-        return tuple(field.encode_name for field in config_fields(self.config))
+        return tuple(field.encode_name for field in cli_fields(self.config))

@@ -8,9 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, TypeVar
 
-from msgspec import inspect as mi
-
-from netsleuth.spec.configs import Config, Speaker, config_fields, field_opts, read_config
+from netsleuth.spec.configs import Config, Speaker, cli_fields, read_config
 
 __all__ = ["add_config_flags", "config_from_args"]
 
@@ -20,22 +18,11 @@ C = TypeVar("C", bound=Config)
 _PREFIX = "cfg__"
 
 
-def _plain(kind: mi.Type) -> mi.Type:
-    if isinstance(kind, mi.UnionType):
-        members = [member for member in kind.types if not isinstance(member, mi.NoneType)]
-        if len(members) == 1:
-            return _plain(members[0])
-    if isinstance(kind, mi.Metadata):
-        return _plain(kind.type)
-    return kind
-
-
 def add_config_flags(parser: argparse.ArgumentParser, config_type: type[Config]) -> None:
     """One argument per field with an Opt, in declaration order, grouped by `Opt.group`."""
-    opts = field_opts(config_type)
     groups: dict[str, argparse._ArgumentGroup] = {}
-    for field in config_fields(config_type):
-        opt = opts.get(field.name)
+    for field in cli_fields(config_type):
+        opt = field.opt
         if opt is None or not opt.cli:
             continue
         target: argparse.ArgumentParser | argparse._ArgumentGroup = parser
@@ -44,16 +31,15 @@ def add_config_flags(parser: argparse.ArgumentParser, config_type: type[Config])
                 opt.group, parser.add_argument_group(opt.group)
             )
         dest = _PREFIX + field.name
-        kind = _plain(field.type)
         if opt.positional:
-            choices = list(kind.values) if isinstance(kind, mi.LiteralType) else None
+            choices = list(field.choices) if field.kind == "choice" else None
             parser.add_argument(dest, metavar=field.name.upper(), choices=choices, help=opt.help)
             continue
         flag = opt.flag_for(field.name)
         metavar = opt.metavar or field.name.upper()
-        if isinstance(kind, mi.BoolType):
+        if field.kind == "bool":
             target.add_argument(flag, dest=dest, action="store_true", default=None, help=opt.help)
-        elif isinstance(kind, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
+        elif field.kind == "list":
             target.add_argument(flag, dest=dest, action="append", metavar=metavar, help=opt.help)
         elif opt.consts:
             # Flags that each store one value (-4 / -6 for `family`): no flag of the field's own name.

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
 
+import msgspec
 from msgspec import Meta
 
 __all__ = [
@@ -36,8 +36,7 @@ __all__ = [
 FILTERS = "filters (applied in the kernel)"
 
 
-@dataclass(frozen=True, slots=True)
-class Opt:
+class Opt(msgspec.Struct, frozen=True):
     """How one config field reads outside Python.
 
     `help` is the CLI's help and the form's hint; `label` the form's label (default: the field name in words);
@@ -49,7 +48,7 @@ class Opt:
     help: str
     label: str | None = None
     flag: str | None = None
-    consts: Mapping[str, object] = field(default_factory=dict)
+    consts: Mapping[str, object] = msgspec.field(default_factory=dict)
     metavar: str | None = None
     group: str | None = None
     positional: bool = False

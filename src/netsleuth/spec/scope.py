@@ -18,8 +18,9 @@ import ipaddress
 import types
 import typing
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
 from typing import Annotated, Any, NamedTuple, cast
+
+import msgspec
 
 from netsleuth.spec.options import IpNetwork
 
@@ -64,8 +65,7 @@ class Netns(NamedTuple):
         return self.name or str(self.inode)
 
 
-@dataclass(frozen=True)
-class Scope:
+class Scope(msgspec.Struct, frozen=True):
     """What one session may see: every namespace of the host (`host_wide`); one namespace (`netns`); or the
     pods of one Kubernetes namespace on this host (`k8s_namespace`, with their network namespaces as resolved
     once when the task was admitted: `pod_netns`) - plus, for the last two, optionally some address ranges
@@ -122,8 +122,7 @@ class Scope:
         return where
 
 
-@dataclass(frozen=True)
-class ScopeTraits:
+class ScopeTraits(msgspec.Struct, frozen=True):
     """How a diagnostic is kept inside a scope.
 
     `netns_field`: the config field the kernel filters one namespace by (None, or a name its config lacks:

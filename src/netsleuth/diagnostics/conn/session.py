@@ -50,7 +50,7 @@ class ConnPlan:
 def conn_plan(config: ConnConfig, names: NetnsNames | None = None) -> ConnPlan:
     """The exact selector (user space) and the broader kernel filters for the tcp and drops programs. A
     namespace, pod or process this host does not have is a UsageError."""
-    import dataclasses
+    import msgspec
 
     from netsleuth.diagnostics.conn.tracker import ConnSelector
 
@@ -68,7 +68,7 @@ def conn_plan(config: ConnConfig, names: NetnsNames | None = None) -> ConnPlan:
     hosts = packet_filter.hosts + packet_filter.sources + packet_filter.destinations
     if packet_filter.hosts and (packet_filter.sources or packet_filter.destinations):
         hosts = packet_filter.hosts  # both must hold; the selector checks the rest
-    tcp_filter = dataclasses.replace(
+    tcp_filter = msgspec.structs.replace(
         packet_filter,
         proto=None,
         hosts=hosts,
@@ -88,7 +88,7 @@ def conn_plan(config: ConnConfig, names: NetnsNames | None = None) -> ConnPlan:
     if config.confined_netns:
         # A fleet task's scope: the drop program and the NAT join see only its namespaces (and addresses).
         inodes = config.confined_netns
-        drops_filter = dataclasses.replace(
+        drops_filter = msgspec.structs.replace(
             drops_filter,
             netns=inodes[0] if len(inodes) == 1 else None,
             netns_set=frozenset(inodes) if len(inodes) > 1 else frozenset(),
