@@ -100,6 +100,7 @@ struct drop_scratch {
 
 NS_SCRATCH_MAP(scratch, struct drop_scratch);
 NS_SCRATCH_MAP(drop_runs, struct drop_run);
+NS_SCRATCH_MAP(hook_paths, struct drop_hook_path);
 
 static __always_inline void count(enum ns_stat stat)
 {
@@ -187,6 +188,49 @@ static __always_inline void flush_run(struct drop_run *run)
 	run->count = 0;
 	run->bytes = 0;
 	run->flushes++;
+}
+
+/* The same packet as far as a ruleset can tell two of one flow apart: addresses, ports, protocol, TCP flags
+ * and length (a connection's SYN and its later segments can meet different rules in different hooks). The
+ * tuple is compared as the six words it is; every event clears it before filling it, padding included. */
+static __always_inline bool same_packet(const struct packet_tuple *a, const struct packet_tuple *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	_Static_assert(sizeof(struct packet_tuple) == 6 * sizeof(__u64), "struct packet_tuple is six words");
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] && x[4] == y[4] && x[5] == y[5];
+}
+
+/* The frames that name a netfilter drop's hook, into `frames` (room for DROPS_MAX_FRAMES): this CPU's last
+ * unwind when the drop took the same path within DROPS_HOOK_PATH_NS (bpf/drops.h struct drop_hook_path),
+ * else a fresh one, remembered. Returns the bytes written. */
+static __always_inline long hook_frames(void *ctx, const struct drop_event *event, __u64 *frames)
+{
+	struct drop_hook_path *path;
+	__u32 zero = 0;
+	long bytes;
+
+	path = bpf_map_lookup_elem(&hook_paths, &zero);
+	if (!path)
+		return ns_take_stack(ctx, frames, DROPS_MAX_FRAMES * 8);
+	if (path->taken_ns && event->time_ns - path->taken_ns < DROPS_HOOK_PATH_NS &&
+	    path->location == event->location && path->netns == event->netns &&
+	    path->ifindex == event->ifindex && path->tid == event->tid &&
+	    same_packet(&path->tuple, &event->tuple)) {
+		__builtin_memcpy(frames, path->frames, sizeof(path->frames));
+		/* Bounded again for the verifier: it cannot know what a map value holds. */
+		return path->bytes < sizeof(path->frames) ? path->bytes : sizeof(path->frames);
+	}
+	bytes = ns_take_stack(ctx, path->frames, sizeof(path->frames));
+	__builtin_memcpy(frames, path->frames, sizeof(path->frames));
+	path->bytes = bytes;
+	path->taken_ns = bytes ? event->time_ns : 0;
+	path->location = event->location;
+	path->netns = event->netns;
+	path->ifindex = event->ifindex;
+	path->tid = event->tid;
+	path->tuple = event->tuple;
+	return bytes;
 }
 
 /*
@@ -328,11 +372,13 @@ static __always_inline int handle_drop(void *ctx, struct sk_buff *skb, void *loc
 		return 0;
 
 	size = 0;
-	/* A netfilter drop keeps its stack for the hook; with no reason to tell one, every event does. */
-	if (cfg.want_stack || !has_reason() || reason == KERNEL_REASON(SKB_DROP_REASON_NETFILTER_DROP)) {
+	/* --stack, and every event when no reason tells a netfilter drop, unwinds its own stack; a netfilter
+	 * drop's frames serve only its hook, the same for a whole flow (hook_frames). */
+	if (cfg.want_stack || !has_reason())
 		size = ns_take_stack(ctx, buf->tail, DROPS_MAX_FRAMES * 8);
-		event->nr_frames = (__u64)size / 8;
-	}
+	else if (reason == KERNEL_REASON(SKB_DROP_REASON_NETFILTER_DROP))
+		size = hook_frames(ctx, event, (__u64 *)buf->tail);
+	event->nr_frames = (__u64)size / 8;
 	if (cfg.snaplen && l3 && event->tuple.l3_len) {
 		/* Only the linear part is safe to copy: paged data is not behind skb->head. */
 		unsigned char *data = NS_RD(direct, skb, data);

@@ -17,6 +17,8 @@ enum drops_limits {
 	DROPS_MAX_SNAPLEN = 2048,
 	DROPS_MAX_GROUPS = 8192,
 	DROPS_REASON_FILTER_SIZE = 1024,
+	/* How long a CPU reuses the stack it unwound for a netfilter drop's hook (struct drop_hook_path). */
+	DROPS_HOOK_PATH_NS = 10 * 1000 * 1000,
 };
 
 /* The per-CPU `drop_stats` array is one block of enum ns_stat (bpf/emit.h). */
@@ -104,6 +106,28 @@ struct drop_run {
 	__u64 count;
 	__u64 bytes;
 	__u64 flushes;
+};
+
+/*
+ * The stack this CPU last unwound for a NETFILTER_DROP event, and the drop it was unwound for. Without --stack
+ * the frames serve only to name the netfilter hook (src/netsleuth/firewall/hooks.py: the frame after
+ * nf_hook_slow), and unwinding costs ~2 µs per drop on this kernel, four times the rest of the program: a storm
+ * of one flow dropped by one rule would spend most of the sender's CPU on it. The next drop on this CPU with
+ * the same path - location, netns, device, task (or none, in softirq) and the same packet: addresses, ports,
+ * protocol, TCP flags and length - is given these frames for up to DROPS_HOOK_PATH_NS, and then the stack is
+ * unwound again. Identical packets from one task through one device meet the same rules in the same order, so
+ * they are dropped in the same hook unless the ruleset changes (or a rule counts or samples packets), and a
+ * change is seen within that time. --stack unwinds every event.
+ */
+struct drop_hook_path {
+	__u64 taken_ns;		/* when the frames were unwound; 0: nothing yet */
+	__u64 location;
+	__u32 netns;
+	__u32 ifindex;
+	__u32 tid;		/* 0 in softirq/hardirq */
+	__u32 bytes;		/* of frames */
+	struct packet_tuple tuple;
+	__u64 frames[DROPS_MAX_FRAMES];
 };
 
 /* The enums userspace mirrors that no map or variable uses: drops.bpf.c keeps them in its BTF (bpf/abi.h). */

@@ -88,6 +88,39 @@ def test_input_firewall_drop_names_the_rule(pair: Pair) -> None:
     assert drop["owner"] == "kernel" and drop["pid"] is None
 
 
+ALTERNATE_SEND = (
+    "import socket,sys\n"
+    "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "for _ in range(int(sys.argv[1])):\n"
+    "    for port in (5401, 5402):\n"
+    "        try: s.sendto(b'x'*32, ('127.0.0.1', port))\n"
+    "        except OSError: pass\n"
+)
+
+
+def test_one_socket_dropped_in_two_hooks_in_turn_has_each_hook_named(pair: Pair) -> None:
+    """The kernel side unwinds a netfilter drop's stack (which names its hook) once per path and reuses it
+    for the same packet again (bpf/drops.h struct drop_hook_path): one socket's datagrams dropped in turn by
+    an OUTPUT rule (in the sending task) and an INPUT rule (in softirq, over loopback) are each named by
+    their own hook, drop after drop."""
+    pair.a.run("ip", "link", "set", "lo", "up")
+    pair.a.run("iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "5401", "-j", "DROP")
+    pair.a.run("iptables", "-A", "INPUT", "-p", "udp", "--dport", "5402", "-j", "DROP")
+    rounds = 500
+    with TraceRun("drops", "--netns", pair.a.name, "--reason", "NETFILTER_DROP") as trace:
+        trace.wait_ready()
+        pair.a.run(sys.executable, "-c", ALTERNATE_SEND, str(rounds))
+        trace.wait_records(lambda r: r.get("type") == "drop" and r.get("dport") == 5402, count=rounds)
+        trace.stop()
+        drops, summary = trace.drops(), trace.summary()
+    assert len(drops) == 2 * rounds and summary["sampled"] == 0
+    hooks = {(drop["dport"], drop["netfilter"]["hook"], drop["netfilter"]["rule"]) for drop in drops}
+    assert hooks == {
+        (5401, "output", "-A OUTPUT -p udp -m udp --dport 5401 -j DROP"),
+        (5402, "input", "-A INPUT -p udp -m udp --dport 5402 -j DROP"),
+    }
+
+
 def test_closed_tcp_port_is_no_socket(pair: Pair) -> None:
     with TraceRun("drops", "--netns", pair.b.name, "--proto", "tcp") as trace:
         trace.wait_ready()
@@ -252,6 +285,9 @@ def test_storm_of_a_million_drops_has_exact_totals(pair: Pair, udpflood: str) ->
     # Streaming: the total is exact; whatever was not printed is accounted as sampled or lost.
     assert streamed["total"] == count
     assert printed == streamed["emitted"]
+    # Every printed drop names the rule: most were given the stack their path's first drop unwound.
+    rules = {record["netfilter"]["rule"] for record in records if record.get("type") == "drop"}
+    assert rules == {"-A OUTPUT -p udp -m udp --dport 5900 -j DROP"}
     assert streamed["emitted"] + streamed["sampled"] + streamed["lost"] == count
 
 

@@ -15,6 +15,7 @@ from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, Skeleton
 
 __all__ = [
     "DROPS_EXAMPLE_FRAMES",
+    "DROPS_HOOK_PATH_NS",
     "DROPS_MAX_FRAMES",
     "DROPS_MAX_GROUPS",
     "DROPS_MAX_SNAPLEN",
@@ -41,6 +42,7 @@ DROPS_EXAMPLE_FRAMES = 12
 DROPS_MAX_SNAPLEN = 2048
 DROPS_MAX_GROUPS = 8192
 DROPS_REASON_FILTER_SIZE = 1024
+DROPS_HOOK_PATH_NS = 10000000
 
 
 class DropsConfigC(ctypes.Structure):
@@ -151,6 +153,7 @@ MAP_MAX_ENTRIES: dict[str, int] = {
     "dst_filter": 256,
     "events": 8388608,
     "events_perf": 0,
+    "hook_paths": 1,
     "host_filter": 256,
     "netns_filter": 4096,
     "own_drops": 1,
@@ -173,6 +176,7 @@ class DropsMaps(ObjectMaps):
     dst_filter = MapAttr(256)
     events = MapAttr(8388608)
     events_perf = MapAttr(0)
+    hook_paths = MapAttr(1)
     host_filter = MapAttr(256)
     netns_filter = MapAttr(4096)
     own_drops = MapAttr(1)

@@ -510,9 +510,10 @@ class FirewallMatcher:
         self._version, self._closes_version = version, False
         if version is None and reader is None:
             self._version, self._closes_version = _ruleset_version(netns_path), True
+        version_at_start = self._version() if self._version is not None else None
         self._start = self._read(netns_path)
         self._baseline, self._baseline_sources = _counters(self._start)
-        self._snapshot: FirewallSnapshot | None = None  # the start snapshot predates every drop: not reused
+        self._snapshot: FirewallSnapshot | None = None
         self._listings: dict[tuple[str, str, str], str | None] = {}
         # Verdicts decided on one reading of the rules, by the packet as the hook saw it: a storm of drops
         # of one kind walks the ruleset once per reading, not once per packet. The key is everything
@@ -525,6 +526,13 @@ class FirewallMatcher:
         self._checked_at = 0.0  # when the current reading was last known to hold every rule
         self._read_version: Hashable | None = None  # the rules' version just before that reading
         self._counters_asked = False  # an answer on the current reading depended on counters
+        if version_at_start is not None:
+            # The start reading answers the first drops too while the rules' version stands, as any reading
+            # does: a storm's first drops no longer wait for the tools to run again (a fork and several tools,
+            # ~0.1 s, while the storm fills the ring). Its counters are the baseline, so an answer that weighs
+            # counters reads the rules again at once (_current).
+            self._snapshot, self._read_version = self._start, version_at_start
+            self._checked_at = self._start.taken_at
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -572,7 +580,9 @@ class FirewallMatcher:
 
     def _current(self, max_age: float) -> FirewallSnapshot:
         now = self._clock()
-        if self._snapshot is not None and now - self._checked_at <= max_age:
+        # The start reading's counters are the baseline: it cannot tell what grew since.
+        counters_unknown = self._counters_asked and self._snapshot is self._start
+        if self._snapshot is not None and now - self._checked_at <= max_age and not counters_unknown:
             return self._snapshot
         version = self._version() if self._version is not None else None
         if (
