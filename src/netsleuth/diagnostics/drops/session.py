@@ -151,7 +151,11 @@ class DropsDiagnostic:
         if not self.config.summary_only:
             # Read after attaching, the names took longer (~0.2 s) than a storm needs to fill half the ring
             # (~50 ms at 350k drops/s): the first poll found the kernel sampling, and 5-10% of a 2 M storm
-            # was never printed (bench/drops_storm.py --issue22). Read first, every drop of it is.
+            # was never printed (bench/drops_storm.py --issue22). Read first, every drop of it is. Who cannot
+            # load the programs hears that first, not what naming needs (kallsyms' addresses, say).
+            from netsleuth.bpf.features import require_tracing
+
+            require_tracing(ring_buffer=False)
             _ = self.enricher
         self._raw.start()
 
