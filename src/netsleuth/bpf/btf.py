@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from netsleuth.bpf import _libbpf
 from netsleuth.bpf.errors import MissingFeature
@@ -39,8 +40,7 @@ class _BtfVarSecinfo(ctypes.Structure):
     _fields_ = (("type", ctypes.c_uint32), ("offset", ctypes.c_uint32), ("size", ctypes.c_uint32))
 
 
-@dataclass(frozen=True)
-class BtfRecord:
+class BtfRecord(msgspec.Struct, frozen=True):
     """One BTF type as stored (include/uapi/linux/btf.h struct btf_type), for readers of layouts.
 
     `body` is the address of what follows the header (members, array info, enum values...), valid while the

@@ -9,7 +9,8 @@ the same reading of the same BTF.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+
+import msgspec
 
 from netsleuth.bpf.btf import Btf, BtfRecord
 
@@ -48,29 +49,25 @@ class _VarSecinfo(ctypes.Structure):
     _fields_ = (("type", ctypes.c_uint32), ("offset", ctypes.c_uint32), ("size", ctypes.c_uint32))
 
 
-@dataclass(frozen=True)
-class IntType:
+class IntType(msgspec.Struct, frozen=True):
     name: str  # the C spelling: "unsigned char", "char", "long long unsigned int"...
     size: int
     signed: bool
 
 
-@dataclass(frozen=True)
-class EnumType:
+class EnumType(msgspec.Struct, frozen=True):
     name: str
     size: int
     signed: bool
 
 
-@dataclass(frozen=True)
-class StructType:
+class StructType(msgspec.Struct, frozen=True):
     name: str  # "" for an anonymous struct
     size: int
     union: bool = False
 
 
-@dataclass(frozen=True)
-class ArrayType:
+class ArrayType(msgspec.Struct, frozen=True):
     element: CType
     length: int
 
@@ -79,16 +76,14 @@ class ArrayType:
         return self.element.size * self.length
 
 
-@dataclass(frozen=True)
-class PointerType:
+class PointerType(msgspec.Struct, frozen=True):
     size: int = 8
 
 
 CType = IntType | EnumType | StructType | ArrayType | PointerType
 
 
-@dataclass(frozen=True)
-class Member:
+class Member(msgspec.Struct, frozen=True):
     name: str
     offset: int  # bytes from the start of the struct
     ctype: CType
@@ -99,8 +94,7 @@ class Member:
         return self.ctype.size
 
 
-@dataclass(frozen=True)
-class MapDefinition:
+class MapDefinition(msgspec.Struct, frozen=True):
     """A map declared in the object's .maps section (libbpf's BTF-defined maps)."""
 
     name: str

@@ -16,9 +16,10 @@ import ctypes
 import functools
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+import msgspec
 
 from netsleuth.bpf import _libbpf
 from netsleuth.bpf.btf import VMLINUX_BTF, vmlinux_btf
@@ -74,8 +75,7 @@ def _running_kernel_arity(tracepoint_name: str) -> int | None:
     return vmlinux_btf().tracepoint_arity(tracepoint_name)
 
 
-@dataclass(frozen=True)
-class TracepointArgument:
+class TracepointArgument(msgspec.Struct, frozen=True):
     """A tracepoint argument that first appeared in `minimum_kernel`: present when the prototype has at least
     `arity` arguments (not counting `void *__data`). Call it for a bool; `.require()` raises
     MissingFeature."""
@@ -157,8 +157,7 @@ def require_tracepoints(names: Iterable[str], source: TracepointSource | None = 
         raise MissingFeature(f"the tracepoint{plural} {', '.join(missing)}", newest)
 
 
-@dataclass(frozen=True)
-class Features:
+class Features(msgspec.Struct, frozen=True):
     btf: bool
     ring_buffer: bool
     kprobes: bool
@@ -392,8 +391,7 @@ def probe_all() -> dict[str, bool | str]:
 # -- what a missing probe means -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Fact:
+class _Fact(msgspec.Struct, frozen=True):
     """One probe_all() key as a person reads its absence. `after`: the facts probe_all() needs before it
     probes this one (no program loads without privileges, no typed tracepoint without BTF), so when one of
     those is missing it is the reason, not this."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
+import msgspec
+
 from netsleuth.bpf.abi import RodataVar
 from netsleuth.bpf.errors import BpfError
 from netsleuth.bpf.features import require_tracing
@@ -28,15 +30,14 @@ from netsleuth.bpf.skeleton import MapAttr, ObjectMaps, Skeleton, variant_progra
 __all__ = ["TP_BTF_THEN_RAW_TP", "PerfFallback", "ProgramBacked", "ProgramSession", "Variant"]
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(msgspec.Struct, frozen=True):
     """One build of an object's programs: their names end in `suffix`; `kind` is how they attach."""
 
     suffix: str
     kind: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True)  # not a Struct: its fields' types are descriptors, which mypy then applies
 class PerfFallback:
     """How an object sends its events on a kernel without ring buffers (< 5.8): the perf event array it
     declares beside the ring buffer, and the `const volatile __u8` that routes its output there (e.g.

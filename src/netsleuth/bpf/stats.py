@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from netsleuth.bpf import _libbpf
 
@@ -30,8 +31,7 @@ def bpf_stats_sysctl_enabled(path: Path = _BPF_STATS_SYSCTL) -> bool:
         return False
 
 
-@dataclass(frozen=True)
-class ProgramStats:
+class ProgramStats(msgspec.Struct, frozen=True):
     run_count: int
     run_time_ns: int
 
