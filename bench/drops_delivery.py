@@ -77,6 +77,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def irq_work_interrupts() -> int | None:
+    """IRQ work interrupts taken so far, all CPUs (/proc/interrupts `IWI`, x86): how a BPF program's ring or
+    perf buffer wakes its reader from the traced context, one per wake-up. None where the row is missing."""
+    for line in Path("/proc/interrupts").read_text().splitlines():
+        fields = line.split()
+        if fields and fields[0] == "IWI:":
+            return sum(int(field) for field in fields[1:] if field.isdigit())
+    return None
+
+
+def _difference(after: int | None, before: int | None) -> int | None:
+    return after - before if after is not None and before is not None else None
+
+
 class LineCounter:
     """Counts newline-terminated lines from a binary stream on a thread, remembering when the last came;
     keeps the last few lines (a netsleuth run ends with its summary)."""
@@ -248,6 +262,7 @@ class StormRun:
     cpu_seconds: float | None  # the consumer's CPU from storm start to quiet
     summary: dict[str, Any] | None = None
     written: int | None = None  # every drop record written (the storm's and others' of the same reason)
+    wakeups: int | None = None  # IRQ work interrupts during the storm (`irq_work_interrupts`)
 
     @property
     def rate(self) -> float:
@@ -312,7 +327,9 @@ def storm_delivery(
                 stderr = process.stderr.read().decode() if process.stderr else ""
                 raise RuntimeError(f"{name} exited: {stderr}")
             cpu_before = cpu_seconds(process.pid)
+            wakeups_before = irq_work_interrupts()
             sent = storm()
+            wakeups = _difference(irq_work_interrupts(), wakeups_before)
             _wait_quiet(lambda: watch.last_at, watch.poll)
             used = cpu_seconds(process.pid) - cpu_before
         finally:
@@ -320,7 +337,7 @@ def storm_delivery(
             process.communicate(timeout=300)
     records, written, tail = _count_records(output, lambda line: is_record(line, sent.pid))
     output.unlink()
-    return StormRun(name, records, sent.drops, sent.seconds, used, _summary(tail), written)
+    return StormRun(name, records, sent.drops, sent.seconds, used, _summary(tail), written, wakeups)
 
 
 def agent_storm_delivery(request: dict[str, Any], storm: Callable[[], Storm], cpu: str) -> StormRun:
@@ -339,13 +356,16 @@ def agent_storm_delivery(request: dict[str, Any], storm: Callable[[], Storm], cp
             assert first.startswith(b'{"type":"session_start"'), first[:200]
             counter = LineCounter(response, needle=b'"comm":"udpflood"')
             cpu_before = cpu_seconds(agent.process.pid)
+            wakeups_before = irq_work_interrupts()
             sent = storm()
+            wakeups = _difference(irq_work_interrupts(), wakeups_before)
             _wait(lambda: counter.lines > 0, "agent records")
             _wait_quiet(lambda: counter.last_at)
             used = cpu_seconds(agent.process.pid) - cpu_before
             # Every line so far is a drop record: the session ends (summary, end) only at its duration.
             records, written = counter.needles, counter.lines
-    return StormRun("agent session (rule names)", records, sent.drops, sent.seconds, used, written=written)
+    name = "agent session (rule names)"
+    return StormRun(name, records, sent.drops, sent.seconds, used, written=written, wakeups=wakeups)
 
 
 def sampling_threshold(

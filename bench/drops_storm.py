@@ -536,15 +536,21 @@ def user_delivery_lines(runs: dict[str, list[StormRun]], count: int) -> list[str
     lines = [
         f"unsampled delivery as a user measures it: records written / storm seconds, storms of {count:,} "
         "drops at full speed, no warm-up:",
-        f"  {'consumer':30} {'records':>10} {'storm s':>8} {'records/s':>11} {'per CPU s':>11}",
+        f"  {'consumer':30} {'records':>10} {'storm s':>8} {'records/s':>11} {'per CPU s':>11} "
+        f"{'wake-ups':>10}",
     ]
     for name, taken in runs.items():
         for run in taken:
             per_cpu = f"{run.per_cpu_second:11,.0f}" if run.per_cpu_second else f"{'-':>11}"
+            wakeups = f"{run.wakeups:10,}" if run.wakeups is not None else f"{'-':>10}"
             lines.append(
-                f"  {name:30} {run.records:10,} {run.storm_seconds:8.2f} {run.rate:11,.0f} {per_cpu}"
-                + (f"  {run.accounting()}" if run.summary else "")
+                f"  {name:30} {run.records:10,} {run.storm_seconds:8.2f} {run.rate:11,.0f} {per_cpu} "
+                f"{wakeups}" + (f"  {run.accounting()}" if run.summary else "")
             )
+    lines.append(
+        "  (wake-ups: IRQ work interrupts during the storm, /proc/interrupts IWI - the traced CPU waking the "
+        "reader)"
+    )
     return lines
 
 
