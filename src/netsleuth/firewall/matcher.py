@@ -529,7 +529,7 @@ class FirewallMatcher:
         if version_at_start is not None:
             # The start reading answers the first drops too while the rules' version stands, as any reading
             # does: a storm's first drops no longer wait for the tools to run again (a fork and several tools,
-            # ~0.1 s, while the storm fills the ring). Its counters are the baseline, so an answer that weighs
+            # ~40 ms, while the storm fills the ring). Its counters are the baseline, so an answer that weighs
             # counters reads the rules again at once (_current).
             self._snapshot, self._read_version = self._start, version_at_start
             self._checked_at = self._start.taken_at

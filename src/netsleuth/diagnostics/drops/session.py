@@ -149,10 +149,10 @@ class DropsDiagnostic:
 
     def start(self) -> None:
         if not self.config.summary_only:
-            # Read after attaching, the names took longer (~0.2 s) than a storm needs to fill half the ring
-            # (~50 ms at 350k drops/s): the first poll found the kernel sampling, and 5-10% of a 2 M storm
-            # was never printed (bench/drops_storm.py --issue22). Read first, every drop of it is. Who cannot
-            # load the programs hears that first, not what naming needs (kallsyms' addresses, say).
+            # Read after attaching, the names took longer (0.3-0.5 s at the first poll) than a storm needs to
+            # fill half the ring (~50 ms at 350k drops/s): the kernel was sampling by then, and 6-10% of a 2 M
+            # storm was never printed (bench/drops_storm.py --issue22). Read first, every drop of it is.
+            # Who cannot load the programs hears that first, not what naming needs (kallsyms' addresses).
             from netsleuth.bpf.features import require_tracing
 
             require_tracing(ring_buffer=False)
